@@ -1,0 +1,1 @@
+"""The bundled applications, each written against the public SDK only."""

@@ -1,0 +1,1 @@
+"""Website activity tracking."""

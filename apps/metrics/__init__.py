@@ -1,0 +1,1 @@
+"""Metrics ingest and rollups."""

@@ -1,0 +1,1 @@
+"""The log system: storage, wire protocol, broker, groups and cluster."""

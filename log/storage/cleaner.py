@@ -1,0 +1,273 @@
+"""Cleaner: time and size retention, and key-based compaction.
+
+Retention (``cleanup.policy`` contains ``delete``) removes whole closed
+segments from the front of the log: those whose newest record is older than
+``retention.ms``, then the oldest while the log is over ``retention.bytes``.
+The active segment is never removed.
+
+Compaction (``cleanup.policy`` contains ``compact``) keeps the latest record
+per key:
+
+1. The dirty section runs from the cleaner checkpoint to the active segment.
+   Its keys go into a bounded :class:`OffsetMap` (16-byte BLAKE2b digest to
+   the latest offset). When the map is full, cleaning stops at the last whole
+   segment that fit, and the next pass continues from there.
+2. Every closed segment up to that point is rewritten, in groups that fit in
+   ``segment.bytes``, keeping a record when its key's latest offset is its
+   own (or unknown to the map). A batch that keeps all its records is copied
+   byte for byte; otherwise it is re-encoded with its base offset, last
+   offset, producer fields and codec preserved.
+3. A tombstone (null value) first survives a clean with a delete horizon
+   ``now + delete.retention.ms`` stamped in its batch (Kafka's KIP-534), and is
+   dropped by the first clean after that horizon.
+4. Each group is installed by :meth:`PartitionLog.replace_segments`
+   (``.cleaned`` -> ``.swap`` -> ``.deleted``), which recovery can finish or undo.
+
+Runs on the log owner's thread, between appends.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from eventplatform.log.storage.config import CLEANER_KEYS_MAX_DEFAULT, INT32_MAX
+from eventplatform.log.storage.files import CLEANED_SUFFIX, segment_path
+from eventplatform.log.storage.partition_log import PartitionLog
+from eventplatform.log.storage.record_batch import (
+    BatchHeader,
+    Record,
+    decode_batch,
+    encode_batch,
+    parse_header,
+)
+from eventplatform.log.storage.segment import Segment
+
+
+@dataclass(frozen=True, slots=True)
+class CleanStats:
+    segments_read: int
+    bytes_read: int
+    bytes_written: int
+    records_removed: int
+    first_dirty_offset: int
+    clean_until_offset: int
+
+
+class OffsetMap:
+    """Key digest to latest offset, bounded to ``capacity`` keys."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self._offsets: dict[bytes, int] = {}
+
+    def __len__(self) -> int:
+        return len(self._offsets)
+
+    @staticmethod
+    def digest(key: bytes) -> bytes:
+        return hashlib.blake2b(key, digest_size=16).digest()
+
+    def put(self, key: bytes, offset: int) -> None:
+        self._offsets[self.digest(key)] = offset
+
+    def latest(self, key: bytes) -> int | None:
+        return self._offsets.get(self.digest(key))
+
+    def would_overflow(self, keys: set[bytes]) -> bool:
+        fresh = sum(1 for digest in keys if digest not in self._offsets)
+        return len(self._offsets) + fresh > self.capacity
+
+    def put_digests(self, latest: dict[bytes, int]) -> None:
+        self._offsets.update(latest)
+
+
+def _never(step: str) -> None:
+    del step
+
+
+class Cleaner:
+    def __init__(
+        self,
+        *,
+        keys_max: int = CLEANER_KEYS_MAX_DEFAULT,
+        on_step: Callable[[str], None] = _never,
+    ) -> None:
+        self.keys_max = keys_max
+        self.on_step = on_step
+
+    # ------------------------------------------------------------ retention
+
+    def apply_retention(self, log: PartitionLog) -> int:
+        """Delete expired or excess closed segments; returns how many went."""
+        if not log.config.delete:
+            return 0
+        doomed = self._expired_by_time(log) or self._excess_by_size(log)
+        if doomed:
+            log.delete_segments(doomed)
+        log.delete_expired_files()
+        return len(doomed)
+
+    def _closed_segments(self, log: PartitionLog) -> Iterator[Segment]:
+        return (segment for segment in log.segments if segment is not log.active_segment)
+
+    def _expired_by_time(self, log: PartitionLog) -> list[Segment]:
+        if log.config.retention_ms < 0:
+            return []
+        horizon = log.clock_ms() - log.config.retention_ms
+        doomed = []
+        for segment in self._closed_segments(log):
+            if segment.max_timestamp >= horizon:
+                break
+            doomed.append(segment)
+        return doomed
+
+    def _excess_by_size(self, log: PartitionLog) -> list[Segment]:
+        if log.config.retention_bytes < 0:
+            return []
+        excess = log.size_bytes - log.config.retention_bytes
+        doomed = []
+        for segment in self._closed_segments(log):
+            if excess < segment.size_bytes:
+                break
+            excess -= segment.size_bytes
+            doomed.append(segment)
+        return doomed
+
+    # ------------------------------------------------------------ compaction
+
+    def dirty_ratio(self, log: PartitionLog) -> float:
+        closed = list(self._closed_segments(log))
+        total = sum(segment.size_bytes for segment in closed)
+        if not total:
+            return 0.0
+        dirty = sum(s.size_bytes for s in closed if s.next_offset > log.cleaner_offset)
+        return dirty / total
+
+    def needs_compaction(self, log: PartitionLog) -> bool:
+        return log.config.compact and self.dirty_ratio(log) >= log.config.min_cleanable_dirty_ratio
+
+    def compact(self, log: PartitionLog) -> CleanStats | None:
+        """Run one compaction pass; None when there is nothing dirty to clean."""
+        if not log.config.compact:
+            return None
+        first_dirty = max(log.cleaner_offset, log.log_start_offset)
+        offset_map, clean_until = self._build_offset_map(log, first_dirty)
+        if clean_until <= first_dirty:
+            return None
+        now_ms = log.clock_ms()
+        stats = _Counters()
+        for group in self._groups(log, clean_until):
+            self._clean_group(log, group, offset_map, now_ms, stats)
+        log.cleaner_offset = clean_until
+        log.write_checkpoint()
+        log.delete_expired_files()
+        return CleanStats(
+            stats.segments, stats.read, stats.written, stats.removed, first_dirty, clean_until
+        )
+
+    def _build_offset_map(self, log: PartitionLog, first_dirty: int) -> tuple[OffsetMap, int]:
+        offset_map = OffsetMap(self.keys_max)
+        clean_until = first_dirty
+        for segment in self._closed_segments(log):
+            if segment.next_offset <= first_dirty:
+                continue
+            latest: dict[bytes, int] = {}
+            for header, data in segment.iter_batches():
+                for record in decode_batch(data, check_crc=False).records:
+                    if record.offset >= first_dirty and record.key is not None:
+                        latest[OffsetMap.digest(record.key)] = record.offset
+            if offset_map.would_overflow(set(latest)):
+                break
+            offset_map.put_digests(latest)
+            clean_until = max(segment.next_offset, clean_until)
+        return offset_map, clean_until
+
+    def _groups(self, log: PartitionLog, clean_until: int) -> list[list[Segment]]:
+        groups: list[list[Segment]] = []
+        current: list[Segment] = []
+        size = 0
+        for segment in self._closed_segments(log):
+            if segment.base_offset >= clean_until:
+                break
+            span_ok = current and segment.next_offset - current[0].base_offset - 1 <= INT32_MAX
+            if current and (size + segment.size_bytes > log.config.segment_bytes or not span_ok):
+                groups.append(current)
+                current, size = [], 0
+            current.append(segment)
+            size += segment.size_bytes
+        if current:
+            groups.append(current)
+        return groups
+
+    def _clean_group(
+        self, log: PartitionLog, group: list[Segment], offset_map: OffsetMap, now_ms: int, stats: _Counters
+    ) -> None:
+        base = group[0].base_offset
+        for suffix in (".log", ".index", ".timeindex"):
+            segment_path(log.directory, base, suffix, CLEANED_SUFFIX).unlink(missing_ok=True)
+        cleaned = Segment.open(log.directory, base, log.config, state=CLEANED_SUFFIX)
+        cleaned.make_active()
+        cleaned.next_offset = base
+        for segment in group:
+            stats.segments += 1
+            stats.read += segment.size_bytes
+            for header, data in segment.iter_batches():
+                kept = self._filter_batch(header, data, offset_map, now_ms, log.config.delete_retention_ms)
+                stats.removed += header.records_count - kept[1]
+                if kept[0] is not None:
+                    out = kept[0]
+                    cleaned.append(out, [parse_header(out)], now_ms)
+                    stats.written += len(out)
+        self.on_step("cleaned-filled")
+        log.replace_segments(cleaned, group, self.on_step)
+
+    def _filter_batch(
+        self, header: BatchHeader, data: bytes, offset_map: OffsetMap, now_ms: int, delete_retention_ms: int
+    ) -> tuple[bytes | None, int]:
+        """The batch's retained bytes (None when nothing stays) and the count kept."""
+        if header.is_control:
+            return data, header.records_count
+        batch = decode_batch(data, check_crc=False)
+        horizon = header.delete_horizon_ms
+        kept: list[Record] = []
+        for record in batch.records:
+            if record.key is None:
+                continue
+            latest = offset_map.latest(record.key)
+            if latest is not None and latest > record.offset:
+                continue
+            if record.value is None and horizon is not None and now_ms >= horizon:
+                continue
+            kept.append(record)
+        has_tombstone = any(record.value is None for record in kept)
+        if len(kept) == len(batch.records) and (horizon is not None or not has_tombstone):
+            return data, len(kept)
+        if not kept:
+            return None, 0
+        new_horizon = horizon if horizon is not None else (now_ms + delete_retention_ms if has_tombstone else None)
+        return (
+            encode_batch(
+                kept,
+                base_offset=header.base_offset,
+                last_offset_delta=header.last_offset_delta,
+                compression=header.compression,
+                timestamp_type=header.timestamp_type,
+                producer_id=header.producer_id,
+                producer_epoch=header.producer_epoch,
+                base_sequence=header.base_sequence,
+                partition_leader_epoch=header.partition_leader_epoch,
+                is_transactional=header.is_transactional,
+                delete_horizon_ms=new_horizon,
+            ),
+            len(kept),
+        )
+
+
+@dataclass(slots=True)
+class _Counters:
+    segments: int = 0
+    read: int = 0
+    written: int = 0
+    removed: int = 0

@@ -1,0 +1,97 @@
+"""File names and small durable files of a partition directory.
+
+A partition directory holds, per segment, three files named by the segment's
+20-digit base offset: ``00000000000000000000.log``, ``.index`` and
+``.timeindex``. Multi-file changes pass through suffixed states that recovery
+understands (see :mod:`eventplatform.log.storage.loader`):
+
+- ``.cleaned``: the cleaner is still writing; recovery deletes it.
+- ``.swap``: a complete replacement; recovery finishes installing it.
+- ``.deleted``: scheduled for removal; recovery removes it.
+
+``partition.checkpoint`` records the log start offset, the recovery point and
+the cleaner's first dirty offset. ``.clean_shutdown`` exists only between a
+clean close and the next open.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from eventplatform.log.storage.errors import CorruptRecordError
+
+LOG_SUFFIX = ".log"
+INDEX_SUFFIX = ".index"
+TIME_INDEX_SUFFIX = ".timeindex"
+SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)
+CLEANED_SUFFIX = ".cleaned"
+SWAP_SUFFIX = ".swap"
+DELETED_SUFFIX = ".deleted"
+TEMPORARY_SUFFIX = ".tmp"
+CHECKPOINT_FILE = "partition.checkpoint"
+CLEAN_SHUTDOWN_FILE = ".clean_shutdown"
+OFFSET_DIGITS = 20
+_CHECKPOINT_VERSION = 1
+_CHECKPOINT_KEYS = ("log_start_offset", "recovery_point", "cleaner_offset")
+
+
+def file_stem(base_offset: int) -> str:
+    return f"{base_offset:0{OFFSET_DIGITS}d}"
+
+
+def segment_path(directory: Path, base_offset: int, suffix: str, state: str = "") -> Path:
+    """``directory/<20-digit base><suffix><state>``, for example ``...0042.log.swap``."""
+    return directory / f"{file_stem(base_offset)}{suffix}{state}"
+
+
+def parse_base_offset(name: str) -> int | None:
+    """The base offset a segment file name starts with, or None for any other file."""
+    stem = name.split(".", 1)[0]
+    if len(stem) != OFFSET_DIGITS or not stem.isdigit():
+        return None
+    return int(stem)
+
+
+def fsync_directory(directory: Path) -> None:
+    """Make renames and unlinks in ``directory`` durable."""
+    descriptor = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` so that a crash leaves the old or the new file."""
+    temporary = path.with_name(path.name + TEMPORARY_SUFFIX)
+    with open(temporary, "wb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(temporary, path)
+    fsync_directory(path.parent)
+
+
+def write_checkpoint(directory: Path, values: dict[str, int]) -> None:
+    lines = [f"version {_CHECKPOINT_VERSION}"] + [f"{key} {values[key]}" for key in _CHECKPOINT_KEYS]
+    write_atomically(directory / CHECKPOINT_FILE, ("\n".join(lines) + "\n").encode())
+
+
+def read_checkpoint(directory: Path) -> dict[str, int] | None:
+    """The checkpoint's values, or None when there is none yet."""
+    path = directory / CHECKPOINT_FILE
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return None
+    values: dict[str, int] = {}
+    try:
+        for line in text.splitlines():
+            key, value = line.split()
+            values[key] = int(value)
+    except ValueError as exc:
+        raise CorruptRecordError(f"{path} is malformed: {text[:80]!r}") from exc
+    if values.get("version") != _CHECKPOINT_VERSION or any(k not in values for k in _CHECKPOINT_KEYS):
+        raise CorruptRecordError(f"{path} has an unknown version or missing keys")
+    return values

@@ -1,0 +1,206 @@
+"""Sparse, memory-mapped segment indexes.
+
+``OffsetIndex`` (``.index``): 8-byte entries, big-endian ``int32`` offset
+relative to the segment's base and ``int32`` byte position of the batch that
+starts at that offset. ``TimeIndex`` (``.timeindex``): 12-byte entries,
+``int64`` timestamp and ``int32`` relative offset of the first batch whose
+max timestamp reached it. Both are strictly increasing in every field.
+
+While a segment is active its index files are preallocated to
+``segment.index.bytes`` and mapped; closing or sealing trims them to their
+entries. Indexes are derived data: a missing or insane file is rebuilt from
+the log (:meth:`Segment.rebuild_indexes`). One owner thread; reads and
+appends must not run concurrently.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+from pathlib import Path
+
+from eventplatform.log.invariants import require
+
+_OFFSET_ENTRY = struct.Struct(">ii")
+_TIME_ENTRY = struct.Struct(">qi")
+
+
+class _MappedIndex:
+    entry: struct.Struct
+
+    def __init__(self, path: Path, base_offset: int, *, max_bytes: int, writable: bool) -> None:
+        self.path = path
+        self.base_offset = base_offset
+        self.max_entries = max(1, max_bytes // self.entry.size)
+        self._descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        size = os.fstat(self._descriptor).st_size
+        self.entries = size // self.entry.size
+        self._map: mmap.mmap | None = None
+        self._writable = False
+        if size % self.entry.size:
+            self.entries = 0  # insane: the caller's sanity check sees it and rebuilds
+            self._torn = True
+        else:
+            self._torn = False
+        self._remap(writable)
+
+    # ------------------------------------------------------------ lifecycle
+
+    def _remap(self, writable: bool) -> None:
+        if self._map is not None:
+            self._map.close()
+            self._map = None
+        length = self.max_entries * self.entry.size if writable else self.entries * self.entry.size
+        os.ftruncate(self._descriptor, length)
+        self._writable = writable
+        if length:
+            self._map = mmap.mmap(self._descriptor, length)
+
+    def make_writable(self) -> None:
+        if not self._writable:
+            self._remap(True)
+
+    def seal(self) -> None:
+        """Trim the file to its entries and stop accepting appends."""
+        if self._writable:
+            self.flush()
+            self._remap(False)
+
+    def flush(self) -> None:
+        if self._map is not None:
+            self._map.flush()
+
+    def close(self) -> None:
+        if self._descriptor < 0:
+            return
+        self.seal()
+        if self._map is not None:
+            self._map.close()
+            self._map = None
+        os.close(self._descriptor)
+        self._descriptor = -1
+
+    def reset(self) -> None:
+        """Drop every entry and leave the index writable, for a rebuild."""
+        self.entries = 0
+        self._torn = False
+        self._remap(True)
+
+    def truncate_entries(self, entries: int) -> None:
+        self.entries = entries
+        if not self._writable:
+            self._remap(False)
+
+    @property
+    def is_full(self) -> bool:
+        return self.entries >= self.max_entries
+
+    def _entry(self, slot: int) -> tuple[int, int]:
+        assert self._map is not None
+        result: tuple[int, int] = self.entry.unpack_from(self._map, slot * self.entry.size)
+        return result
+
+    def _append(self, first: int, second: int) -> None:
+        require(self._writable and not self.is_full, f"{self.path}: append to a sealed or full index")
+        if not self._writable or self._map is None:
+            return
+        self.entry.pack_into(self._map, self.entries * self.entry.size, first, second)
+        self.entries += 1
+
+    def _last_slot_at_most(self, field: int, target: int) -> int:
+        """Index of the last entry whose ``field`` is <= target, or -1."""
+        low, high = 0, self.entries - 1
+        found = -1
+        while low <= high:
+            middle = (low + high) // 2
+            if self._entry(middle)[field] <= target:
+                found = middle
+                low = middle + 1
+            else:
+                high = middle - 1
+        return found
+
+
+class OffsetIndex(_MappedIndex):
+    """Relative offset to file position; see the module docstring for the format."""
+
+    entry = _OFFSET_ENTRY
+
+    def append(self, offset: int, position: int) -> None:
+        relative = offset - self.base_offset
+        if self.entries:
+            last_relative, last_position = self._entry(self.entries - 1)
+            require(relative > last_relative, f"{self.path}: index offsets must increase")
+            require(position > last_position, f"{self.path}: index positions must increase")
+        self._append(relative, position)
+
+    def lookup(self, offset: int) -> tuple[int, int]:
+        """``(offset, position)`` of the last entry at or before ``offset``, else the segment start."""
+        slot = self._last_slot_at_most(0, offset - self.base_offset)
+        if slot < 0:
+            return self.base_offset, 0
+        relative, position = self._entry(slot)
+        return self.base_offset + relative, position
+
+    def lookup_position(self, position: int) -> tuple[int, int]:
+        """``(offset, position)`` of the last entry whose position is <= ``position``."""
+        slot = self._last_slot_at_most(1, position)
+        if slot < 0:
+            return self.base_offset, 0
+        relative, entry_position = self._entry(slot)
+        return self.base_offset + relative, entry_position
+
+    def truncate_to_offset(self, offset: int) -> None:
+        """Drop every entry for offsets at or after ``offset``."""
+        self.truncate_entries(self._last_slot_at_most(0, offset - self.base_offset - 1) + 1)
+
+    def last_entry(self) -> tuple[int, int] | None:
+        if not self.entries:
+            return None
+        relative, position = self._entry(self.entries - 1)
+        return self.base_offset + relative, position
+
+    def is_sane(self, log_size_bytes: int) -> bool:
+        if self._torn:
+            return False
+        last = self.last_entry()
+        return last is None or (last[0] >= self.base_offset and last[1] < log_size_bytes)
+
+
+class TimeIndex(_MappedIndex):
+    """Timestamp to relative offset; see the module docstring for the format."""
+
+    entry = _TIME_ENTRY
+
+    def maybe_append(self, timestamp: int, offset: int) -> None:
+        """Add an entry if ``timestamp`` is newer than the last one."""
+        last = self.last_entry()
+        if last is not None and timestamp <= last[0]:
+            return
+        if last is not None and offset <= last[1]:
+            return
+        self._append(timestamp, offset - self.base_offset)
+
+    def lookup(self, timestamp: int) -> tuple[int, int]:
+        """``(timestamp, offset)`` of the last entry with a timestamp <= ``timestamp``."""
+        slot = self._last_slot_at_most(0, timestamp)
+        if slot < 0:
+            return -1, self.base_offset
+        entry_timestamp, relative = self._entry(slot)
+        return entry_timestamp, self.base_offset + relative
+
+    def truncate_to_offset(self, offset: int) -> None:
+        self.truncate_entries(self._last_slot_at_most(1, offset - self.base_offset - 1) + 1)
+
+    def last_entry(self) -> tuple[int, int] | None:
+        if not self.entries:
+            return None
+        timestamp, relative = self._entry(self.entries - 1)
+        return timestamp, self.base_offset + relative
+
+    def is_sane(self, next_offset: int) -> bool:
+        if self._torn:
+            return False
+        last = self.last_entry()
+        return last is None or self.base_offset <= last[1] < max(next_offset, self.base_offset + 1)

@@ -1,0 +1,422 @@
+"""PartitionLog: the append-only log of one topic partition.
+
+A directory of segments (see :mod:`eventplatform.log.storage.files` for the
+names) behind one API: append whole batches and get offsets back; read file
+slices by offset; find offsets by timestamp; truncate for followers; flush
+under a policy; close cleanly. Retention and compaction live in
+:class:`eventplatform.log.storage.cleaner.Cleaner`, which changes segments only
+through :meth:`delete_segments` and :meth:`replace_segments`.
+
+Concurrency: one owner calls every method (the partition's task in the broker).
+Slices returned by :meth:`read` may be consumed later by the same thread:
+removed segment files stay open for ``file.delete.delay.ms``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import NamedTuple
+
+from eventplatform.log.invariants import require
+from eventplatform.log.storage.config import LogConfig
+from eventplatform.log.storage.errors import (
+    InvalidRecordError,
+    LogClosedError,
+    OffsetOutOfRangeError,
+    RecordTooLargeError,
+)
+from eventplatform.log.storage.files import (
+    CLEAN_SHUTDOWN_FILE,
+    DELETED_SUFFIX,
+    fsync_directory,
+    write_atomically,
+    write_checkpoint,
+)
+from eventplatform.log.storage.loader import LogLoader
+from eventplatform.log.storage.record_batch import (
+    BatchHeader,
+    DecodedBatch,
+    Record,
+    decode_record_set,
+    iter_headers,
+    stamp,
+    stamp_log_append_time,
+    validate_record_set,
+)
+from eventplatform.log.storage.segment import Segment, SegmentSlice
+from eventplatform.log.storage.segment_map import SegmentMap
+
+READ_CHUNK_BYTES = 1024 * 1024
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class AppendInfo(NamedTuple):
+    base_offset: int
+    last_offset: int
+    append_time_ms: int  # -1 unless the topic uses LogAppendTime
+    log_start_offset: int
+    records: int
+
+
+class TimestampOffset(NamedTuple):
+    offset: int
+    timestamp: int
+
+
+class PartitionLog:
+    """See the module docstring. Create with :meth:`open`."""
+
+    def __init__(self, directory: Path, config: LogConfig, clock_ms: Callable[[], int]) -> None:
+        self.directory = directory
+        self.config = config
+        self.clock_ms = clock_ms
+        loaded = LogLoader(directory, config).load()
+        self.segments: SegmentMap = loaded.segments
+        self.log_start_offset = loaded.log_start_offset
+        self.recovery_point = loaded.recovery_point
+        self.cleaner_offset = loaded.cleaner_offset
+        self.recovered_bytes_truncated = loaded.truncated_bytes
+        self.opened_cleanly = loaded.was_clean
+        self._active = self.segments.last
+        self._active.make_active()
+        self._last_flush_ms = clock_ms()
+        self._pending_deletes: list[tuple[int, Segment]] = []
+        self._closed = False
+        self.write_checkpoint()
+
+    @classmethod
+    def open(
+        cls,
+        directory: Path | str,
+        config: LogConfig | None = None,
+        *,
+        clock_ms: Callable[[], int] = wall_clock_ms,
+    ) -> PartitionLog:
+        """Open or create the log in ``directory``, recovering it if it was not closed cleanly."""
+        return cls(Path(directory), config or LogConfig(), clock_ms)
+
+    # ------------------------------------------------------------ state
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._active.next_offset
+
+    @property
+    def active_segment(self) -> Segment:
+        return self._active
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(segment.size_bytes for segment in self.segments)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise LogClosedError(f"{self.directory} is closed")
+
+    # ------------------------------------------------------------ appends
+
+    def append(self, record_set: bytes | bytearray, *, leader_epoch: int = -1) -> AppendInfo:
+        """Validate, assign offsets to and append a produced record set.
+
+        Only batch headers and CRCs are checked (records stay bytes), except on a
+        compacted topic, whose records must all carry a key.
+        """
+        self._check_open()
+        buffer = record_set if isinstance(record_set, bytearray) else bytearray(record_set)
+        headers = self._validate(buffer)
+        now_ms = self.clock_ms()
+        next_offset = self._active.next_offset
+        log_append_time = self.config.message_timestamp_type == "LogAppendTime"
+        stamped = []
+        for header in headers:
+            stamp(buffer, header, base_offset=next_offset, leader_epoch=leader_epoch)
+            if log_append_time:
+                stamp_log_append_time(buffer, header, now_ms)
+                header = header._replace(max_timestamp=now_ms)
+            stamped.append(header._replace(base_offset=next_offset))
+            next_offset += header.last_offset_delta + 1
+        self._append_stamped(buffer, stamped, now_ms)
+        return AppendInfo(
+            stamped[0].base_offset,
+            next_offset - 1,
+            now_ms if log_append_time else -1,
+            self.log_start_offset,
+            sum(header.records_count for header in stamped),
+        )
+
+    def append_as_follower(self, record_set: bytes | bytearray) -> AppendInfo:
+        """Append batches that already carry the leader's offsets and epochs."""
+        self._check_open()
+        headers = self._validate(record_set, producer=False)
+        require(headers[0].base_offset >= self.log_end_offset, "follower append goes backwards")
+        for previous, header in zip(headers, headers[1:], strict=False):
+            require(header.base_offset >= previous.next_offset, "follower batches overlap")
+        self._append_stamped(record_set, headers, self.clock_ms())
+        return AppendInfo(
+            headers[0].base_offset,
+            headers[-1].last_offset,
+            -1,
+            self.log_start_offset,
+            sum(header.records_count for header in headers),
+        )
+
+    def _validate(self, buffer: bytes | bytearray, *, producer: bool = True) -> list[BatchHeader]:
+        if len(buffer) > self.config.segment_bytes:
+            raise RecordTooLargeError(
+                f"record set of {len(buffer)} bytes exceeds segment.bytes {self.config.segment_bytes}"
+            )
+        headers = validate_record_set(buffer) if producer else _follower_headers(buffer)
+        for header in headers:
+            if header.size_bytes > self.config.max_message_bytes:
+                raise RecordTooLargeError(
+                    f"record batch of {header.size_bytes} bytes exceeds max.message.bytes "
+                    f"{self.config.max_message_bytes}"
+                )
+        if producer and self.config.compact:
+            for batch in decode_record_set(buffer, check_crc=False):
+                if any(record.key is None for record in batch.records):
+                    raise InvalidRecordError("a compacted topic only accepts records with a key")
+        return headers
+
+    def _append_stamped(self, buffer: bytes | bytearray, headers: list[BatchHeader], now_ms: int) -> None:
+        last_offset = headers[-1].last_offset
+        if self._active.should_roll(incoming_bytes=len(buffer), last_offset=last_offset, now_ms=now_ms):
+            self.roll(base_offset=headers[0].base_offset)
+        self._active.append(buffer, headers, now_ms)
+        self._maybe_flush(now_ms)
+
+    def roll(self, *, base_offset: int | None = None) -> Segment:
+        """Seal the active segment and start a new one at ``base_offset`` (default: the log end)."""
+        self._check_open()
+        base = self.log_end_offset if base_offset is None else base_offset
+        require(base >= self.log_end_offset, "a new segment cannot start below the log end")
+        if self._active.is_empty and self._active.base_offset == base:
+            return self._active
+        self._active.seal()
+        if self._active.is_empty:
+            self.segments.remove(self._active)
+            self._active.delete_files()
+        segment = Segment.open(self.directory, base, self.config)
+        segment.next_offset = base
+        segment.make_active()
+        self.segments.add(segment)
+        self._active = segment
+        return segment
+
+    # ------------------------------------------------------------ flushing
+
+    def _maybe_flush(self, now_ms: int) -> None:
+        messages = self.config.flush_messages
+        if (messages is not None and self._active.unflushed_messages >= messages) or (
+            now_ms - self._last_flush_ms >= self.config.flush_interval_ms
+        ):
+            self.flush()
+
+    def flush_if_due(self) -> None:
+        """Run the periodic fsync if ``flush.ms`` (or the default interval) has passed."""
+        self._check_open()
+        self._maybe_flush(self.clock_ms())
+        self.delete_expired_files()
+
+    def flush(self) -> None:
+        """fsync every segment from the recovery point on, then advance the recovery point."""
+        self._check_open()
+        for segment in self.segments.from_offset(self.recovery_point):
+            segment.flush()
+        if self.recovery_point != self.log_end_offset:
+            self.recovery_point = self.log_end_offset
+            now_ms = self.clock_ms()
+            if now_ms - self._last_flush_ms >= self.config.flush_interval_ms:
+                self.write_checkpoint()
+        self._last_flush_ms = self.clock_ms()
+
+    def write_checkpoint(self) -> None:
+        write_checkpoint(
+            self.directory,
+            {
+                "log_start_offset": self.log_start_offset,
+                "recovery_point": self.recovery_point,
+                "cleaner_offset": self.cleaner_offset,
+            },
+        )
+
+    # ------------------------------------------------------------ reads
+
+    def read(self, offset: int, max_bytes: int, *, max_offset: int | None = None) -> SegmentSlice | None:
+        """Whole batches from the one holding ``offset``, from a single segment.
+
+        ``max_offset`` (exclusive; the high watermark) bounds what may be returned.
+        None at the end of the log. Raises OffsetOutOfRangeError outside
+        ``[log_start_offset, log_end_offset]``.
+        """
+        self._check_open()
+        if offset < self.log_start_offset or offset > self.log_end_offset:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} is outside [{self.log_start_offset}, {self.log_end_offset}]"
+            )
+        upper = self.log_end_offset if max_offset is None else min(max_offset, self.log_end_offset)
+        for segment in self.segments.from_offset(offset):
+            if segment.base_offset >= upper:
+                break
+            bound = upper if upper < segment.next_offset else None
+            found = segment.read(max(offset, segment.base_offset), max_bytes, max_offset=bound)
+            if found is not None:
+                return found
+        return None
+
+    def iter_batches(self, start_offset: int | None = None, end_offset: int | None = None) -> Iterator[DecodedBatch]:
+        """Decode batches from ``start_offset`` to ``end_offset`` (exclusive), for tools and tests."""
+        offset = self.log_start_offset if start_offset is None else start_offset
+        while True:
+            found = self.read(offset, READ_CHUNK_BYTES, max_offset=end_offset)
+            if found is None:
+                return
+            batches = decode_record_set(found.read_bytes())
+            yield from batches
+            offset = batches[-1].header.next_offset
+
+    def iter_records(self, start_offset: int | None = None, end_offset: int | None = None) -> Iterator[Record]:
+        low = self.log_start_offset if start_offset is None else start_offset
+        for batch in self.iter_batches(low, end_offset):
+            for record in batch.records:
+                if record.offset >= low and (end_offset is None or record.offset < end_offset):
+                    yield record
+
+    def offset_for_timestamp(self, timestamp: int) -> TimestampOffset | None:
+        """The first offset whose record timestamp is at or after ``timestamp``, or None."""
+        self._check_open()
+        for segment in self.segments.from_offset(self.log_start_offset):
+            if segment.max_timestamp < timestamp:
+                continue
+            found = segment.find_offset_by_timestamp(timestamp, self.log_start_offset)
+            if found is not None:
+                return TimestampOffset(*found)
+        return None
+
+    # ------------------------------------------------------------ truncation and deletion
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove every batch holding an offset >= ``offset``; for followers.
+
+        The log end becomes ``offset``, or the start of the batch that held it.
+        """
+        self._check_open()
+        if offset >= self.log_end_offset:
+            return
+        if offset <= self.log_start_offset:
+            self.truncate_fully_and_start_at(offset)
+            return
+        for segment in reversed(list(self.segments)):
+            if segment.base_offset < offset or segment is self.segments.first:
+                break
+            self.segments.remove(segment)
+            self._schedule_delete(segment)
+        holder = self.segments.last
+        holder.truncate_to(offset)
+        holder.make_active()
+        self._active = holder
+        self.recovery_point = min(self.recovery_point, self.log_end_offset)
+        self.cleaner_offset = min(self.cleaner_offset, self.log_end_offset)
+        self.write_checkpoint()
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Drop every segment and restart the log, empty, at ``offset``."""
+        self._check_open()
+        for segment in list(self.segments):
+            self.segments.remove(segment)
+            self._schedule_delete(segment)
+        segment = Segment.open(self.directory, offset, self.config)
+        segment.next_offset = offset
+        segment.make_active()
+        self.segments.add(segment)
+        self._active = segment
+        self.log_start_offset = self.recovery_point = self.cleaner_offset = offset
+        self.write_checkpoint()
+
+    def advance_log_start_offset(self, offset: int) -> None:
+        """Move the log start forward (retention, DeleteRecords); never backwards."""
+        self._check_open()
+        if offset > self.log_end_offset:
+            raise OffsetOutOfRangeError(f"log start {offset} would pass the log end {self.log_end_offset}")
+        if offset > self.log_start_offset:
+            self.log_start_offset = offset
+            self.cleaner_offset = max(self.cleaner_offset, offset)
+            self.write_checkpoint()
+
+    def delete_segments(self, doomed: list[Segment]) -> None:
+        """Remove closed segments from the front of the log and advance the log start."""
+        self._check_open()
+        for segment in doomed:
+            require(segment is not self._active, "the active segment is never deleted")
+            require(segment is self.segments.first, "segments are deleted oldest first")
+            self.segments.remove(segment)
+            self._schedule_delete(segment)
+        fsync_directory(self.directory)
+        self.advance_log_start_offset(max(self.log_start_offset, self.segments.first.base_offset))
+
+    def replace_segments(self, new: Segment, old: list[Segment], on_step: Callable[[str], None]) -> None:
+        """Install a finished ``.cleaned`` segment in place of ``old``, crash-safely.
+
+        ``.cleaned`` becomes ``.swap`` (from here recovery completes the swap), the
+        old segments become ``.deleted``, the swap takes the plain name, and the
+        ``.deleted`` files go after the delete delay. ``on_step`` is called after
+        each step so tests can inject a crash there.
+        """
+        self._check_open()
+        require(all(segment is not self._active for segment in old), "the active segment is never replaced")
+        new.flush()
+        new.seal()
+        on_step("cleaned-written")
+        new.rename(".swap")
+        fsync_directory(self.directory)
+        on_step("swap-renamed")
+        for segment in old:
+            self.segments.remove(segment)
+            segment.rename(DELETED_SUFFIX)
+            on_step("old-renamed")
+        fsync_directory(self.directory)
+        new.rename("")
+        fsync_directory(self.directory)
+        on_step("swap-installed")
+        self.segments.add(new)
+        for segment in old:
+            self._schedule_delete(segment, renamed=True)
+
+    def _schedule_delete(self, segment: Segment, *, renamed: bool = False) -> None:
+        if not renamed:
+            segment.rename(DELETED_SUFFIX)
+        self._pending_deletes.append((self.clock_ms() + self.config.file_delete_delay_ms, segment))
+
+    def delete_expired_files(self, *, force: bool = False) -> None:
+        now_ms = self.clock_ms()
+        keep = []
+        for deadline, segment in self._pending_deletes:
+            if force or deadline <= now_ms:
+                segment.delete_files()
+            else:
+                keep.append((deadline, segment))
+        self._pending_deletes = keep
+
+    def close(self) -> None:
+        """Flush, trim the indexes, write the checkpoint and the clean-shutdown marker."""
+        if self._closed:
+            return
+        self.flush()
+        self.delete_expired_files(force=True)
+        for segment in self.segments:
+            segment.close()
+        self.write_checkpoint()
+        write_atomically(self.directory / CLEAN_SHUTDOWN_FILE, b"")
+        self._closed = True
+
+
+def _follower_headers(buffer: bytes | bytearray) -> list[BatchHeader]:
+    headers = list(iter_headers(buffer, check_crc=True))
+    if not headers:
+        raise InvalidRecordError("replicated record set carries no record batch")
+    return headers

@@ -1,0 +1,459 @@
+"""RecordBatch v2 (magic 2): header validation, in-place stamping, full codec.
+
+Wire and disk layout, big-endian, 61-byte header::
+
+    offset  size  field
+         0     8  baseOffset            stamped by the leader
+         8     4  batchLength           bytes after this field
+        12     4  partitionLeaderEpoch  stamped by the leader
+        16     1  magic                 2
+        17     4  crc                   CRC-32C of bytes 21..end
+        21     2  attributes            bits 0-2 codec, 3 timestamp type, 4 transactional,
+                                        5 control, 6 has delete horizon
+        23     4  lastOffsetDelta
+        27     8  baseTimestamp         the delete horizon when bit 6 is set
+        35     8  maxTimestamp
+        43     8  producerId
+        51     2  producerEpoch
+        53     4  baseSequence
+        57     4  recordsCount
+        61     *  records, compressed as a whole when the codec is not NONE
+
+Each record: varint length, int8 attributes, varlong timestampDelta, varint
+offsetDelta, varint key length (-1 for null) and key, varint value length and
+value, varint header count, then per header a varint key length, UTF-8 key,
+varint value length and value. Varints are zig-zag encoded.
+
+The produce path only calls :func:`parse_header`, :func:`validate_record_set`
+and :func:`stamp`: records stay bytes. The full codec is for tools, tests,
+compaction and replay. Nothing here reads past the buffer it is given.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from crc32c import crc32c
+
+from eventplatform.log.storage.compression import Compression, compress, decompress
+from eventplatform.log.storage.errors import CorruptRecordError, InvalidRecordError
+
+MAGIC = 2
+HEADER_BYTES = 61
+LOG_OVERHEAD_BYTES = 12  # baseOffset + batchLength: bytes not counted by batchLength
+CRC_START = 21
+NO_PRODUCER_ID = -1
+NO_PRODUCER_EPOCH = -1
+NO_SEQUENCE = -1
+NO_PARTITION_LEADER_EPOCH = -1
+NO_TIMESTAMP = -1
+
+_HEADER = struct.Struct(">qiibIhiqqqhii")
+_STAMP = struct.Struct(">qii")  # baseOffset, batchLength, partitionLeaderEpoch
+_STAMP_EPOCH_AT = 12
+_OFFSET_AND_LENGTH = struct.Struct(">qi")
+_MAX_TIMESTAMP = struct.Struct(">q")
+_MAX_TIMESTAMP_AT = 35
+_CRC = struct.Struct(">I")
+_ATTRIBUTES = struct.Struct(">h")
+_CRC_AT = 17
+_ATTRIBUTES_AT = 21
+
+COMPRESSION_MASK = 0x07
+TIMESTAMP_TYPE_BIT = 0x08
+TRANSACTIONAL_BIT = 0x10
+CONTROL_BIT = 0x20
+DELETE_HORIZON_BIT = 0x40
+
+
+class TimestampType:
+    CREATE_TIME = 0
+    LOG_APPEND_TIME = 1
+
+
+class BatchHeader(NamedTuple):
+    """The decoded 61-byte header. ``position`` is where the batch starts in its buffer."""
+
+    base_offset: int
+    batch_length: int
+    partition_leader_epoch: int
+    magic: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    records_count: int
+    position: int = 0
+
+    @property
+    def size_bytes(self) -> int:
+        return self.batch_length + LOG_OVERHEAD_BYTES
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def next_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta + 1
+
+    @property
+    def compression(self) -> Compression:
+        return Compression(self.attributes & COMPRESSION_MASK)
+
+    @property
+    def timestamp_type(self) -> int:
+        return 1 if self.attributes & TIMESTAMP_TYPE_BIT else 0
+
+    @property
+    def is_transactional(self) -> bool:
+        return bool(self.attributes & TRANSACTIONAL_BIT)
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self.attributes & CONTROL_BIT)
+
+    @property
+    def delete_horizon_ms(self) -> int | None:
+        return self.base_timestamp if self.attributes & DELETE_HORIZON_BIT else None
+
+    @property
+    def last_sequence(self) -> int:
+        if self.base_sequence == NO_SEQUENCE:
+            return NO_SEQUENCE
+        return (self.base_sequence + self.last_offset_delta) & 0x7FFFFFFF
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One decoded record. Header keys are text, as in every Kafka client."""
+
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class DecodedBatch:
+    header: BatchHeader
+    records: list[Record]
+
+
+def parse_header(buffer: bytes | bytearray | memoryview, position: int = 0) -> BatchHeader:
+    """Decode and sanity-check the header at ``position``; records are not touched.
+
+    Checks that the header fits, that the magic is 2 and that ``batchLength``
+    covers at least a header. It does not check that the whole batch fits:
+    callers reading a file compare ``size_bytes`` with what remains.
+    """
+    if position < 0 or len(buffer) - position < HEADER_BYTES:
+        raise CorruptRecordError(
+            f"record batch header needs {HEADER_BYTES} bytes, "
+            f"{max(0, len(buffer) - position)} remain"
+        )
+    fields = _HEADER.unpack_from(buffer, position)
+    if fields[3] != MAGIC:
+        raise CorruptRecordError(f"record batch magic is {fields[3]}, only magic 2 is supported")
+    if fields[1] < HEADER_BYTES - LOG_OVERHEAD_BYTES:
+        raise CorruptRecordError(f"record batch length {fields[1]} is shorter than a header")
+    if fields[6] < 0:
+        raise CorruptRecordError(f"record batch lastOffsetDelta {fields[6]} is negative")
+    if fields[12] < 0:
+        raise CorruptRecordError(f"record batch count {fields[12]} is negative")
+    return BatchHeader(*fields, position)
+
+
+def read_offset_and_length(buffer: bytes | bytearray | memoryview, position: int) -> tuple[int, int]:
+    """Return ``(baseOffset, total size in bytes)`` from the first 12 bytes at ``position``."""
+    base_offset, batch_length = _OFFSET_AND_LENGTH.unpack_from(buffer, position)
+    return base_offset, batch_length + LOG_OVERHEAD_BYTES
+
+
+def verify_crc(buffer: bytes | bytearray | memoryview, header: BatchHeader) -> None:
+    """Raise :class:`CorruptRecordError` unless the batch's CRC-32C matches."""
+    start = header.position + CRC_START
+    end = header.position + header.size_bytes
+    if end > len(buffer):
+        raise CorruptRecordError(
+            f"record batch at byte {header.position} claims {header.size_bytes} bytes, "
+            f"{len(buffer) - header.position} remain"
+        )
+    actual = crc32c(memoryview(buffer)[start:end])
+    if actual != header.crc:
+        raise CorruptRecordError(
+            f"record batch at byte {header.position} fails its CRC-32C "
+            f"(stored {header.crc:#010x}, computed {actual:#010x})"
+        )
+
+
+def iter_headers(buffer: bytes | bytearray | memoryview, *, check_crc: bool) -> Iterator[BatchHeader]:
+    """Yield the header of each batch in a record set that must be exactly whole batches."""
+    position = 0
+    end = len(buffer)
+    while position < end:
+        header = parse_header(buffer, position)
+        if position + header.size_bytes > end:
+            raise CorruptRecordError(
+                f"record batch at byte {position} claims {header.size_bytes} bytes, "
+                f"{end - position} remain"
+            )
+        if check_crc:
+            verify_crc(buffer, header)
+        yield header
+        position += header.size_bytes
+
+
+def validate_record_set(buffer: bytes | bytearray | memoryview) -> list[BatchHeader]:
+    """Validate a produced record set: whole v2 batches, good CRCs, no control batches.
+
+    Records are not decoded. A producer's batch must carry at least one record and
+    contiguous offset deltas, so ``lastOffsetDelta == recordsCount - 1``.
+    """
+    headers = list(iter_headers(buffer, check_crc=True))
+    if not headers:
+        raise InvalidRecordError("produce request carries no record batch")
+    for header in headers:
+        if header.is_control:
+            raise InvalidRecordError("clients may not produce control batches")
+        if header.records_count == 0:
+            raise InvalidRecordError("record batch has no records")
+        if header.last_offset_delta != header.records_count - 1:
+            raise InvalidRecordError(
+                f"record batch has {header.records_count} records "
+                f"but lastOffsetDelta {header.last_offset_delta}"
+            )
+    return headers
+
+
+def stamp(buffer: bytearray | memoryview, header: BatchHeader, *, base_offset: int, leader_epoch: int) -> None:
+    """Write ``baseOffset`` and ``partitionLeaderEpoch`` in place; the CRC does not cover them."""
+    _STAMP.pack_into(buffer, header.position, base_offset, header.batch_length, leader_epoch)
+
+
+def stamp_log_append_time(buffer: bytearray | memoryview, header: BatchHeader, timestamp_ms: int) -> None:
+    """Switch a batch to LogAppendTime with ``maxTimestamp = timestamp_ms`` and re-seal its CRC."""
+    attributes = (header.attributes | TIMESTAMP_TYPE_BIT) & 0xFFFF
+    _ATTRIBUTES.pack_into(buffer, header.position + _ATTRIBUTES_AT, _signed16(attributes))
+    _MAX_TIMESTAMP.pack_into(buffer, header.position + _MAX_TIMESTAMP_AT, timestamp_ms)
+    end = header.position + header.size_bytes
+    crc = crc32c(memoryview(buffer)[header.position + CRC_START : end])
+    _CRC.pack_into(buffer, header.position + _CRC_AT, crc)
+
+
+# ---------------------------------------------------------------- full codec
+
+
+def encode_batch(
+    records: Sequence[Record],
+    *,
+    base_offset: int | None = None,
+    last_offset_delta: int | None = None,
+    compression: Compression = Compression.NONE,
+    timestamp_type: int = TimestampType.CREATE_TIME,
+    producer_id: int = NO_PRODUCER_ID,
+    producer_epoch: int = NO_PRODUCER_EPOCH,
+    base_sequence: int = NO_SEQUENCE,
+    partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
+    is_transactional: bool = False,
+    is_control: bool = False,
+    delete_horizon_ms: int | None = None,
+) -> bytes:
+    """Encode ``records`` as one batch. Offsets are kept: deltas are ``offset - base_offset``.
+
+    ``base_offset`` defaults to the first record's offset and ``last_offset_delta``
+    to the last record's delta; the cleaner passes both to keep a batch's range
+    when it drops records.
+    """
+    if base_offset is None:
+        if not records:
+            raise InvalidRecordError("an empty batch needs an explicit base offset")
+        base_offset = records[0].offset
+    if last_offset_delta is None:
+        last_offset_delta = records[-1].offset - base_offset if records else 0
+    timestamps = [record.timestamp for record in records]
+    first_timestamp = timestamps[0] if timestamps else NO_TIMESTAMP
+    max_timestamp = max(timestamps) if timestamps else NO_TIMESTAMP
+    base_timestamp = first_timestamp if delete_horizon_ms is None else delete_horizon_ms
+    body = b"".join(_encode_record(record, base_offset, base_timestamp) for record in records)
+    payload = compress(compression, body)
+    attributes = int(compression)
+    attributes |= TIMESTAMP_TYPE_BIT if timestamp_type == TimestampType.LOG_APPEND_TIME else 0
+    attributes |= TRANSACTIONAL_BIT if is_transactional else 0
+    attributes |= CONTROL_BIT if is_control else 0
+    attributes |= DELETE_HORIZON_BIT if delete_horizon_ms is not None else 0
+    batch = bytearray(HEADER_BYTES + len(payload))
+    _HEADER.pack_into(
+        batch,
+        0,
+        base_offset,
+        len(batch) - LOG_OVERHEAD_BYTES,
+        partition_leader_epoch,
+        MAGIC,
+        0,
+        attributes,
+        last_offset_delta,
+        base_timestamp,
+        max_timestamp,
+        producer_id,
+        producer_epoch,
+        base_sequence,
+        len(records),
+    )
+    batch[HEADER_BYTES:] = payload
+    _CRC.pack_into(batch, _CRC_AT, crc32c(memoryview(batch)[CRC_START:]))
+    return bytes(batch)
+
+
+def decode_batch(
+    buffer: bytes | bytearray | memoryview, position: int = 0, *, check_crc: bool = True
+) -> DecodedBatch:
+    """Decode the batch at ``position`` with all its records."""
+    header = parse_header(buffer, position)
+    end = position + header.size_bytes
+    if end > len(buffer):
+        raise CorruptRecordError(
+            f"record batch at byte {position} claims {header.size_bytes} bytes, "
+            f"{len(buffer) - position} remain"
+        )
+    if check_crc:
+        verify_crc(buffer, header)
+    payload = memoryview(buffer)[position + HEADER_BYTES : end]
+    try:
+        codec = Compression(header.attributes & COMPRESSION_MASK)
+    except ValueError:
+        raise CorruptRecordError(
+            f"record batch uses unknown compression codec {header.attributes & COMPRESSION_MASK}"
+        ) from None
+    body = payload if codec is Compression.NONE else memoryview(decompress(codec, payload))
+    records = _decode_records(body, header)
+    return DecodedBatch(header, records)
+
+
+def decode_record_set(buffer: bytes | bytearray | memoryview, *, check_crc: bool = True) -> list[DecodedBatch]:
+    """Decode every whole batch in ``buffer``; a partial batch at the end is ignored."""
+    batches = []
+    position = 0
+    while len(buffer) - position >= HEADER_BYTES:
+        _, size = read_offset_and_length(buffer, position)
+        if position + size > len(buffer):
+            break
+        batches.append(decode_batch(buffer, position, check_crc=check_crc))
+        position += size
+    return batches
+
+
+def _encode_record(record: Record, base_offset: int, base_timestamp: int) -> bytes:
+    parts = [
+        b"\x00",
+        encode_varint(record.timestamp - base_timestamp),
+        encode_varint(record.offset - base_offset),
+        _encode_bytes(record.key),
+        _encode_bytes(record.value),
+        encode_varint(len(record.headers)),
+    ]
+    for header_key, header_value in record.headers:
+        parts.append(_encode_bytes(header_key.encode()))
+        parts.append(_encode_bytes(header_value))
+    body = b"".join(parts)
+    return encode_varint(len(body)) + body
+
+
+def _encode_bytes(value: bytes | None) -> bytes:
+    if value is None:
+        return encode_varint(-1)
+    return encode_varint(len(value)) + value
+
+
+def encode_varint(value: int) -> bytes:
+    """Zig-zag varint, as Kafka's ``ByteUtils.writeVarlong``."""
+    zigzag = (value << 1) ^ (value >> 63)
+    out = bytearray()
+    while zigzag & ~0x7F:
+        out.append((zigzag & 0x7F) | 0x80)
+        zigzag >>= 7
+    out.append(zigzag)
+    return bytes(out)
+
+
+def decode_varint(buffer: bytes | bytearray | memoryview, position: int, end: int) -> tuple[int, int]:
+    """Decode a zig-zag varint at ``position``, never reading at or past ``end``."""
+    result = 0
+    shift = 0
+    while True:
+        if position >= end:
+            raise CorruptRecordError("varint runs past the end of its record")
+        byte = buffer[position]
+        position += 1
+        result |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return (result >> 1) ^ -(result & 1), position
+        shift += 7
+        if shift > 63:
+            raise CorruptRecordError("varint is longer than 10 bytes")
+
+
+def _decode_records(body: memoryview, header: BatchHeader) -> list[Record]:
+    records: list[Record] = []
+    position = 0
+    end = len(body)
+    for _ in range(header.records_count):
+        length, position = decode_varint(body, position, end)
+        record_end = position + length
+        if length < 0 or record_end > end:
+            raise CorruptRecordError(f"record length {length} overruns its batch")
+        records.append(_decode_record(body, position, record_end, header))
+        position = record_end
+    if position != end:
+        raise CorruptRecordError(f"record batch has {end - position} bytes after its last record")
+    return records
+
+
+def _decode_record(body: memoryview, position: int, end: int, header: BatchHeader) -> Record:
+    position += 1  # attributes: unused in v2
+    if position > end:
+        raise CorruptRecordError("record is shorter than its attributes byte")
+    timestamp_delta, position = decode_varint(body, position, end)
+    offset_delta, position = decode_varint(body, position, end)
+    key, position = _decode_bytes(body, position, end)
+    value, position = _decode_bytes(body, position, end)
+    header_count, position = decode_varint(body, position, end)
+    if header_count < 0 or header_count > end - position:
+        raise CorruptRecordError(f"record header count {header_count} is impossible")
+    headers = []
+    for _ in range(header_count):
+        raw_key, position = _decode_bytes(body, position, end)
+        header_value, position = _decode_bytes(body, position, end)
+        if raw_key is None:
+            raise CorruptRecordError("record header key is null")
+        try:
+            headers.append((raw_key.decode(), header_value))
+        except UnicodeDecodeError as exc:
+            raise CorruptRecordError("record header key is not UTF-8") from exc
+    if position != end:
+        raise CorruptRecordError("record has trailing bytes")
+    timestamp = header.base_timestamp + timestamp_delta
+    if header.timestamp_type == TimestampType.LOG_APPEND_TIME:
+        timestamp = header.max_timestamp
+    return Record(header.base_offset + offset_delta, timestamp, key, value, tuple(headers))
+
+
+def _decode_bytes(body: memoryview, position: int, end: int) -> tuple[bytes | None, int]:
+    length, position = decode_varint(body, position, end)
+    if length == -1:
+        return None, position
+    if length < 0 or position + length > end:
+        raise CorruptRecordError(f"record field length {length} overruns its record")
+    return bytes(body[position : position + length]), position + length
+
+
+def _signed16(value: int) -> int:
+    return value - 0x10000 if value & 0x8000 else value

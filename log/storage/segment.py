@@ -1,0 +1,353 @@
+"""One log segment: a ``.log`` file of whole record batches and its two indexes.
+
+The ``.log`` file is a plain concatenation of RecordBatch v2 batches (see
+:mod:`eventplatform.log.storage.record_batch`), in strictly increasing offset
+order, starting at or after the segment's base offset. Every
+``index.interval.bytes`` of appended data the segment adds an
+:class:`OffsetIndex` entry for the batch's base offset and a
+:class:`TimeIndex` entry when the max timestamp grew.
+
+A segment is owned by one :class:`PartitionLog`; it is not thread-safe. Data
+below ``size_bytes`` never changes except through :meth:`truncate_to`, so a
+slice returned by :meth:`read` stays valid while the file is open.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from eventplatform.log.invariants import require
+from eventplatform.log.storage.config import INT32_MAX, LogConfig
+from eventplatform.log.storage.errors import CorruptRecordError
+from eventplatform.log.storage.files import (
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    SEGMENT_SUFFIXES,
+    TIME_INDEX_SUFFIX,
+    segment_path,
+)
+from eventplatform.log.storage.index import OffsetIndex, TimeIndex
+from eventplatform.log.storage.record_batch import (
+    HEADER_BYTES,
+    BatchHeader,
+    decode_batch,
+    parse_header,
+    verify_crc,
+)
+
+SCAN_CHUNK_BYTES = 64 * 1024
+NO_TIMESTAMP = -1
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentSlice:
+    """``length`` bytes at ``position`` of an open segment file: whole batches, ready for sendfile."""
+
+    descriptor: int
+    position: int
+    length: int
+    first_offset: int
+
+    def read_bytes(self) -> bytes:
+        return os.pread(self.descriptor, self.length, self.position)
+
+
+class Segment:
+    """See the module docstring. Create with :meth:`open`."""
+
+    def __init__(self, directory: Path, base_offset: int, config: LogConfig, state: str) -> None:
+        self.directory = directory
+        self.base_offset = base_offset
+        self.state = state
+        self.config = config
+        self.log_path = segment_path(directory, base_offset, LOG_SUFFIX, state)
+        self.descriptor = os.open(self.log_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        self.size_bytes = os.fstat(self.descriptor).st_size
+        self.offset_index = OffsetIndex(
+            segment_path(directory, base_offset, INDEX_SUFFIX, state),
+            base_offset,
+            max_bytes=config.segment_index_bytes,
+            writable=False,
+        )
+        self.time_index = TimeIndex(
+            segment_path(directory, base_offset, TIME_INDEX_SUFFIX, state),
+            base_offset,
+            max_bytes=config.segment_index_bytes,
+            writable=False,
+        )
+        self.next_offset = base_offset
+        self.max_timestamp = NO_TIMESTAMP
+        self.offset_of_max_timestamp = base_offset
+        self.bytes_since_index_entry = 0
+        self.rolling_base_ms: int | None = None
+        self.unflushed_messages = 0
+
+    @classmethod
+    def open(cls, directory: Path, base_offset: int, config: LogConfig, *, state: str = "") -> Segment:
+        return cls(directory, base_offset, config, state)
+
+    @property
+    def is_empty(self) -> bool:
+        return self.size_bytes == 0
+
+    # ------------------------------------------------------------ writing
+
+    def make_active(self) -> None:
+        self.offset_index.make_writable()
+        self.time_index.make_writable()
+
+    def should_roll(self, *, incoming_bytes: int, last_offset: int, now_ms: int) -> bool:
+        """Kafka's roll rules: size, age, a full index, or a relative offset that would not fit."""
+        if self.is_empty:
+            return False
+        if self.size_bytes + incoming_bytes > self.config.segment_bytes:
+            return True
+        if self.rolling_base_ms is not None and now_ms - self.rolling_base_ms >= self.config.segment_ms:
+            return True
+        if self.offset_index.is_full or self.time_index.is_full:
+            return True
+        return last_offset - self.base_offset > INT32_MAX
+
+    def append(self, buffer: bytes | bytearray | memoryview, headers: list[BatchHeader], now_ms: int) -> None:
+        """Append whole, already stamped batches; ``headers`` describe them in order."""
+        first = headers[0]
+        require(first.base_offset >= self.next_offset, "segment offsets must increase")
+        written = os.write(self.descriptor, buffer)
+        require(written == len(buffer), f"short write to {self.log_path}")
+        position = self.size_bytes
+        if self.rolling_base_ms is None:
+            self.rolling_base_ms = now_ms
+        for header in headers:
+            self._index_batch(header, position + header.position)
+        self.size_bytes += written
+        self.next_offset = headers[-1].next_offset
+        self.unflushed_messages += sum(h.records_count for h in headers)
+
+    def _index_batch(self, header: BatchHeader, position: int) -> None:
+        if header.max_timestamp > self.max_timestamp:
+            self.max_timestamp = header.max_timestamp
+            self.offset_of_max_timestamp = header.base_offset
+        if self.bytes_since_index_entry > self.config.index_interval_bytes:
+            self.offset_index.append(header.base_offset, position)
+            self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+            self.bytes_since_index_entry = 0
+        self.bytes_since_index_entry += header.size_bytes
+
+    def flush(self) -> None:
+        os.fsync(self.descriptor)
+        self.offset_index.flush()
+        self.time_index.flush()
+        self.unflushed_messages = 0
+
+    def seal(self) -> None:
+        """Stop being the active segment: record the final max timestamp and trim the indexes."""
+        if self.max_timestamp != NO_TIMESTAMP and not self.time_index.is_full:
+            self.time_index.make_writable()
+            self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+        self.offset_index.seal()
+        self.time_index.seal()
+
+    def close(self) -> None:
+        if self.descriptor < 0:
+            return
+        self.seal()
+        self.offset_index.close()
+        self.time_index.close()
+        os.close(self.descriptor)
+        self.descriptor = -1
+
+    def rename(self, state: str) -> None:
+        """Move all three files to ``state`` (``""``, ``.cleaned``, ``.swap`` or ``.deleted``)."""
+        for suffix in SEGMENT_SUFFIXES:
+            source = segment_path(self.directory, self.base_offset, suffix, self.state)
+            if source.exists():
+                source.rename(segment_path(self.directory, self.base_offset, suffix, state))
+        self.state = state
+        self.log_path = segment_path(self.directory, self.base_offset, LOG_SUFFIX, state)
+        self.offset_index.path = segment_path(self.directory, self.base_offset, INDEX_SUFFIX, state)
+        self.time_index.path = segment_path(self.directory, self.base_offset, TIME_INDEX_SUFFIX, state)
+
+    def delete_files(self) -> None:
+        self.close()
+        for suffix in SEGMENT_SUFFIXES:
+            segment_path(self.directory, self.base_offset, suffix, self.state).unlink(missing_ok=True)
+
+    # ------------------------------------------------------------ reading
+
+    def scan(self, start_position: int = 0, end_position: int | None = None) -> Iterator[BatchHeader]:
+        """Yield batch headers from ``start_position`` with absolute positions; no CRC check.
+
+        Stops at ``end_position`` (default: the end of the file). A header that
+        does not parse or a batch that overruns the end raises CorruptRecordError.
+        """
+        end = self.size_bytes if end_position is None else end_position
+        position = start_position
+        while position < end:
+            chunk = os.pread(self.descriptor, min(SCAN_CHUNK_BYTES, end - position), position)
+            cursor = 0
+            while cursor + HEADER_BYTES <= len(chunk):
+                header = parse_header(chunk, cursor)
+                if position + cursor + header.size_bytes > end:
+                    raise CorruptRecordError(
+                        f"{self.log_path}: batch at byte {position + cursor} overruns the segment"
+                    )
+                yield header._replace(position=position + cursor)
+                cursor += header.size_bytes
+            if cursor == 0:
+                raise CorruptRecordError(f"{self.log_path}: torn batch header at byte {position}")
+            position += cursor
+
+    def find_batch(self, offset: int, end_position: int | None = None) -> BatchHeader | None:
+        """The first batch whose last offset is >= ``offset``, or None."""
+        _, start = self.offset_index.lookup(offset)
+        for header in self.scan(start, end_position):
+            if header.last_offset >= offset:
+                return header
+        return None
+
+    def read(self, offset: int, max_bytes: int, *, max_offset: int | None = None) -> SegmentSlice | None:
+        """Whole batches from the one containing ``offset``, at most ``max_bytes``.
+
+        The first batch is returned whole even when it alone exceeds ``max_bytes``,
+        so a consumer always makes progress. Batches at or past ``max_offset``
+        (the high watermark) are never included. None when nothing qualifies.
+        """
+        end_position = self.size_bytes
+        if max_offset is not None and max_offset < self.next_offset:
+            bound = self.find_batch(max_offset)
+            end_position = self.size_bytes if bound is None else bound.position
+        first = self.find_batch(offset, end_position)
+        if first is None or (max_offset is not None and first.base_offset >= max_offset):
+            return None
+        limit = min(end_position, first.position + max(max_bytes, first.size_bytes))
+        end = first.position + first.size_bytes
+        if limit > end:
+            _, jump = self.offset_index.lookup_position(limit)
+            for header in self.scan(max(jump, end), end_position):
+                if header.position + header.size_bytes > limit:
+                    break
+                end = header.position + header.size_bytes
+        return SegmentSlice(self.descriptor, first.position, end - first.position, first.base_offset)
+
+    def read_batch_bytes(self, header: BatchHeader) -> bytes:
+        return os.pread(self.descriptor, header.size_bytes, header.position)
+
+    def iter_batches(self) -> Iterator[tuple[BatchHeader, bytes]]:
+        for header in self.scan():
+            yield header, self.read_batch_bytes(header)
+
+    def find_offset_by_timestamp(self, timestamp: int, start_offset: int) -> tuple[int, int] | None:
+        """``(offset, timestamp)`` of the first record at or after ``start_offset`` stamped >= ``timestamp``."""
+        _, indexed_offset = self.time_index.lookup(timestamp)
+        _, position = self.offset_index.lookup(max(indexed_offset, start_offset))
+        for header in self.scan(position):
+            if header.max_timestamp < timestamp or header.last_offset < start_offset:
+                continue
+            for record in decode_batch(self.read_batch_bytes(header)).records:
+                if record.offset >= start_offset and record.timestamp >= timestamp:
+                    return record.offset, record.timestamp
+        return None
+
+    # ------------------------------------------------------------ recovery
+
+    def load_tail(self) -> bool:
+        """After a clean shutdown: find the next offset by scanning from the last index entry.
+
+        Returns False when the indexes or the framing do not agree with the file,
+        in which case the caller runs :meth:`recover`.
+        """
+        if not self.offset_index.is_sane(max(self.size_bytes, 1)):
+            return False
+        last = self.offset_index.last_entry()
+        start = 0 if last is None else last[1]
+        last_header = None
+        try:
+            for header in self.scan(start):
+                last_header = header
+                self._note_max_timestamp(header)
+        except CorruptRecordError:
+            return False
+        if last_header is not None:
+            self.next_offset = last_header.next_offset
+        entry = self.time_index.last_entry()
+        if entry is not None and entry[0] > self.max_timestamp:
+            self.max_timestamp, self.offset_of_max_timestamp = entry
+        return self.time_index.is_sane(self.next_offset)
+
+    def _note_max_timestamp(self, header: BatchHeader) -> None:
+        if header.max_timestamp > self.max_timestamp:
+            self.max_timestamp = header.max_timestamp
+            self.offset_of_max_timestamp = header.base_offset
+
+    def recover(self, *, min_offset: int) -> int:
+        """Re-check every batch by CRC, rebuild both indexes, truncate at the first bad byte.
+
+        ``min_offset`` is the offset the first batch may not go below (the end of
+        the previous segment). Returns the number of bytes truncated.
+        """
+        self.offset_index.reset()
+        self.time_index.reset()
+        self.next_offset = max(self.base_offset, min_offset)
+        self.max_timestamp = NO_TIMESTAMP
+        self.bytes_since_index_entry = 0
+        valid_end = 0
+        for header, data in self._iter_valid_batches():
+            if header.base_offset < self.next_offset or header.last_offset - self.base_offset > INT32_MAX:
+                break
+            self._index_batch(header, header.position)
+            self.next_offset = header.next_offset
+            valid_end = header.position + header.size_bytes
+            del data
+        truncated = self.size_bytes - valid_end
+        if truncated:
+            os.ftruncate(self.descriptor, valid_end)
+            self.size_bytes = valid_end
+        return truncated
+
+    def _iter_valid_batches(self) -> Iterator[tuple[BatchHeader, bytes]]:
+        position = 0
+        while position + HEADER_BYTES <= self.size_bytes:
+            head = os.pread(self.descriptor, HEADER_BYTES, position)
+            try:
+                header = parse_header(head)
+            except CorruptRecordError:
+                return
+            if position + header.size_bytes > self.size_bytes:
+                return
+            data = os.pread(self.descriptor, header.size_bytes, position)
+            try:
+                verify_crc(data, header)
+            except CorruptRecordError:
+                return
+            yield header._replace(position=position), data
+            position += header.size_bytes
+
+    def rebuild_indexes(self) -> None:
+        """Rebuild both indexes from the log, which must already be valid."""
+        self.offset_index.reset()
+        self.time_index.reset()
+        self.bytes_since_index_entry = 0
+        self.max_timestamp = NO_TIMESTAMP
+        for header in self.scan():
+            self._index_batch(header, header.position)
+            self.next_offset = header.next_offset
+
+    def truncate_to(self, offset: int) -> int:
+        """Drop every batch whose last offset is >= ``offset``. Returns the bytes removed."""
+        header = self.find_batch(offset)
+        if header is None:
+            return 0
+        removed = self.size_bytes - header.position
+        os.ftruncate(self.descriptor, header.position)
+        self.size_bytes = header.position
+        self.offset_index.truncate_to_offset(header.base_offset)
+        self.time_index.truncate_to_offset(header.base_offset)
+        self.next_offset = header.base_offset if header.position else self.base_offset
+        self.max_timestamp = NO_TIMESTAMP
+        for kept in self.scan():
+            self._note_max_timestamp(kept)
+        self.bytes_since_index_entry = self.config.index_interval_bytes + 1
+        return removed

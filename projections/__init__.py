@@ -1,0 +1,1 @@
+"""SQL projections: the projection model, the consumer-group runner and the SQL stores."""

@@ -1,0 +1,1 @@
+"""Spark replay and backfill of projections from the log."""
