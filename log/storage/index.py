@@ -33,6 +33,7 @@ class _MappedIndex:
         self.path = path
         self.base_offset = base_offset
         self.max_entries = max(1, max_bytes // self.entry.size)
+        self.was_missing = not path.exists()
         self._descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         size = os.fstat(self._descriptor).st_size
         self.entries = size // self.entry.size

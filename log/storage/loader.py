@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from eventplatform.log.storage.config import LogConfig
+from eventplatform.log.storage.errors import CorruptRecordError
 from eventplatform.log.storage.files import (
     CLEAN_SHUTDOWN_FILE,
     CLEANED_SUFFIX,
@@ -64,11 +65,13 @@ class LogLoader:
         self.directory.mkdir(parents=True, exist_ok=True)
         marker = self.directory / CLEAN_SHUTDOWN_FILE
         was_clean = marker.exists()
-        checkpoint = read_checkpoint(self.directory) or {
-            "log_start_offset": 0,
-            "recovery_point": 0,
-            "cleaner_offset": 0,
-        }
+        try:
+            checkpoint = read_checkpoint(self.directory)
+        except CorruptRecordError as exc:
+            logger.warning("%s; recovering the whole log", exc)
+            checkpoint, was_clean = None, False
+        if checkpoint is None:
+            checkpoint = {"log_start_offset": 0, "recovery_point": 0, "cleaner_offset": 0}
         self._remove_leftovers()
         self._finish_swaps()
         segments = self._open_segments()

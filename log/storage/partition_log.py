@@ -270,14 +270,17 @@ class PartitionLog:
         return None
 
     def iter_batches(self, start_offset: int | None = None, end_offset: int | None = None) -> Iterator[DecodedBatch]:
-        """Decode batches from ``start_offset`` to ``end_offset`` (exclusive), for tools and tests."""
+        """Decode the batches holding offsets in ``[start_offset, end_offset)``, for tools and tests."""
         offset = self.log_start_offset if start_offset is None else start_offset
-        while True:
-            found = self.read(offset, READ_CHUNK_BYTES, max_offset=end_offset)
+        while end_offset is None or offset < end_offset:
+            found = self.read(offset, READ_CHUNK_BYTES)
             if found is None:
                 return
             batches = decode_record_set(found.read_bytes())
-            yield from batches
+            for batch in batches:
+                if end_offset is not None and batch.header.base_offset >= end_offset:
+                    return
+                yield batch
             offset = batches[-1].header.next_offset
 
     def iter_records(self, start_offset: int | None = None, end_offset: int | None = None) -> Iterator[Record]:

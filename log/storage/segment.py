@@ -225,8 +225,10 @@ class Segment:
         limit = min(end_position, first.position + max(max_bytes, first.size_bytes))
         end = first.position + first.size_bytes
         if limit > end:
+            # An index entry is a batch start, so everything before it is whole batches.
             _, jump = self.offset_index.lookup_position(limit)
-            for header in self.scan(max(jump, end), end_position):
+            end = max(end, jump)
+            for header in self.scan(end, end_position):
                 if header.position + header.size_bytes > limit:
                     break
                 end = header.position + header.size_bytes
@@ -259,6 +261,8 @@ class Segment:
         Returns False when the indexes or the framing do not agree with the file,
         in which case the caller runs :meth:`recover`.
         """
+        if self.size_bytes and (self.offset_index.was_missing or self.time_index.was_missing):
+            return False
         if not self.offset_index.is_sane(max(self.size_bytes, 1)):
             return False
         last = self.offset_index.last_entry()
@@ -294,20 +298,24 @@ class Segment:
         self.max_timestamp = NO_TIMESTAMP
         self.bytes_since_index_entry = 0
         valid_end = 0
-        for header, data in self._iter_valid_batches():
+        # baseOffset is outside the CRC. Only compaction leaves gaps, so elsewhere a
+        # batch must start exactly where the previous one ended.
+        contiguous = not self.config.compact
+        for header in self._iter_valid_batches():
             if header.base_offset < self.next_offset or header.last_offset - self.base_offset > INT32_MAX:
+                break
+            if contiguous and header.base_offset != self.next_offset:
                 break
             self._index_batch(header, header.position)
             self.next_offset = header.next_offset
             valid_end = header.position + header.size_bytes
-            del data
         truncated = self.size_bytes - valid_end
         if truncated:
             os.ftruncate(self.descriptor, valid_end)
             self.size_bytes = valid_end
         return truncated
 
-    def _iter_valid_batches(self) -> Iterator[tuple[BatchHeader, bytes]]:
+    def _iter_valid_batches(self) -> Iterator[BatchHeader]:
         position = 0
         while position + HEADER_BYTES <= self.size_bytes:
             head = os.pread(self.descriptor, HEADER_BYTES, position)
@@ -322,7 +330,7 @@ class Segment:
                 verify_crc(data, header)
             except CorruptRecordError:
                 return
-            yield header._replace(position=position), data
+            yield header._replace(position=position)
             position += header.size_bytes
 
     def rebuild_indexes(self) -> None:

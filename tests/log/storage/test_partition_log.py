@@ -1,0 +1,225 @@
+"""PartitionLog: appends, reads, rolls, timestamps, truncation, limits and reopening."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from eventplatform.log.storage import (
+    Compression,
+    InvalidRecordError,
+    LogConfig,
+    OffsetOutOfRangeError,
+    PartitionLog,
+    RecordTooLargeError,
+)
+from eventplatform.log.storage.files import CLEAN_SHUTDOWN_FILE
+from eventplatform.log.storage.record_batch import decode_record_set, parse_header
+
+
+def values(log: PartitionLog, start: int | None = None) -> list[tuple[int, bytes | None]]:
+    return [(record.offset, record.value) for record in log.iter_records(start)]
+
+
+def test_append_assigns_consecutive_offsets_and_reads_back(tmp_path: Path, clock, make_batch) -> None:
+    log = PartitionLog.open(tmp_path, clock_ms=clock)
+    first = log.append(make_batch(3, prefix="a"))
+    second = log.append(make_batch(2, prefix="b"), leader_epoch=7)
+    assert (first.base_offset, first.last_offset, first.records) == (0, 2, 3)
+    assert (second.base_offset, second.last_offset) == (3, 4)
+    assert first.append_time_ms == -1
+    assert log.log_end_offset == 5
+    assert values(log) == [(0, b"a0"), (1, b"a1"), (2, b"a2"), (3, b"b0"), (4, b"b1")]
+    stored = decode_record_set(log.read(3, 1 << 20).read_bytes())
+    assert stored[0].header.partition_leader_epoch == 7
+    assert stored[0].header.base_offset == 3
+
+
+def test_compressed_batches_stay_compressed_on_disk(tmp_path: Path, make_batch) -> None:
+    log = PartitionLog.open(tmp_path)
+    for codec in Compression:
+        log.append(make_batch(50, prefix=codec.name, compression=codec, value_bytes=100))
+    headers = [batch.header for batch in log.iter_batches()]
+    assert [header.compression for header in headers] == list(Compression)
+    assert [record.value[:6] for record in log.iter_records(200, 201)] == [b"ZSTD0x"]
+
+
+def test_read_returns_whole_batches_bounded_by_max_bytes(tmp_path: Path, make_batch) -> None:
+    log = PartitionLog.open(tmp_path, LogConfig(index_interval_bytes=1))
+    batch = make_batch(10, value_bytes=100)
+    for _ in range(20):
+        log.append(batch)
+    size = len(batch)
+    found = log.read(25, size * 3 + size // 2)
+    assert found is not None
+    assert found.length == size * 3
+    headers = [batch.header for batch in decode_record_set(found.read_bytes())]
+    assert [header.base_offset for header in headers] == [20, 30, 40]
+    assert found.first_offset == 20
+
+
+def test_first_batch_is_returned_whole_even_past_max_bytes(tmp_path: Path, make_batch) -> None:
+    log = PartitionLog.open(tmp_path)
+    batch = make_batch(10, value_bytes=1000)
+    log.append(batch)
+    log.append(batch)
+    found = log.read(0, 1)
+    assert found is not None
+    assert found.length == len(batch)
+
+
+def test_read_never_passes_max_offset(tmp_path: Path, make_batch) -> None:
+    log = PartitionLog.open(tmp_path, LogConfig(index_interval_bytes=1))
+    for _ in range(5):
+        log.append(make_batch(4))
+    found = log.read(0, 1 << 20, max_offset=8)
+    assert [b.header.last_offset for b in decode_record_set(found.read_bytes())] == [3, 7]
+    assert log.read(8, 1 << 20, max_offset=8) is None
+    assert log.read(20, 1 << 20) is None
+    with pytest.raises(OffsetOutOfRangeError):
+        log.read(21, 100)
+
+
+def test_reads_cross_segment_boundaries(tmp_path: Path, make_batch) -> None:
+    batch = make_batch(5, value_bytes=50)
+    log = PartitionLog.open(tmp_path, LogConfig(segment_bytes=len(batch) * 3))
+    for _ in range(10):
+        log.append(batch)
+    assert len(log.segments) == 4
+    assert [offset for offset, _ in values(log)] == list(range(50))
+    found = log.read(15, 1 << 20)
+    assert found.first_offset == 15
+
+
+def test_segment_rolls_on_age(tmp_path: Path, clock, make_batch) -> None:
+    log = PartitionLog.open(tmp_path, LogConfig(segment_ms=1000), clock_ms=clock)
+    log.append(make_batch())
+    clock.advance(999)
+    log.append(make_batch())
+    assert len(log.segments) == 1
+    clock.advance(1)
+    log.append(make_batch())
+    assert [segment.base_offset for segment in log.segments] == [0, 6]
+
+
+def test_files_are_named_by_twenty_digit_base_offset(tmp_path: Path, make_batch) -> None:
+    batch = make_batch(5)
+    log = PartitionLog.open(tmp_path, LogConfig(segment_bytes=len(batch)))
+    log.append(batch)
+    log.append(batch)
+    log.close()
+    names = sorted(name for name in os.listdir(tmp_path) if name[0].isdigit())
+    assert names == [
+        "00000000000000000000.index",
+        "00000000000000000000.log",
+        "00000000000000000000.timeindex",
+        "00000000000000000005.index",
+        "00000000000000000005.log",
+        "00000000000000000005.timeindex",
+    ]
+
+
+def test_offset_for_timestamp_finds_first_record_at_or_after(tmp_path: Path, make_batch) -> None:
+    log = PartitionLog.open(tmp_path, LogConfig(segment_bytes=400, index_interval_bytes=1))
+    for step in range(10):
+        log.append(make_batch(3, timestamp=1000 * step))  # timestamps 1000*step + 0..2
+    assert len(log.segments) > 2
+    assert log.offset_for_timestamp(0) == (0, 0)
+    assert log.offset_for_timestamp(2) == (2, 2)
+    assert log.offset_for_timestamp(3) == (3, 1000)
+    assert log.offset_for_timestamp(5001) == (16, 5001)
+    assert log.offset_for_timestamp(9002) == (29, 9002)
+    assert log.offset_for_timestamp(9003) is None
+    log.close()
+    reopened = PartitionLog.open(tmp_path, LogConfig(segment_bytes=400, index_interval_bytes=1))
+    assert reopened.offset_for_timestamp(5001) == (16, 5001)
+
+
+def test_log_append_time_overrides_record_timestamps(tmp_path: Path, clock, make_batch) -> None:
+    config = LogConfig(message_timestamp_type="LogAppendTime")
+    log = PartitionLog.open(tmp_path, config, clock_ms=clock)
+    info = log.append(make_batch(3, timestamp=5))
+    assert info.append_time_ms == clock.now_ms
+    assert {record.timestamp for record in log.iter_records()} == {clock.now_ms}
+
+
+def test_batches_over_max_message_bytes_are_refused(tmp_path: Path, make_batch) -> None:
+    log = PartitionLog.open(tmp_path, LogConfig(max_message_bytes=500))
+    with pytest.raises(RecordTooLargeError, match=r"max\.message\.bytes 500"):
+        log.append(make_batch(10, value_bytes=100))
+    assert log.log_end_offset == 0
+    log.append(make_batch(1))
+    assert log.log_end_offset == 1
+
+
+def test_compacted_topic_refuses_records_without_key(tmp_path: Path, make_batch) -> None:
+    log = PartitionLog.open(tmp_path, LogConfig(cleanup_policy=frozenset({"compact"})))
+    with pytest.raises(InvalidRecordError, match="key"):
+        log.append(make_batch(2, keys=[b"a", None]))
+    assert log.log_end_offset == 0
+
+
+def test_truncate_to_removes_batches_and_later_segments(tmp_path: Path, make_batch) -> None:
+    batch = make_batch(5)
+    log = PartitionLog.open(tmp_path, LogConfig(segment_bytes=len(batch) * 2, file_delete_delay_ms=0))
+    for _ in range(6):
+        log.append(batch)
+    assert len(log.segments) == 3
+    log.truncate_to(12)  # inside the batch 10..14: the whole batch goes
+    assert log.log_end_offset == 10
+    assert [segment.base_offset for segment in log.segments] == [0, 10]
+    log.append(make_batch(2, prefix="new"))
+    assert values(log, 9)[-3:] == [(9, b"v4"), (10, b"new0"), (11, b"new1")]
+    log.truncate_to(0)
+    assert log.log_end_offset == 0
+    assert list(log.iter_records()) == []
+
+
+def test_clean_reopen_keeps_everything_and_leaves_marker_only_while_closed(
+    tmp_path: Path, make_batch
+) -> None:
+    log = PartitionLog.open(tmp_path, LogConfig(segment_bytes=300))
+    for _ in range(10):
+        log.append(make_batch(3))
+    before = values(log)
+    log.close()
+    assert (tmp_path / CLEAN_SHUTDOWN_FILE).exists()
+    reopened = PartitionLog.open(tmp_path, LogConfig(segment_bytes=300))
+    assert not (tmp_path / CLEAN_SHUTDOWN_FILE).exists()
+    assert reopened.opened_cleanly
+    assert values(reopened) == before
+    assert reopened.append(make_batch(1)).base_offset == 30
+
+
+def test_flush_messages_advances_the_recovery_point(tmp_path: Path, clock, make_batch) -> None:
+    log = PartitionLog.open(tmp_path, LogConfig(flush_messages=5), clock_ms=clock)
+    log.append(make_batch(3))
+    assert log.recovery_point == 0
+    log.append(make_batch(3))
+    assert log.recovery_point == 6
+
+
+def test_flush_ms_triggers_a_periodic_flush(tmp_path: Path, clock, make_batch) -> None:
+    log = PartitionLog.open(tmp_path, LogConfig(flush_ms=1000), clock_ms=clock)
+    log.append(make_batch(3))
+    assert log.recovery_point == 0
+    clock.advance(1000)
+    log.flush_if_due()
+    assert log.recovery_point == 3
+
+
+def test_closed_log_refuses_work(tmp_path: Path, make_batch) -> None:
+    log = PartitionLog.open(tmp_path)
+    log.close()
+    with pytest.raises(Exception, match="closed"):
+        log.append(make_batch())
+
+
+def test_stamped_batch_header_matches_the_assigned_offsets(tmp_path: Path, make_batch) -> None:
+    log = PartitionLog.open(tmp_path)
+    log.append(make_batch(4))
+    found = log.read(0, 1 << 20)
+    header = parse_header(found.read_bytes())
+    assert (header.base_offset, header.last_offset, header.records_count) == (0, 3, 4)
