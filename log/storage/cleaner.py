@@ -154,9 +154,9 @@ class Cleaner:
             return None
         first_dirty = max(log.cleaner_offset, log.log_start_offset)
         offset_map, clean_until = self._build_offset_map(log, first_dirty)
-        if clean_until <= first_dirty:
-            return None
         now_ms = log.clock_ms()
+        if clean_until <= first_dirty and not self._has_expired_tombstones(log, now_ms):
+            return None
         stats = _Counters()
         for group in self._groups(log, clean_until):
             self._clean_group(log, group, offset_map, now_ms, stats)
@@ -183,6 +183,15 @@ class Cleaner:
             offset_map.put_digests(latest)
             clean_until = max(segment.next_offset, clean_until)
         return offset_map, clean_until
+
+    def _has_expired_tombstones(self, log: PartitionLog, now_ms: int) -> bool:
+        """Whether a clean would drop a tombstone whose delete horizon has passed."""
+        for segment in self._closed_segments(log):
+            for header in segment.scan():
+                horizon = header.delete_horizon_ms
+                if horizon is not None and horizon <= now_ms:
+                    return True
+        return False
 
     def _groups(self, log: PartitionLog, clean_until: int) -> list[list[Segment]]:
         groups: list[list[Segment]] = []

@@ -53,7 +53,10 @@ def compress(codec: Compression, data: bytes) -> bytes:
     if codec is Compression.SNAPPY:
         return _xerial_compress(data)
     if codec is Compression.LZ4:
-        return bytes(cramjam.lz4.compress(data))
+        # The Java client rejects frames whose blocks depend on earlier blocks.
+        compressor = cramjam.lz4.Compressor(block_linked=False)
+        compressor.compress(data)
+        return bytes(compressor.finish())
     if codec is Compression.ZSTD:
         return bytes(cramjam.zstd.compress(data))
     raise UnsupportedCompressionError(f"unsupported compression codec {int(codec)}")

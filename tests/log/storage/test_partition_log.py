@@ -23,7 +23,9 @@ def values(log: PartitionLog, start: int | None = None) -> list[tuple[int, bytes
     return [(record.offset, record.value) for record in log.iter_records(start)]
 
 
-def test_append_assigns_consecutive_offsets_and_reads_back(tmp_path: Path, clock, make_batch) -> None:
+def test_append_assigns_consecutive_offsets_and_reads_back(
+    tmp_path: Path, clock, make_batch
+) -> None:
     log = PartitionLog.open(tmp_path, clock_ms=clock)
     first = log.append(make_batch(3, prefix="a"))
     second = log.append(make_batch(2, prefix="b"), leader_epoch=7)
@@ -163,7 +165,9 @@ def test_compacted_topic_refuses_records_without_key(tmp_path: Path, make_batch)
 
 def test_truncate_to_removes_batches_and_later_segments(tmp_path: Path, make_batch) -> None:
     batch = make_batch(5)
-    log = PartitionLog.open(tmp_path, LogConfig(segment_bytes=len(batch) * 2, file_delete_delay_ms=0))
+    log = PartitionLog.open(
+        tmp_path, LogConfig(segment_bytes=len(batch) * 2, file_delete_delay_ms=0)
+    )
     for _ in range(6):
         log.append(batch)
     assert len(log.segments) == 3

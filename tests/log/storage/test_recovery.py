@@ -19,7 +19,9 @@ def offsets(log: PartitionLog) -> list[int]:
     return [record.offset for record in log.iter_records()]
 
 
-def fill(directory: Path, make_batch, batches: int, config: LogConfig = CONFIG) -> tuple[PartitionLog, list[tuple[int, int, int]]]:
+def fill(
+    directory: Path, make_batch, batches: int, config: LogConfig = CONFIG
+) -> tuple[PartitionLog, list[tuple[int, int, int]]]:
     """Append ``batches`` batches; return the log and (file position, size, next offset) per batch."""
     log = PartitionLog.open(directory, config)
     layout = []
@@ -51,9 +53,13 @@ def _active_batches(layout: list[tuple[int, int, int, int]]) -> list[tuple[int, 
     return [entry for entry in layout if entry[0] == last_base]
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(data=st.data())
-def test_garbage_in_active_segment_keeps_exactly_the_valid_prefix(tmp_path_factory, make_batch, crash, data) -> None:
+def test_garbage_in_active_segment_keeps_exactly_the_valid_prefix(
+    tmp_path_factory, make_batch, crash, data
+) -> None:
     directory = tmp_path_factory.mktemp("garbage")
     log, layout = fill(directory, make_batch, data.draw(st.integers(5, 30)))
     active = _active_batches(layout)
@@ -74,14 +80,20 @@ def test_garbage_in_active_segment_keeps_exactly_the_valid_prefix(tmp_path_facto
     reopened = PartitionLog.open(directory, CONFIG)
     assert reopened.log_end_offset == expected_end
     assert offsets(reopened) == list(range(expected_end))
-    assert reopened.active_segment.size_bytes == (survivors[-1][1] + survivors[-1][2] if survivors else 0)
+    assert reopened.active_segment.size_bytes == (
+        survivors[-1][1] + survivors[-1][2] if survivors else 0
+    )
     # The log keeps working after recovery.
     assert reopened.append(make_batch(2)).base_offset == expected_end
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(data=st.data())
-def test_truncated_active_segment_keeps_exactly_the_valid_prefix(tmp_path_factory, make_batch, crash, data) -> None:
+def test_truncated_active_segment_keeps_exactly_the_valid_prefix(
+    tmp_path_factory, make_batch, crash, data
+) -> None:
     directory = tmp_path_factory.mktemp("torn")
     log, layout = fill(directory, make_batch, data.draw(st.integers(5, 30)))
     active = _active_batches(layout)
@@ -97,7 +109,9 @@ def test_truncated_active_segment_keeps_exactly_the_valid_prefix(tmp_path_factor
     assert offsets(reopened) == list(range(expected_end))
 
 
-def test_corruption_in_an_older_unflushed_segment_drops_every_later_segment(tmp_path: Path, make_batch, crash) -> None:
+def test_corruption_in_an_older_unflushed_segment_drops_every_later_segment(
+    tmp_path: Path, make_batch, crash
+) -> None:
     log, _ = fill(tmp_path, make_batch, 200)
     bases = [segment.base_offset for segment in log.segments]
     assert len(bases) >= 4
@@ -116,7 +130,9 @@ def test_corruption_in_an_older_unflushed_segment_drops_every_later_segment(tmp_
 def test_missing_index_files_are_rebuilt(tmp_path: Path, make_batch) -> None:
     log, _ = fill(tmp_path, make_batch, 60)
     expected = offsets(log)
-    probes = {offset: log.read(offset, 1).first_offset for offset in range(0, log.log_end_offset, 7)}
+    probes = {
+        offset: log.read(offset, 1).first_offset for offset in range(0, log.log_end_offset, 7)
+    }
     timestamp_probe = log.offset_for_timestamp(1_700_000_000_002)
     log.close()
     for path in tmp_path.glob("*index"):
@@ -131,11 +147,15 @@ def test_missing_index_files_are_rebuilt(tmp_path: Path, make_batch) -> None:
 def test_corrupt_index_files_are_rebuilt(tmp_path: Path, make_batch) -> None:
     log, _ = fill(tmp_path, make_batch, 60)
     expected = offsets(log)
-    probes = {offset: log.read(offset, 1).first_offset for offset in range(0, log.log_end_offset, 5)}
+    probes = {
+        offset: log.read(offset, 1).first_offset for offset in range(0, log.log_end_offset, 5)
+    }
     log.close()
     rng = random.Random(7)
     for path in sorted(tmp_path.glob("*.index")):
-        path.write_bytes(bytes(rng.randrange(256) for _ in range(13)))  # not a whole number of entries
+        path.write_bytes(
+            bytes(rng.randrange(256) for _ in range(13))
+        )  # not a whole number of entries
     reopened = PartitionLog.open(tmp_path, CONFIG)
     assert offsets(reopened) == expected
     assert {offset: reopened.read(offset, 1).first_offset for offset in probes} == probes
@@ -178,5 +198,7 @@ def test_leftover_temporary_and_deleted_files_are_removed(tmp_path: Path, make_b
     (tmp_path / "00000000000000000099.log.cleaned").write_bytes(b"half")
     (tmp_path / "partition.checkpoint.tmp").write_bytes(b"half")
     PartitionLog.open(tmp_path, CONFIG).close()
-    leftovers = [p.name for p in tmp_path.iterdir() if p.name.endswith((".deleted", ".cleaned", ".tmp"))]
+    leftovers = [
+        p.name for p in tmp_path.iterdir() if p.name.endswith((".deleted", ".cleaned", ".tmp"))
+    ]
     assert leftovers == []
