@@ -22,8 +22,14 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
+# mypy cannot follow the package-dir mapping of an editable install, so it
+# checks a tree of symlinks laid out by import name.
+TYPECHECK_TREE := build/typecheck
 typecheck: $(STAMP)
-	$(BIN)/mypy $(PACKAGES)
+	rm -rf $(TYPECHECK_TREE) && mkdir -p $(TYPECHECK_TREE)/eventplatform
+	for entry in platform/*; do ln -s "$(CURDIR)/$$entry" $(TYPECHECK_TREE)/eventplatform/; done
+	for package in log projections spark_projections apps; do ln -s "$(CURDIR)/$$package" $(TYPECHECK_TREE)/eventplatform/$$package; done
+	cd $(TYPECHECK_TREE) && $(abspath $(BIN))/mypy --config-file $(CURDIR)/pyproject.toml -p eventplatform
 
 pytest: $(STAMP)
 	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/python -m pytest

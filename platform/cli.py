@@ -14,8 +14,13 @@ def main() -> None:
 
 
 @main.command()
-@click.option("--data-dir", type=click.Path(path_type=Path), default=Path(".eventplatform/demo-log"),
-              show_default=True, help="Where the demo partition log lives.")
+@click.option(
+    "--data-dir",
+    type=click.Path(path_type=Path),
+    default=Path(".eventplatform/demo-log"),
+    show_default=True,
+    help="Where the demo partition log lives.",
+)
 @click.option("--records", type=click.IntRange(1), default=1_000_000, show_default=True)
 @click.option("--record-bytes", type=click.IntRange(1), default=100, show_default=True)
 def demo(data_dir: Path, records: int, record_bytes: int) -> None:

@@ -30,9 +30,11 @@ def run_storage_demo(
     log.flush()
     append_seconds = time.perf_counter() - started
     total_bytes = batches * len(template)
-    echo(f"appended {batches * RECORDS_PER_BATCH:,} records ({total_bytes / 1e6:.1f} MB) "
-         f"in {append_seconds:.2f}s: {total_bytes / 1e6 / append_seconds:.0f} MB/s, "
-         f"{batches * RECORDS_PER_BATCH / append_seconds:,.0f} records/s")
+    echo(
+        f"appended {batches * RECORDS_PER_BATCH:,} records ({total_bytes / 1e6:.1f} MB) "
+        f"in {append_seconds:.2f}s: {total_bytes / 1e6 / append_seconds:.0f} MB/s, "
+        f"{batches * RECORDS_PER_BATCH / append_seconds:,.0f} records/s"
+    )
     started = time.perf_counter()
     offset, read_bytes, read_records = 0, 0, 0
     while (found := log.read(offset, 1024 * 1024)) is not None:
@@ -45,9 +47,13 @@ def run_storage_demo(
             read_records += RECORDS_PER_BATCH
             offset = base + RECORDS_PER_BATCH
     read_seconds = time.perf_counter() - started
-    echo(f"read back {read_records:,} records ({read_bytes / 1e6:.1f} MB) in {read_seconds:.2f}s: "
-         f"{read_bytes / 1e6 / read_seconds:.0f} MB/s")
+    echo(
+        f"read back {read_records:,} records ({read_bytes / 1e6:.1f} MB) in {read_seconds:.2f}s: "
+        f"{read_bytes / 1e6 / read_seconds:.0f} MB/s"
+    )
     decoded = sum(len(batch.records) for batch in log.iter_batches(0, RECORDS_PER_BATCH * 10))
-    echo(f"decoded the first {decoded:,} records in full; log end offset {log.log_end_offset:,}, "
-         f"{len(log.segments)} segments in {directory}")
+    echo(
+        f"decoded the first {decoded:,} records in full; log end offset {log.log_end_offset:,}, "
+        f"{len(log.segments)} segments in {directory}"
+    )
     log.close()

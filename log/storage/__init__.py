@@ -5,7 +5,7 @@ compaction; ``record_batch`` is the RecordBatch v2 codec shared by the broker
 and by Spark replay.
 """
 
-from eventplatform.log.storage.cleaner import CleanStats, Cleaner
+from eventplatform.log.storage.cleaner import Cleaner, CleanStats
 from eventplatform.log.storage.compression import Compression
 from eventplatform.log.storage.config import LogConfig
 from eventplatform.log.storage.errors import (

@@ -174,7 +174,7 @@ class Cleaner:
             if segment.next_offset <= first_dirty:
                 continue
             latest: dict[bytes, int] = {}
-            for header, data in segment.iter_batches():
+            for _, data in segment.iter_batches():
                 for record in decode_batch(data, check_crc=False).records:
                     if record.offset >= first_dirty and record.key is not None:
                         latest[OffsetMap.digest(record.key)] = record.offset
@@ -211,7 +211,12 @@ class Cleaner:
         return groups
 
     def _clean_group(
-        self, log: PartitionLog, group: list[Segment], offset_map: OffsetMap, now_ms: int, stats: _Counters
+        self,
+        log: PartitionLog,
+        group: list[Segment],
+        offset_map: OffsetMap,
+        now_ms: int,
+        stats: _Counters,
     ) -> None:
         base = group[0].base_offset
         for suffix in (".log", ".index", ".timeindex"):
@@ -223,7 +228,9 @@ class Cleaner:
             stats.segments += 1
             stats.read += segment.size_bytes
             for header, data in segment.iter_batches():
-                kept = self._filter_batch(header, data, offset_map, now_ms, log.config.delete_retention_ms)
+                kept = self._filter_batch(
+                    header, data, offset_map, now_ms, log.config.delete_retention_ms
+                )
                 stats.removed += header.records_count - kept[1]
                 if kept[0] is not None:
                     out = kept[0]
@@ -233,7 +240,12 @@ class Cleaner:
         log.replace_segments(cleaned, group, self.on_step)
 
     def _filter_batch(
-        self, header: BatchHeader, data: bytes, offset_map: OffsetMap, now_ms: int, delete_retention_ms: int
+        self,
+        header: BatchHeader,
+        data: bytes,
+        offset_map: OffsetMap,
+        now_ms: int,
+        delete_retention_ms: int,
     ) -> tuple[bytes | None, int]:
         """The batch's retained bytes (None when nothing stays) and the count kept."""
         if header.is_control:
@@ -255,7 +267,11 @@ class Cleaner:
             return data, len(kept)
         if not kept:
             return None, 0
-        new_horizon = horizon if horizon is not None else (now_ms + delete_retention_ms if has_tombstone else None)
+        new_horizon = (
+            horizon
+            if horizon is not None
+            else (now_ms + delete_retention_ms if has_tombstone else None)
+        )
         return (
             encode_batch(
                 kept,

@@ -54,9 +54,9 @@ def compress(codec: Compression, data: bytes) -> bytes:
         return _xerial_compress(data)
     if codec is Compression.LZ4:
         # The Java client rejects frames whose blocks depend on earlier blocks.
-        compressor = cramjam.lz4.Compressor(block_linked=False)
-        compressor.compress(data)
-        return bytes(compressor.finish())
+        frame = cramjam.lz4.Compressor(block_linked=False)
+        frame.compress(data)
+        return bytes(frame.finish())
     if codec is Compression.ZSTD:
         return bytes(cramjam.zstd.compress(data))
     raise UnsupportedCompressionError(f"unsupported compression codec {int(codec)}")

@@ -67,8 +67,10 @@ class LogConfig:
         return PERIODIC_FLUSH_MS_DEFAULT if self.flush_ms is None else self.flush_ms
 
     @classmethod
-    def from_properties(cls, properties: Mapping[str, Any], base: LogConfig | None = None) -> LogConfig:
-        """Apply Kafka-named ``properties`` (``segment.bytes`` ...) over ``base`` or the defaults."""
+    def from_properties(
+        cls, properties: Mapping[str, Any], base: LogConfig | None = None
+    ) -> LogConfig:
+        """Apply Kafka-named ``properties`` (``segment.bytes``...) over ``base`` or defaults."""
         changes: dict[str, Any] = {}
         for key, raw in properties.items():
             parse = _PARSERS.get(key)

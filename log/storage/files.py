@@ -69,12 +69,14 @@ def write_atomically(path: Path, data: bytes) -> None:
         handle.write(data)
         handle.flush()
         os.fsync(handle.fileno())
-    os.replace(temporary, path)
+    temporary.replace(path)
     fsync_directory(path.parent)
 
 
 def write_checkpoint(directory: Path, values: dict[str, int]) -> None:
-    lines = [f"version {_CHECKPOINT_VERSION}"] + [f"{key} {values[key]}" for key in _CHECKPOINT_KEYS]
+    lines = [f"version {_CHECKPOINT_VERSION}"] + [
+        f"{key} {values[key]}" for key in _CHECKPOINT_KEYS
+    ]
     write_atomically(directory / CHECKPOINT_FILE, ("\n".join(lines) + "\n").encode())
 
 
@@ -92,6 +94,8 @@ def read_checkpoint(directory: Path) -> dict[str, int] | None:
             values[key] = int(value)
     except ValueError as exc:
         raise CorruptRecordError(f"{path} is malformed: {text[:80]!r}") from exc
-    if values.get("version") != _CHECKPOINT_VERSION or any(k not in values for k in _CHECKPOINT_KEYS):
+    if values.get("version") != _CHECKPOINT_VERSION or any(
+        k not in values for k in _CHECKPOINT_KEYS
+    ):
         raise CorruptRecordError(f"{path} has an unknown version or missing keys")
     return values

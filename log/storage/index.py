@@ -103,7 +103,9 @@ class _MappedIndex:
         return result
 
     def _append(self, first: int, second: int) -> None:
-        require(self._writable and not self.is_full, f"{self.path}: append to a sealed or full index")
+        require(
+            self._writable and not self.is_full, f"{self.path}: append to a sealed or full index"
+        )
         if not self._writable or self._map is None:
             return
         self.entry.pack_into(self._map, self.entries * self.entry.size, first, second)
@@ -137,7 +139,7 @@ class OffsetIndex(_MappedIndex):
         self._append(relative, position)
 
     def lookup(self, offset: int) -> tuple[int, int]:
-        """``(offset, position)`` of the last entry at or before ``offset``, else the segment start."""
+        """``(offset, position)`` of the last entry at or before ``offset``, else the start."""
         slot = self._last_slot_at_most(0, offset - self.base_offset)
         if slot < 0:
             return self.base_offset, 0

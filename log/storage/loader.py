@@ -120,7 +120,11 @@ class LogLoader:
             swap.close()
             for path in list(self.directory.iterdir()):
                 other = parse_base_offset(path.name)
-                if other is not None and base <= other < replaced_end and not path.name.endswith(SWAP_SUFFIX):
+                if (
+                    other is not None
+                    and base <= other < replaced_end
+                    and not path.name.endswith(SWAP_SUFFIX)
+                ):
                     logger.info("swap %d replaces %s", base, path.name)
                     path.unlink()
             for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
@@ -140,7 +144,11 @@ class LogLoader:
                 logs.add(base)
         for path in self.directory.iterdir():
             base = parse_base_offset(path.name)
-            if base is not None and path.name.endswith((INDEX_SUFFIX, TIME_INDEX_SUFFIX)) and base not in logs:
+            if (
+                base is not None
+                and path.name.endswith((INDEX_SUFFIX, TIME_INDEX_SUFFIX))
+                and base not in logs
+            ):
                 path.unlink()
         for base in sorted(logs):
             segments.add(Segment.open(self.directory, base, self.config))

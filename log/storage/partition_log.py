@@ -14,6 +14,7 @@ removed segment files stay open for ``file.delete.delay.ms``.
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -154,7 +155,7 @@ class PartitionLog:
         self._check_open()
         headers = self._validate(record_set, producer=False)
         require(headers[0].base_offset >= self.log_end_offset, "follower append goes backwards")
-        for previous, header in zip(headers, headers[1:], strict=False):
+        for previous, header in itertools.pairwise(headers):
             require(header.base_offset >= previous.next_offset, "follower batches overlap")
         self._append_stamped(record_set, headers, self.clock_ms())
         return AppendInfo(
@@ -168,7 +169,8 @@ class PartitionLog:
     def _validate(self, buffer: bytes | bytearray, *, producer: bool = True) -> list[BatchHeader]:
         if len(buffer) > self.config.segment_bytes:
             raise RecordTooLargeError(
-                f"record set of {len(buffer)} bytes exceeds segment.bytes {self.config.segment_bytes}"
+                f"record set of {len(buffer)} bytes exceeds "
+                f"segment.bytes {self.config.segment_bytes}"
             )
         headers = validate_record_set(buffer) if producer else _follower_headers(buffer)
         for header in headers:
@@ -183,9 +185,13 @@ class PartitionLog:
                     raise InvalidRecordError("a compacted topic only accepts records with a key")
         return headers
 
-    def _append_stamped(self, buffer: bytes | bytearray, headers: list[BatchHeader], now_ms: int) -> None:
+    def _append_stamped(
+        self, buffer: bytes | bytearray, headers: list[BatchHeader], now_ms: int
+    ) -> None:
         last_offset = headers[-1].last_offset
-        if self._active.should_roll(incoming_bytes=len(buffer), last_offset=last_offset, now_ms=now_ms):
+        if self._active.should_roll(
+            incoming_bytes=len(buffer), last_offset=last_offset, now_ms=now_ms
+        ):
             self.roll(base_offset=headers[0].base_offset)
         self._active.append(buffer, headers, now_ms)
         self._maybe_flush(now_ms)
@@ -247,7 +253,9 @@ class PartitionLog:
 
     # ------------------------------------------------------------ reads
 
-    def read(self, offset: int, max_bytes: int, *, max_offset: int | None = None) -> SegmentSlice | None:
+    def read(
+        self, offset: int, max_bytes: int, *, max_offset: int | None = None
+    ) -> SegmentSlice | None:
         """Whole batches from the one holding ``offset``, from a single segment.
 
         ``max_offset`` (exclusive; the high watermark) bounds what may be returned.
@@ -269,8 +277,10 @@ class PartitionLog:
                 return found
         return None
 
-    def iter_batches(self, start_offset: int | None = None, end_offset: int | None = None) -> Iterator[DecodedBatch]:
-        """Decode the batches holding offsets in ``[start_offset, end_offset)``, for tools and tests."""
+    def iter_batches(
+        self, start_offset: int | None = None, end_offset: int | None = None
+    ) -> Iterator[DecodedBatch]:
+        """Decode the batches holding offsets in ``[start_offset, end_offset)``; for tools."""
         offset = self.log_start_offset if start_offset is None else start_offset
         while end_offset is None or offset < end_offset:
             found = self.read(offset, READ_CHUNK_BYTES)
@@ -283,7 +293,9 @@ class PartitionLog:
                 yield batch
             offset = batches[-1].header.next_offset
 
-    def iter_records(self, start_offset: int | None = None, end_offset: int | None = None) -> Iterator[Record]:
+    def iter_records(
+        self, start_offset: int | None = None, end_offset: int | None = None
+    ) -> Iterator[Record]:
         low = self.log_start_offset if start_offset is None else start_offset
         for batch in self.iter_batches(low, end_offset):
             for record in batch.records:
@@ -345,7 +357,9 @@ class PartitionLog:
         """Move the log start forward (retention, DeleteRecords); never backwards."""
         self._check_open()
         if offset > self.log_end_offset:
-            raise OffsetOutOfRangeError(f"log start {offset} would pass the log end {self.log_end_offset}")
+            raise OffsetOutOfRangeError(
+                f"log start {offset} would pass the log end {self.log_end_offset}"
+            )
         if offset > self.log_start_offset:
             self.log_start_offset = offset
             self.cleaner_offset = max(self.cleaner_offset, offset)
@@ -362,7 +376,9 @@ class PartitionLog:
         fsync_directory(self.directory)
         self.advance_log_start_offset(max(self.log_start_offset, self.segments.first.base_offset))
 
-    def replace_segments(self, new: Segment, old: list[Segment], on_step: Callable[[str], None]) -> None:
+    def replace_segments(
+        self, new: Segment, old: list[Segment], on_step: Callable[[str], None]
+    ) -> None:
         """Install a finished ``.cleaned`` segment in place of ``old``, crash-safely.
 
         ``.cleaned`` becomes ``.swap`` (from here recovery completes the swap), the
@@ -371,7 +387,10 @@ class PartitionLog:
         each step so tests can inject a crash there.
         """
         self._check_open()
-        require(all(segment is not self._active for segment in old), "the active segment is never replaced")
+        require(
+            all(segment is not self._active for segment in old),
+            "the active segment is never replaced",
+        )
         new.flush()
         new.seal()
         on_step("cleaned-written")

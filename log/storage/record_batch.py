@@ -169,10 +169,12 @@ def parse_header(buffer: bytes | bytearray | memoryview, position: int = 0) -> B
         raise CorruptRecordError(f"record batch lastOffsetDelta {fields[6]} is negative")
     if fields[12] < 0:
         raise CorruptRecordError(f"record batch count {fields[12]} is negative")
-    return BatchHeader(*fields, position)
+    return BatchHeader._make((*fields, position))
 
 
-def read_offset_and_length(buffer: bytes | bytearray | memoryview, position: int) -> tuple[int, int]:
+def read_offset_and_length(
+    buffer: bytes | bytearray | memoryview, position: int
+) -> tuple[int, int]:
     """Return ``(baseOffset, total size in bytes)`` from the first 12 bytes at ``position``."""
     base_offset, batch_length = _OFFSET_AND_LENGTH.unpack_from(buffer, position)
     return base_offset, batch_length + LOG_OVERHEAD_BYTES
@@ -195,7 +197,9 @@ def verify_crc(buffer: bytes | bytearray | memoryview, header: BatchHeader) -> N
         )
 
 
-def iter_headers(buffer: bytes | bytearray | memoryview, *, check_crc: bool) -> Iterator[BatchHeader]:
+def iter_headers(
+    buffer: bytes | bytearray | memoryview, *, check_crc: bool
+) -> Iterator[BatchHeader]:
     """Yield the header of each batch in a record set that must be exactly whole batches."""
     position = 0
     end = len(buffer)
@@ -234,12 +238,16 @@ def validate_record_set(buffer: bytes | bytearray | memoryview) -> list[BatchHea
     return headers
 
 
-def stamp(buffer: bytearray | memoryview, header: BatchHeader, *, base_offset: int, leader_epoch: int) -> None:
+def stamp(
+    buffer: bytearray | memoryview, header: BatchHeader, *, base_offset: int, leader_epoch: int
+) -> None:
     """Write ``baseOffset`` and ``partitionLeaderEpoch`` in place; the CRC does not cover them."""
     _STAMP.pack_into(buffer, header.position, base_offset, header.batch_length, leader_epoch)
 
 
-def stamp_log_append_time(buffer: bytearray | memoryview, header: BatchHeader, timestamp_ms: int) -> None:
+def stamp_log_append_time(
+    buffer: bytearray | memoryview, header: BatchHeader, timestamp_ms: int
+) -> None:
     """Switch a batch to LogAppendTime with ``maxTimestamp = timestamp_ms`` and re-seal its CRC."""
     attributes = (header.attributes | TIMESTAMP_TYPE_BIT) & 0xFFFF
     _ATTRIBUTES.pack_into(buffer, header.position + _ATTRIBUTES_AT, _signed16(attributes))
@@ -338,7 +346,9 @@ def decode_batch(
     return DecodedBatch(header, records)
 
 
-def decode_record_set(buffer: bytes | bytearray | memoryview, *, check_crc: bool = True) -> list[DecodedBatch]:
+def decode_record_set(
+    buffer: bytes | bytearray | memoryview, *, check_crc: bool = True
+) -> list[DecodedBatch]:
     """Decode every whole batch in ``buffer``; a partial batch at the end is ignored."""
     batches = []
     position = 0
@@ -384,7 +394,9 @@ def encode_varint(value: int) -> bytes:
     return bytes(out)
 
 
-def decode_varint(buffer: bytes | bytearray | memoryview, position: int, end: int) -> tuple[int, int]:
+def decode_varint(
+    buffer: bytes | bytearray | memoryview, position: int, end: int
+) -> tuple[int, int]:
     """Decode a zig-zag varint at ``position``, never reading at or past ``end``."""
     result = 0
     shift = 0

@@ -44,7 +44,7 @@ NO_TIMESTAMP = -1
 
 @dataclass(frozen=True, slots=True)
 class SegmentSlice:
-    """``length`` bytes at ``position`` of an open segment file: whole batches, ready for sendfile."""
+    """``length`` bytes at ``position`` of an open segment: whole batches, ready for sendfile."""
 
     descriptor: int
     position: int
@@ -86,7 +86,9 @@ class Segment:
         self.unflushed_messages = 0
 
     @classmethod
-    def open(cls, directory: Path, base_offset: int, config: LogConfig, *, state: str = "") -> Segment:
+    def open(
+        cls, directory: Path, base_offset: int, config: LogConfig, *, state: str = ""
+    ) -> Segment:
         return cls(directory, base_offset, config, state)
 
     @property
@@ -105,13 +107,18 @@ class Segment:
             return False
         if self.size_bytes + incoming_bytes > self.config.segment_bytes:
             return True
-        if self.rolling_base_ms is not None and now_ms - self.rolling_base_ms >= self.config.segment_ms:
+        if (
+            self.rolling_base_ms is not None
+            and now_ms - self.rolling_base_ms >= self.config.segment_ms
+        ):
             return True
         if self.offset_index.is_full or self.time_index.is_full:
             return True
         return last_offset - self.base_offset > INT32_MAX
 
-    def append(self, buffer: bytes | bytearray | memoryview, headers: list[BatchHeader], now_ms: int) -> None:
+    def append(
+        self, buffer: bytes | bytearray | memoryview, headers: list[BatchHeader], now_ms: int
+    ) -> None:
         """Append whole, already stamped batches; ``headers`` describe them in order."""
         first = headers[0]
         require(first.base_offset >= self.next_offset, "segment offsets must increase")
@@ -168,16 +175,22 @@ class Segment:
         self.state = state
         self.log_path = segment_path(self.directory, self.base_offset, LOG_SUFFIX, state)
         self.offset_index.path = segment_path(self.directory, self.base_offset, INDEX_SUFFIX, state)
-        self.time_index.path = segment_path(self.directory, self.base_offset, TIME_INDEX_SUFFIX, state)
+        self.time_index.path = segment_path(
+            self.directory, self.base_offset, TIME_INDEX_SUFFIX, state
+        )
 
     def delete_files(self) -> None:
         self.close()
         for suffix in SEGMENT_SUFFIXES:
-            segment_path(self.directory, self.base_offset, suffix, self.state).unlink(missing_ok=True)
+            segment_path(self.directory, self.base_offset, suffix, self.state).unlink(
+                missing_ok=True
+            )
 
     # ------------------------------------------------------------ reading
 
-    def scan(self, start_position: int = 0, end_position: int | None = None) -> Iterator[BatchHeader]:
+    def scan(
+        self, start_position: int = 0, end_position: int | None = None
+    ) -> Iterator[BatchHeader]:
         """Yield batch headers from ``start_position`` with absolute positions; no CRC check.
 
         Stops at ``end_position`` (default: the end of the file). A header that
@@ -208,7 +221,9 @@ class Segment:
                 return header
         return None
 
-    def read(self, offset: int, max_bytes: int, *, max_offset: int | None = None) -> SegmentSlice | None:
+    def read(
+        self, offset: int, max_bytes: int, *, max_offset: int | None = None
+    ) -> SegmentSlice | None:
         """Whole batches from the one containing ``offset``, at most ``max_bytes``.
 
         The first batch is returned whole even when it alone exceeds ``max_bytes``,
@@ -232,7 +247,9 @@ class Segment:
                 if header.position + header.size_bytes > limit:
                     break
                 end = header.position + header.size_bytes
-        return SegmentSlice(self.descriptor, first.position, end - first.position, first.base_offset)
+        return SegmentSlice(
+            self.descriptor, first.position, end - first.position, first.base_offset
+        )
 
     def read_batch_bytes(self, header: BatchHeader) -> bytes:
         return os.pread(self.descriptor, header.size_bytes, header.position)
@@ -242,7 +259,7 @@ class Segment:
             yield header, self.read_batch_bytes(header)
 
     def find_offset_by_timestamp(self, timestamp: int, start_offset: int) -> tuple[int, int] | None:
-        """``(offset, timestamp)`` of the first record at or after ``start_offset`` stamped >= ``timestamp``."""
+        """``(offset, timestamp)`` of the first record from ``start_offset`` stamped >= ``timestamp``."""
         _, indexed_offset = self.time_index.lookup(timestamp)
         _, position = self.offset_index.lookup(max(indexed_offset, start_offset))
         for header in self.scan(position):
@@ -302,7 +319,10 @@ class Segment:
         # batch must start exactly where the previous one ended.
         contiguous = not self.config.compact
         for header in self._iter_valid_batches():
-            if header.base_offset < self.next_offset or header.last_offset - self.base_offset > INT32_MAX:
+            if (
+                header.base_offset < self.next_offset
+                or header.last_offset - self.base_offset > INT32_MAX
+            ):
                 break
             if contiguous and header.base_offset != self.next_offset:
                 break

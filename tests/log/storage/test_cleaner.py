@@ -20,7 +20,9 @@ from eventplatform.log.storage.record_batch import encode_batch
 HOUR_MS = 3_600_000
 
 
-def keyed_batch(pairs: list[tuple[bytes, bytes | None]], timestamp: int, codec=Compression.NONE) -> bytes:
+def keyed_batch(
+    pairs: list[tuple[bytes, bytes | None]], timestamp: int, codec=Compression.NONE
+) -> bytes:
     records = [Record(i, timestamp, key, value) for i, (key, value) in enumerate(pairs)]
     return encode_batch(records, base_offset=0, compression=codec)
 
@@ -28,7 +30,9 @@ def keyed_batch(pairs: list[tuple[bytes, bytes | None]], timestamp: int, codec=C
 # ---------------------------------------------------------------- retention
 
 
-def test_time_retention_deletes_only_expired_closed_segments(tmp_path: Path, clock, make_batch) -> None:
+def test_time_retention_deletes_only_expired_closed_segments(
+    tmp_path: Path, clock, make_batch
+) -> None:
     config = LogConfig(segment_bytes=400, retention_ms=HOUR_MS, file_delete_delay_ms=0)
     log = PartitionLog.open(tmp_path, config, clock_ms=clock)
     for _ in range(6):
@@ -58,7 +62,9 @@ def test_time_retention_never_deletes_the_active_segment(tmp_path: Path, clock, 
     assert log.log_end_offset == 3
 
 
-def test_size_retention_keeps_the_log_under_retention_bytes(tmp_path: Path, clock, make_batch) -> None:
+def test_size_retention_keeps_the_log_under_retention_bytes(
+    tmp_path: Path, clock, make_batch
+) -> None:
     batch = make_batch(2, value_bytes=100)
     config = LogConfig(segment_bytes=len(batch) * 2, retention_bytes=len(batch) * 5)
     log = PartitionLog.open(tmp_path, config, clock_ms=clock)
@@ -136,10 +142,14 @@ def test_compaction_keeps_the_latest_record_per_key(tmp_path: Path, clock) -> No
     closed_history = [record for record in history if record.offset < active_base]
     # The active segment is never read by the cleaner, so closed segments keep the
     # latest record per key among themselves.
-    expected_closed = {(offset, key, value) for key, (offset, value) in latest_by_key(closed_history).items()}
+    expected_closed = {
+        (offset, key, value) for key, (offset, value) in latest_by_key(closed_history).items()
+    }
     closed_survivors = {(r.offset, r.key, r.value) for r in survivors if r.offset < active_base}
     assert closed_survivors == expected_closed
-    assert [r for r in survivors if r.offset >= active_base] == [r for r in history if r.offset >= active_base]
+    assert [r for r in survivors if r.offset >= active_base] == [
+        r for r in history if r.offset >= active_base
+    ]
     assert latest_by_key(survivors) == latest_by_key(history)
     assert log.cleaner_offset == active_base
     assert Cleaner().compact(log) is None
@@ -155,7 +165,10 @@ def test_compaction_keeps_offsets_codecs_and_survives_reopen(tmp_path: Path, clo
     reopened = PartitionLog.open(tmp_path, config, clock_ms=clock)
     assert [(r.offset, r.key, r.value) for r in reopened.iter_records()] == before
     assert reopened.log_end_offset == history[-1].offset + 1
-    assert reopened.append(keyed_batch([(b"key-1", b"after")], clock.now_ms)).base_offset == history[-1].offset + 1
+    assert (
+        reopened.append(keyed_batch([(b"key-1", b"after")], clock.now_ms)).base_offset
+        == history[-1].offset + 1
+    )
 
 
 def test_tombstones_go_after_delete_retention(tmp_path: Path, clock) -> None:
@@ -190,7 +203,7 @@ def test_compaction_is_bounded_by_the_offset_map(tmp_path: Path, clock) -> None:
 # ---------------------------------------------------------------- crash during the swap
 
 
-class SimulatedCrash(Exception):
+class SimulatedCrashError(Exception):
     pass
 
 
@@ -205,7 +218,13 @@ def record_steps(directory: Path, clock) -> list[str]:
 
 def test_every_swap_step_is_reached(tmp_path: Path, clock) -> None:
     steps = record_steps(tmp_path, clock)
-    assert {"cleaned-filled", "cleaned-written", "swap-renamed", "old-renamed", "swap-installed"} <= set(steps)
+    assert {
+        "cleaned-filled",
+        "cleaned-written",
+        "swap-renamed",
+        "old-renamed",
+        "swap-installed",
+    } <= set(steps)
 
 
 def test_crash_at_every_swap_step_recovers_consistently(tmp_path: Path, clock, crash) -> None:
@@ -224,9 +243,9 @@ def check_crash_at(directory: Path, clock, crash, crash_at: int) -> None:
     def maybe_crash(step: str) -> None:
         seen.append(step)
         if len(seen) > crash_at:
-            raise SimulatedCrash(step)
+            raise SimulatedCrashError(step)
 
-    with pytest.raises(SimulatedCrash):
+    with pytest.raises(SimulatedCrashError):
         Cleaner(on_step=maybe_crash).compact(log)
     crash(log)
     reopened = PartitionLog.open(directory, config, clock_ms=clock)

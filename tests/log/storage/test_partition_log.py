@@ -112,7 +112,7 @@ def test_files_are_named_by_twenty_digit_base_offset(tmp_path: Path, make_batch)
     log.append(batch)
     log.append(batch)
     log.close()
-    names = sorted(name for name in os.listdir(tmp_path) if name[0].isdigit())
+    names = sorted(path.name for path in tmp_path.iterdir() if path.name[0].isdigit())
     assert names == [
         "00000000000000000000.index",
         "00000000000000000000.log",

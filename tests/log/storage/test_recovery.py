@@ -22,7 +22,7 @@ def offsets(log: PartitionLog) -> list[int]:
 def fill(
     directory: Path, make_batch, batches: int, config: LogConfig = CONFIG
 ) -> tuple[PartitionLog, list[tuple[int, int, int]]]:
-    """Append ``batches`` batches; return the log and (file position, size, next offset) per batch."""
+    """Append ``batches`` batches; return the log and per batch (segment, position, size, end)."""
     log = PartitionLog.open(directory, config)
     layout = []
     for number in range(batches):
