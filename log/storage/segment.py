@@ -259,7 +259,7 @@ class Segment:
             yield header, self.read_batch_bytes(header)
 
     def find_offset_by_timestamp(self, timestamp: int, start_offset: int) -> tuple[int, int] | None:
-        """``(offset, timestamp)`` of the first record from ``start_offset`` stamped >= ``timestamp``."""
+        """First ``(offset, timestamp)`` at or after ``start_offset`` stamped >= ``timestamp``."""
         _, indexed_offset = self.time_index.lookup(timestamp)
         _, position = self.offset_index.lookup(max(indexed_offset, start_offset))
         for header in self.scan(position):
