@@ -1,7 +1,9 @@
 """Record-batch compression codecs (attributes bits 0-2).
 
-All codecs are C or Rust backed: zlib for gzip, cramjam for snappy, lz4 and
-zstd. Snappy arrives in two forms: the raw block format, and the xerial
+All codecs are C or Rust backed: zlib for gzip, cramjam for snappy, the lz4
+and zstandard bindings for lz4 and zstd. Every decompressor stops at
+``DECOMPRESSED_BYTES_MAX``, so a small hostile payload cannot inflate without
+bound. Snappy arrives in two forms: the raw block format, and the xerial
 framing that the Java client and librdkafka produce (an 16-byte header, then
 big-endian length-prefixed raw blocks). Decompression detects the framing by
 its magic; compression writes xerial framing, which every client reads.
@@ -15,12 +17,15 @@ import struct
 import zlib
 
 import cramjam
+import lz4.frame
+import zstandard
 
 from eventplatform.log.storage.errors import CorruptRecordError, UnsupportedCompressionError
 
 XERIAL_MAGIC = b"\x82SNAPPY\x00"
 XERIAL_HEADER = XERIAL_MAGIC + struct.pack(">ii", 1, 1)
 XERIAL_BLOCK_BYTES = 32 * 1024
+ZSTD_INPUT_STEP_BYTES = 1024
 DECOMPRESSED_BYTES_MAX = 256 * 1024 * 1024
 _BLOCK_LENGTH = struct.Struct(">i")
 
@@ -54,11 +59,9 @@ def compress(codec: Compression, data: bytes) -> bytes:
         return _xerial_compress(data)
     if codec is Compression.LZ4:
         # The Java client rejects frames whose blocks depend on earlier blocks.
-        frame = cramjam.lz4.Compressor(block_linked=False)
-        frame.compress(data)
-        return bytes(frame.finish())
+        return bytes(lz4.frame.compress(data, block_linked=False))
     if codec is Compression.ZSTD:
-        return bytes(cramjam.zstd.compress(data))
+        return bytes(zstandard.ZstdCompressor(level=3).compress(data))
     raise UnsupportedCompressionError(f"unsupported compression codec {int(codec)}")
 
 
@@ -72,9 +75,9 @@ def decompress(codec: Compression | int, data: bytes | memoryview) -> bytes:
         if codec == Compression.SNAPPY:
             return _snappy_decompress(data)
         if codec == Compression.LZ4:
-            return bytes(cramjam.lz4.decompress(bytes(data)))
+            return _lz4_decompress(data)
         if codec == Compression.ZSTD:
-            return bytes(cramjam.zstd.decompress(bytes(data)))
+            return _zstd_decompress(data)
     except CorruptRecordError:
         raise
     except Exception as exc:  # third-party codecs raise assorted types
@@ -84,13 +87,52 @@ def decompress(codec: Compression | int, data: bytes | memoryview) -> bytes:
 
 
 def _gunzip(data: bytes | memoryview) -> bytes:
-    decompressor = zlib.decompressobj(47)  # 32 + 15: accept gzip or zlib headers
-    out = decompressor.decompress(data, DECOMPRESSED_BYTES_MAX)
-    if decompressor.unconsumed_tail:
-        raise CorruptRecordError("gzip payload inflates past the decompression limit")
+    """Inflate every gzip member in turn, as Java's GZIPInputStream does."""
+    parts = []
+    total = 0
+    remaining = bytes(data)
+    while True:
+        decompressor = zlib.decompressobj(47)  # 32 + 15: accept gzip or zlib headers
+        part = decompressor.decompress(remaining, DECOMPRESSED_BYTES_MAX - total)
+        total += len(part)
+        parts.append(part)
+        if decompressor.unconsumed_tail:
+            raise CorruptRecordError("gzip payload inflates past the decompression limit")
+        if not decompressor.eof:
+            raise CorruptRecordError("gzip payload is truncated")
+        remaining = decompressor.unused_data
+        if not remaining:
+            return b"".join(parts)
+
+
+def _lz4_decompress(data: bytes | memoryview) -> bytes:
+    decompressor = lz4.frame.LZ4FrameDecompressor()
+    out: bytes = decompressor.decompress(bytes(data), max_length=DECOMPRESSED_BYTES_MAX)
     if not decompressor.eof:
-        raise CorruptRecordError("gzip payload is truncated")
+        if not decompressor.needs_input:
+            raise CorruptRecordError("lz4 payload inflates past the decompression limit")
+        raise CorruptRecordError("lz4 payload is truncated")
     return out
+
+
+def _zstd_decompress(data: bytes | memoryview) -> bytes:
+    """Feed the frame in small steps: a zstd block inflates to at most 128 KiB, so the
+    output of one step is bounded and the limit is checked before it can run away."""
+    decompressor = zstandard.ZstdDecompressor().decompressobj()
+    view = memoryview(data)
+    parts = []
+    total = 0
+    for start in range(0, len(view), ZSTD_INPUT_STEP_BYTES):
+        part = decompressor.decompress(view[start : start + ZSTD_INPUT_STEP_BYTES])
+        total += len(part)
+        if total > DECOMPRESSED_BYTES_MAX:
+            raise CorruptRecordError("zstd payload inflates past the decompression limit")
+        parts.append(part)
+        if decompressor.eof:
+            break
+    if not decompressor.eof:
+        raise CorruptRecordError("zstd payload is truncated")
+    return b"".join(parts)
 
 
 def _xerial_compress(data: bytes) -> bytes:

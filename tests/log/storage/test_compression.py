@@ -13,6 +13,10 @@ import lz4.block
 import lz4.frame
 import pytest
 import zstandard
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from eventplatform.log.storage import compression
 from eventplatform.log.storage.compression import (
     XERIAL_BLOCK_BYTES,
     XERIAL_HEADER,
@@ -22,8 +26,6 @@ from eventplatform.log.storage.compression import (
     decompress,
 )
 from eventplatform.log.storage.errors import CorruptRecordError, UnsupportedCompressionError
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 CODECS = list(Compression)
 COMPRESSING_CODECS = [codec for codec in Compression if codec is not Compression.NONE]
@@ -309,3 +311,14 @@ def test_from_name_rejects_unknown_codecs(name: str) -> None:
 
 def test_codec_numbers_match_the_attributes_bits() -> None:
     assert [int(codec) for codec in Compression] == [0, 1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("codec", [c for c in Compression if c is not Compression.NONE])
+def test_decompression_stops_at_the_limit(
+    monkeypatch: pytest.MonkeyPatch, codec: Compression
+) -> None:
+    monkeypatch.setattr(compression, "DECOMPRESSED_BYTES_MAX", 1024 * 1024)
+    bomb = compress(codec, bytes(4 * 1024 * 1024))
+    assert len(bomb) < 512 * 1024
+    with pytest.raises(CorruptRecordError, match="limit"):
+        decompress(codec, bomb)

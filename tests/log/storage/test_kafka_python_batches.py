@@ -10,6 +10,13 @@ skip, and the other four codecs still run.
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
+from kafka.record.memory_records import MemoryRecords, MemoryRecordsBuilder
+from kafka.record.util import decode_varint as kafka_decode_varint
+from kafka.record.util import encode_varint as kafka_encode_varint
+
 from eventplatform.log.storage.compression import Compression
 from eventplatform.log.storage.record_batch import (
     Record,
@@ -23,12 +30,6 @@ from eventplatform.log.storage.record_batch import (
     stamp_log_append_time,
     validate_record_set,
 )
-from hypothesis import given, settings
-from hypothesis import strategies as st
-from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
-from kafka.record.memory_records import MemoryRecords, MemoryRecordsBuilder
-from kafka.record.util import decode_varint as kafka_decode_varint
-from kafka.record.util import encode_varint as kafka_encode_varint
 
 BATCH_BYTES_MAX = 16 * 1024 * 1024
 BASE_TIMESTAMP_MS = 1_700_000_000_000

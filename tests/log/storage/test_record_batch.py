@@ -8,6 +8,9 @@ from collections.abc import Callable
 
 import pytest
 from crc32c import crc32c
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from eventplatform.log.storage.compression import Compression
 from eventplatform.log.storage.errors import CorruptRecordError, InvalidRecordError, StorageError
 from eventplatform.log.storage.record_batch import (
@@ -25,8 +28,6 @@ from eventplatform.log.storage.record_batch import (
     validate_record_set,
     verify_crc,
 )
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
