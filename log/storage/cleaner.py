@@ -59,7 +59,7 @@ class OffsetMap:
     """Key digest to latest offset, bounded to ``capacity`` keys."""
 
     def __init__(self, capacity: int) -> None:
-        self.capacity = capacity
+        self.capacity = max(1, capacity)
         self._offsets: dict[bytes, int] = {}
 
     def __len__(self) -> int:
@@ -69,18 +69,16 @@ class OffsetMap:
     def digest(key: bytes) -> bytes:
         return hashlib.blake2b(key, digest_size=16).digest()
 
-    def put(self, key: bytes, offset: int) -> None:
-        self._offsets[self.digest(key)] = offset
+    def put(self, key: bytes, offset: int) -> bool:
+        """Record ``offset`` as the latest for ``key``; False when a new key does not fit."""
+        digest = self.digest(key)
+        if digest not in self._offsets and len(self._offsets) >= self.capacity:
+            return False
+        self._offsets[digest] = offset
+        return True
 
     def latest(self, key: bytes) -> int | None:
         return self._offsets.get(self.digest(key))
-
-    def would_overflow(self, keys: set[bytes]) -> bool:
-        fresh = sum(1 for digest in keys if digest not in self._offsets)
-        return len(self._offsets) + fresh > self.capacity
-
-    def put_digests(self, latest: dict[bytes, int]) -> None:
-        self._offsets.update(latest)
 
 
 def _never(step: str) -> None:
@@ -99,11 +97,21 @@ class Cleaner:
 
     # ------------------------------------------------------------ retention
 
-    def apply_retention(self, log: PartitionLog) -> int:
-        """Delete expired or excess closed segments; returns how many went."""
-        if not log.config.delete:
-            return 0
-        doomed = self._expired_by_time(log) or self._excess_by_size(log)
+    def apply_retention(self, log: PartitionLog, *, upper_bound_offset: int | None = None) -> int:
+        """Delete closed segments that are expired, excess or below the log start.
+
+        Segments wholly below the log start (after DeleteRecords) go under every
+        policy. An expired active segment is rolled first, as Kafka does, so a quiet
+        partition still ages out. Nothing at or above ``upper_bound_offset`` (the
+        high watermark) is deleted. Returns how many segments went.
+        """
+        bound = log.log_end_offset if upper_bound_offset is None else upper_bound_offset
+        if log.config.delete and self._active_expired(log) and log.log_end_offset <= bound:
+            log.roll()
+        doomed = self._below_log_start(log)
+        if log.config.delete and not doomed:
+            doomed = self._expired_by_time(log) or self._excess_by_size(log)
+        doomed = [segment for segment in doomed if segment.next_offset <= bound]
         if doomed:
             log.delete_segments(doomed)
         log.delete_expired_files()
@@ -111,6 +119,21 @@ class Cleaner:
 
     def _closed_segments(self, log: PartitionLog) -> Iterator[Segment]:
         return (segment for segment in log.segments if segment is not log.active_segment)
+
+    def _below_log_start(self, log: PartitionLog) -> list[Segment]:
+        doomed = []
+        for segment in self._closed_segments(log):
+            following = log.segments.higher(segment.base_offset)
+            if following is None or following.base_offset > log.log_start_offset:
+                break
+            doomed.append(segment)
+        return doomed
+
+    def _active_expired(self, log: PartitionLog) -> bool:
+        active = log.active_segment
+        if active.is_empty or log.config.retention_ms < 0:
+            return False
+        return active.max_timestamp < log.clock_ms() - log.config.retention_ms
 
     def _expired_by_time(self, log: PartitionLog) -> list[Segment]:
         if log.config.retention_ms < 0:
@@ -143,45 +166,68 @@ class Cleaner:
         if not total:
             return 0.0
         dirty = sum(s.size_bytes for s in closed if s.next_offset > log.cleaner_offset)
-        return dirty / total
+        return float(dirty) / total
 
     def needs_compaction(self, log: PartitionLog) -> bool:
-        return log.config.compact and self.dirty_ratio(log) >= log.config.min_cleanable_dirty_ratio
+        if not log.config.compact:
+            return False
+        if self.dirty_ratio(log) >= log.config.min_cleanable_dirty_ratio:
+            return True
+        return self._has_expired_tombstones(log, log.clock_ms())
 
-    def compact(self, log: PartitionLog) -> CleanStats | None:
-        """Run one compaction pass; None when there is nothing dirty to clean."""
+    def compact(
+        self, log: PartitionLog, *, upper_bound_offset: int | None = None
+    ) -> CleanStats | None:
+        """Run one compaction pass; None when there is nothing to clean.
+
+        Only records below ``upper_bound_offset`` (the high watermark) enter the
+        offset map, so an unreplicated record never displaces a committed one.
+        """
         if not log.config.compact:
             return None
         first_dirty = max(log.cleaner_offset, log.log_start_offset)
-        offset_map, clean_until = self._build_offset_map(log, first_dirty)
+        bound = log.active_segment.base_offset
+        if upper_bound_offset is not None:
+            bound = min(bound, upper_bound_offset)
+        offset_map, clean_until = self._build_offset_map(log, first_dirty, bound)
         now_ms = log.clock_ms()
-        if clean_until <= first_dirty and not self._has_expired_tombstones(log, now_ms):
-            return None
+        if clean_until <= first_dirty:
+            if not self._has_expired_tombstones(log, now_ms):
+                return None
+            clean_until = first_dirty
         stats = _Counters()
         for group in self._groups(log, clean_until):
             self._clean_group(log, group, offset_map, now_ms, stats)
-        log.cleaner_offset = clean_until
+        log.cleaner_offset = max(log.cleaner_offset, clean_until)
         log.write_checkpoint()
         log.delete_expired_files()
         return CleanStats(
             stats.segments, stats.read, stats.written, stats.removed, first_dirty, clean_until
         )
 
-    def _build_offset_map(self, log: PartitionLog, first_dirty: int) -> tuple[OffsetMap, int]:
+    def _build_offset_map(
+        self, log: PartitionLog, first_dirty: int, bound: int
+    ) -> tuple[OffsetMap, int]:
+        """Map keys from ``first_dirty`` until the map is full or ``bound`` is reached.
+
+        Returns the map and the offset where mapping stopped: records from there on
+        are not in the map, so the clean keeps them, and the next pass starts there.
+        """
         offset_map = OffsetMap(self.keys_max)
         clean_until = first_dirty
         for segment in self._closed_segments(log):
             if segment.next_offset <= first_dirty:
                 continue
-            latest: dict[bytes, int] = {}
+            if segment.base_offset >= bound:
+                break
             for _, data in segment.iter_batches():
                 for record in decode_batch(data, check_crc=False).records:
-                    if record.offset >= first_dirty and record.key is not None:
-                        latest[OffsetMap.digest(record.key)] = record.offset
-            if offset_map.would_overflow(set(latest)):
-                break
-            offset_map.put_digests(latest)
-            clean_until = max(segment.next_offset, clean_until)
+                    if record.offset < first_dirty or record.key is None:
+                        continue
+                    if record.offset >= bound or not offset_map.put(record.key, record.offset):
+                        return offset_map, clean_until
+                    clean_until = record.offset + 1
+            clean_until = max(clean_until, min(segment.next_offset, bound))
         return offset_map, clean_until
 
     def _has_expired_tombstones(self, log: PartitionLog, now_ms: int) -> bool:
@@ -194,18 +240,26 @@ class Cleaner:
         return False
 
     def _groups(self, log: PartitionLog, clean_until: int) -> list[list[Segment]]:
+        """Consecutive closed segments whose merge fits one segment and its indexes."""
         groups: list[list[Segment]] = []
         current: list[Segment] = []
-        size = 0
+        size = entries = 0
         for segment in self._closed_segments(log):
             if segment.base_offset >= clean_until:
                 break
-            span_ok = current and segment.next_offset - current[0].base_offset - 1 <= INT32_MAX
-            if current and (size + segment.size_bytes > log.config.segment_bytes or not span_ok):
+            segment_entries = max(segment.offset_index.entries, segment.time_index.entries) + 1
+            fits = (
+                size + segment.size_bytes <= log.config.segment_bytes
+                and entries + segment_entries <= segment.offset_index.max_entries
+                and segment.next_offset - (current[0].base_offset if current else 0) - 1
+                <= INT32_MAX
+            )
+            if current and not fits:
                 groups.append(current)
-                current, size = [], 0
+                current, size, entries = [], 0, 0
             current.append(segment)
             size += segment.size_bytes
+            entries += segment_entries
         if current:
             groups.append(current)
         return groups
@@ -222,8 +276,25 @@ class Cleaner:
         for suffix in (".log", ".index", ".timeindex"):
             segment_path(log.directory, base, suffix, CLEANED_SUFFIX).unlink(missing_ok=True)
         cleaned = Segment.open(log.directory, base, log.config, state=CLEANED_SUFFIX)
+        try:
+            self._fill_cleaned(log, cleaned, group, offset_map, now_ms, stats)
+        except BaseException:
+            cleaned.delete_files()
+            raise
+        self.on_step("cleaned-filled")
+        log.replace_segments(cleaned, group, self.on_step)
+
+    def _fill_cleaned(
+        self,
+        log: PartitionLog,
+        cleaned: Segment,
+        group: list[Segment],
+        offset_map: OffsetMap,
+        now_ms: int,
+        stats: _Counters,
+    ) -> None:
         cleaned.make_active()
-        cleaned.next_offset = base
+        cleaned.next_offset = cleaned.base_offset
         for segment in group:
             stats.segments += 1
             stats.read += segment.size_bytes
@@ -236,8 +307,6 @@ class Cleaner:
                     out = kept[0]
                     cleaned.append(out, [parse_header(out)], now_ms)
                     stats.written += len(out)
-        self.on_step("cleaned-filled")
-        log.replace_segments(cleaned, group, self.on_step)
 
     def _filter_batch(
         self,
@@ -263,15 +332,15 @@ class Cleaner:
                 continue
             kept.append(record)
         has_tombstone = any(record.value is None for record in kept)
-        if len(kept) == len(batch.records) and (horizon is not None or not has_tombstone):
+        # A horizon stays exactly as long as the batch holds a tombstone.
+        if has_tombstone:
+            new_horizon = horizon if horizon is not None else now_ms + delete_retention_ms
+        else:
+            new_horizon = None
+        if len(kept) == len(batch.records) and new_horizon == horizon:
             return data, len(kept)
         if not kept:
             return None, 0
-        new_horizon = (
-            horizon
-            if horizon is not None
-            else (now_ms + delete_retention_ms if has_tombstone else None)
-        )
         return (
             encode_batch(
                 kept,

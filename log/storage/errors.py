@@ -10,7 +10,8 @@ Hierarchy::
     │                               on a compacted topic, offsets that do not fit)
     ├── RecordTooLargeError         a batch over ``max.message.bytes``
     ├── OffsetOutOfRangeError       a read or truncation outside [log start, log end]
-    └── LogClosedError              the log was closed
+    ├── LogClosedError              the log was closed
+    └── LogLockedError              another log holds the directory
 
 Each maps to one Kafka error code in the broker; ``kafka_error_code`` names it.
 """
@@ -49,4 +50,8 @@ class OffsetOutOfRangeError(StorageError):
 
 
 class LogClosedError(StorageError):
+    kafka_error_code = -1
+
+
+class LogLockedError(StorageError):
     kafka_error_code = -1

@@ -31,6 +31,7 @@ DELETED_SUFFIX = ".deleted"
 TEMPORARY_SUFFIX = ".tmp"
 CHECKPOINT_FILE = "partition.checkpoint"
 CLEAN_SHUTDOWN_FILE = ".clean_shutdown"
+LOCK_FILE = ".lock"
 OFFSET_DIGITS = 20
 _CHECKPOINT_VERSION = 1
 _CHECKPOINT_KEYS = ("log_start_offset", "recovery_point", "cleaner_offset")

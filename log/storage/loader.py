@@ -94,7 +94,9 @@ class LogLoader:
         return LoadedLog(
             segments=segments,
             log_start_offset=log_start,
-            recovery_point=min(recovery_point, log_end) if was_clean else log_end,
+            # After a crash the recovered tail may live only in the page cache: keep
+            # the old recovery point so a later power loss is still caught.
+            recovery_point=min(recovery_point, log_end),
             cleaner_offset=min(max(checkpoint["cleaner_offset"], log_start), log_end),
             was_clean=was_clean,
             truncated_bytes=truncated,
@@ -102,9 +104,18 @@ class LogLoader:
 
     def _remove_leftovers(self) -> None:
         for path in self.directory.iterdir():
-            if path.name.endswith((TEMPORARY_SUFFIX, CLEANED_SUFFIX, DELETED_SUFFIX)):
+            name = path.name
+            if name.endswith((TEMPORARY_SUFFIX, CLEANED_SUFFIX, DELETED_SUFFIX)):
                 logger.info("removing leftover %s", path)
                 path.unlink(missing_ok=True)
+            elif name.endswith(SWAP_SUFFIX) and not name.endswith(LOG_SUFFIX + SWAP_SUFFIX):
+                # An index swap whose log swap is already installed: indexes are rebuilt.
+                base = parse_base_offset(name)
+                log_swap = base is not None and segment_path(
+                    self.directory, base, LOG_SUFFIX, SWAP_SUFFIX
+                ).exists()
+                if not log_swap:
+                    path.unlink(missing_ok=True)
 
     def _finish_swaps(self) -> None:
         swaps = sorted(

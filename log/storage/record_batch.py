@@ -39,7 +39,11 @@ from typing import NamedTuple
 from crc32c import crc32c
 
 from eventplatform.log.storage.compression import Compression, compress, decompress
-from eventplatform.log.storage.errors import CorruptRecordError, InvalidRecordError
+from eventplatform.log.storage.errors import (
+    CorruptRecordError,
+    InvalidRecordError,
+    UnsupportedCompressionError,
+)
 
 MAGIC = 2
 HEADER_BYTES = 61
@@ -222,12 +226,31 @@ def validate_record_set(buffer: bytes | bytearray | memoryview) -> list[BatchHea
     Records are not decoded. A producer's batch must carry at least one record and
     contiguous offset deltas, so ``lastOffsetDelta == recordsCount - 1``.
     """
-    headers = list(iter_headers(buffer, check_crc=True))
+    # iter_headers inlined: this runs on every produce, where the generator shows up.
+    headers = []
+    position = 0
+    end = len(buffer)
+    while position < end:
+        header = parse_header(buffer, position)
+        size_bytes = header.batch_length + LOG_OVERHEAD_BYTES
+        if position + size_bytes > end:
+            raise CorruptRecordError(
+                f"record batch at byte {position} claims {size_bytes} bytes, "
+                f"{end - position} remain"
+            )
+        verify_crc(buffer, header)
+        headers.append(header)
+        position += size_bytes
     if not headers:
         raise InvalidRecordError("produce request carries no record batch")
     for header in headers:
-        if header.is_control:
+        if header.attributes & CONTROL_BIT:
             raise InvalidRecordError("clients may not produce control batches")
+        codec = header.attributes & COMPRESSION_MASK
+        if codec > Compression.ZSTD:
+            raise UnsupportedCompressionError(f"record batch uses unknown codec {codec}")
+        if header.attributes & DELETE_HORIZON_BIT:
+            raise InvalidRecordError("clients may not set a delete horizon")
         if header.records_count == 0:
             raise InvalidRecordError("record batch has no records")
         if header.last_offset_delta != header.records_count - 1:

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from eventplatform.log.invariants import require
+from eventplatform.log.invariants import InvariantError, require
 from eventplatform.log.storage.config import INT32_MAX, LogConfig
 from eventplatform.log.storage.errors import CorruptRecordError
 from eventplatform.log.storage.files import (
@@ -83,7 +83,6 @@ class Segment:
         self.offset_of_max_timestamp = base_offset
         self.bytes_since_index_entry = 0
         self.rolling_base_ms: int | None = None
-        self.unflushed_messages = 0
 
     @classmethod
     def open(
@@ -123,7 +122,8 @@ class Segment:
         first = headers[0]
         require(first.base_offset >= self.next_offset, "segment offsets must increase")
         written = os.write(self.descriptor, buffer)
-        require(written == len(buffer), f"short write to {self.log_path}")
+        if written != len(buffer):  # formatting the message on every append costs more
+            raise InvariantError(f"short write to {self.log_path}")
         position = self.size_bytes
         if self.rolling_base_ms is None:
             self.rolling_base_ms = now_ms
@@ -131,15 +131,18 @@ class Segment:
             self._index_batch(header, position + header.position)
         self.size_bytes += written
         self.next_offset = headers[-1].next_offset
-        self.unflushed_messages += sum(h.records_count for h in headers)
 
     def _index_batch(self, header: BatchHeader, position: int) -> None:
         if header.max_timestamp > self.max_timestamp:
             self.max_timestamp = header.max_timestamp
             self.offset_of_max_timestamp = header.base_offset
         if self.bytes_since_index_entry > self.config.index_interval_bytes:
-            self.offset_index.append(header.base_offset, position)
-            self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+            # The indexes are sparse: when one is full (a merged, cleaned segment) a
+            # skipped entry only lengthens the scan after a lookup.
+            if not self.offset_index.is_full:
+                self.offset_index.append(header.base_offset, position)
+            if not self.time_index.is_full:
+                self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
             self.bytes_since_index_entry = 0
         self.bytes_since_index_entry += header.size_bytes
 
@@ -147,7 +150,6 @@ class Segment:
         os.fsync(self.descriptor)
         self.offset_index.flush()
         self.time_index.flush()
-        self.unflushed_messages = 0
 
     def seal(self) -> None:
         """Stop being the active segment: record the final max timestamp and trim the indexes."""
@@ -315,16 +317,13 @@ class Segment:
         self.max_timestamp = NO_TIMESTAMP
         self.bytes_since_index_entry = 0
         valid_end = 0
-        # baseOffset is outside the CRC. Only compaction leaves gaps, so elsewhere a
-        # batch must start exactly where the previous one ended.
-        contiguous = not self.config.compact
+        # Offsets may have gaps (compaction, or a replica of a compacted leader), so
+        # only monotonicity is checked; baseOffset itself is outside the CRC.
         for header in self._iter_valid_batches():
             if (
                 header.base_offset < self.next_offset
                 or header.last_offset - self.base_offset > INT32_MAX
             ):
-                break
-            if contiguous and header.base_offset != self.next_offset:
                 break
             self._index_batch(header, header.position)
             self.next_offset = header.next_offset

@@ -81,6 +81,7 @@ def _crash(log: object) -> None:
         if segment.descriptor >= 0:
             os.close(segment.descriptor)
             segment.descriptor = -1
+    os.close(log._lock_descriptor)  # the kernel drops a dead process's locks
     log._closed = True
 
 

@@ -54,12 +54,49 @@ def test_time_retention_deletes_only_expired_closed_segments(
     assert PartitionLog.open(tmp_path, config, clock_ms=clock).log_start_offset == 18
 
 
-def test_time_retention_never_deletes_the_active_segment(tmp_path: Path, clock, make_batch) -> None:
-    log = PartitionLog.open(tmp_path, LogConfig(retention_ms=1), clock_ms=clock)
-    log.append(make_batch(3, timestamp=0))
-    clock.advance(HOUR_MS)
+def test_an_expired_active_segment_is_rolled_and_deleted(tmp_path: Path, clock, make_batch) -> None:
+    config = LogConfig(retention_ms=HOUR_MS, file_delete_delay_ms=0)
+    log = PartitionLog.open(tmp_path, config, clock_ms=clock)
+    log.append(make_batch(3, timestamp=clock.now_ms))
+    clock.advance(HOUR_MS - 10)
     assert Cleaner().apply_retention(log) == 0
-    assert log.log_end_offset == 3
+    clock.advance(HOUR_MS)
+    assert Cleaner().apply_retention(log) == 1
+    assert (log.log_start_offset, log.log_end_offset) == (3, 3)
+    assert log.append(make_batch(1, timestamp=clock.now_ms)).base_offset == 3
+
+
+def test_retention_stops_at_the_upper_bound(tmp_path: Path, clock, make_batch) -> None:
+    config = LogConfig(segment_bytes=300, retention_bytes=0, file_delete_delay_ms=0)
+    log = PartitionLog.open(tmp_path, config, clock_ms=clock)
+    for _ in range(6):
+        log.append(make_batch(3))
+    Cleaner().apply_retention(log, upper_bound_offset=7)
+    assert log.log_start_offset <= 7
+    assert [r.offset for r in log.iter_records()][-1] == 17
+
+
+def test_segments_below_a_deleted_records_start_are_freed(
+    tmp_path: Path, clock, make_batch
+) -> None:
+    for policy in ("delete", "compact"):
+        directory = tmp_path / policy
+        config = LogConfig.from_properties(
+            {
+                "segment.bytes": 150,
+                "retention.ms": -1,
+                "cleanup.policy": policy,
+                "file.delete.delay.ms": 0,
+            }
+        )
+        log = PartitionLog.open(directory, config, clock_ms=clock)
+        for _ in range(8):
+            log.append(make_batch(3))
+        bases = [segment.base_offset for segment in log.segments]
+        log.advance_log_start_offset(bases[2] + 1)
+        assert Cleaner().apply_retention(log) == 2
+        assert log.segments.first.base_offset == bases[2]
+        assert log.log_start_offset == bases[2] + 1
 
 
 def test_size_retention_keeps_the_log_under_retention_bytes(
@@ -261,3 +298,51 @@ def check_crash_at(directory: Path, clock, crash, crash_at: int) -> None:
     Cleaner().compact(reopened)
     assert latest_by_key(list(reopened.iter_records())) == latest_by_key(history), where
     reopened.close()
+
+
+# ---------------------------------------------------------------- regressions
+
+
+def test_a_segment_with_more_keys_than_the_map_still_gets_cleaned(tmp_path: Path, clock) -> None:
+    log = PartitionLog.open(
+        tmp_path, compacted_config(**{"segment.bytes": 100_000}), clock_ms=clock
+    )
+    for round_number in range(3):
+        for key in range(50):
+            log.append(
+                keyed_batch([(f"k{key}".encode(), f"{round_number}".encode())], clock.now_ms)
+            )
+    log.roll()
+    cleaner = Cleaner(keys_max=40)
+    passes = 0
+    while cleaner.compact(log) is not None and passes < 20:
+        passes += 1
+    survivors = list(log.iter_records())
+    assert len(survivors) < 150
+    assert latest_by_key(survivors) == {f"k{key}".encode(): (100 + key, b"2") for key in range(50)}
+
+
+def test_merging_never_overflows_the_indexes(tmp_path: Path, clock) -> None:
+    config = compacted_config(**{"segment.index.bytes": 64, "index.interval.bytes": 0})
+    log = PartitionLog.open(tmp_path, config, clock_ms=clock)
+    for number in range(60):
+        log.append(keyed_batch([(f"k{number}".encode(), b"v")], clock.now_ms))
+    assert len(log.segments) > 3
+    Cleaner().compact(log)
+    assert [r.offset for r in log.iter_records()] == list(range(60))
+    assert not list(tmp_path.glob("*.cleaned"))
+
+
+def test_a_dropped_tombstone_clears_the_horizon(tmp_path: Path, clock) -> None:
+    config = compacted_config(**{"delete.retention.ms": HOUR_MS})
+    log = PartitionLog.open(tmp_path, config, clock_ms=clock)
+    log.append(keyed_batch([(b"live", b"v"), (b"gone", None)], clock.now_ms))
+    log.roll()
+    assert Cleaner().compact(log) is not None  # stamps the horizon
+    assert Cleaner().needs_compaction(log) is False
+    clock.advance(HOUR_MS)
+    assert Cleaner().needs_compaction(log) is True
+    assert Cleaner().compact(log) is not None  # drops the tombstone and the horizon
+    assert [(r.key, r.value) for r in log.iter_records()] == [(b"live", b"v")]
+    assert Cleaner().compact(log) is None
+    assert Cleaner().needs_compaction(log) is False

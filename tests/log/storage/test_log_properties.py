@@ -38,6 +38,7 @@ def _release(log: PartitionLog) -> None:
                 os.close(index._descriptor)
         if segment.descriptor >= 0:
             os.close(segment.descriptor)
+    os.close(log._lock_descriptor)
     log._closed = True
 
 

@@ -226,3 +226,42 @@ def test_stamped_batch_header_matches_the_assigned_offsets(tmp_path: Path, make_
     found = log.read(0, 1 << 20)
     header = parse_header(found.read_bytes())
     assert (header.base_offset, header.last_offset, header.records_count) == (0, 3, 4)
+
+
+def test_producers_may_not_set_cleaner_only_attributes(tmp_path: Path, make_batch) -> None:
+    import struct
+
+    from crc32c import crc32c
+
+    from eventplatform.log.storage import UnsupportedCompressionError
+    from eventplatform.log.storage.record_batch import CRC_START
+
+    log = PartitionLog.open(tmp_path)
+    for attributes, error in ((0x0006, UnsupportedCompressionError), (0x0040, InvalidRecordError)):
+        batch = bytearray(make_batch(2))
+        struct.pack_into(">h", batch, 21, attributes)
+        struct.pack_into(">I", batch, 17, crc32c(bytes(batch[CRC_START:])))
+        with pytest.raises(error):
+            log.append(batch)
+    assert log.log_end_offset == 0
+
+
+def test_truncating_into_the_batch_holding_the_log_start_restarts_the_log(
+    tmp_path: Path, make_batch
+) -> None:
+    log = PartitionLog.open(tmp_path)
+    log.append(make_batch(10))
+    log.advance_log_start_offset(5)
+    log.truncate_to(7)
+    assert (log.log_start_offset, log.log_end_offset) == (7, 7)
+    assert log.append(make_batch(1)).base_offset == 7
+
+
+def test_a_directory_is_opened_by_one_log_at_a_time(tmp_path: Path) -> None:
+    from eventplatform.log.storage import LogLockedError
+
+    log = PartitionLog.open(tmp_path)
+    with pytest.raises(LogLockedError):
+        PartitionLog.open(tmp_path)
+    log.close()
+    PartitionLog.open(tmp_path).close()
