@@ -111,9 +111,10 @@ class LogLoader:
             elif name.endswith(SWAP_SUFFIX) and not name.endswith(LOG_SUFFIX + SWAP_SUFFIX):
                 # An index swap whose log swap is already installed: indexes are rebuilt.
                 base = parse_base_offset(name)
-                log_swap = base is not None and segment_path(
-                    self.directory, base, LOG_SUFFIX, SWAP_SUFFIX
-                ).exists()
+                log_swap = (
+                    base is not None
+                    and segment_path(self.directory, base, LOG_SUFFIX, SWAP_SUFFIX).exists()
+                )
                 if not log_swap:
                     path.unlink(missing_ok=True)
 
