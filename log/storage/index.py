@@ -20,7 +20,7 @@ import os
 import struct
 from pathlib import Path
 
-from eventplatform.log.invariants import require
+from eventplatform.log.invariants import InvariantError
 
 _OFFSET_ENTRY = struct.Struct(">ii")
 _TIME_ENTRY = struct.Struct(">qi")
@@ -45,6 +45,7 @@ class _MappedIndex:
         else:
             self._torn = False
         self._remap(writable)
+        self._last = self._read_last()
 
     # ------------------------------------------------------------ lifecycle
 
@@ -87,11 +88,17 @@ class _MappedIndex:
         self.entries = 0
         self._torn = False
         self._remap(True)
+        self._last = None
 
     def truncate_entries(self, entries: int) -> None:
         self.entries = entries
         if not self._writable:
             self._remap(False)
+        self._last = self._read_last()
+
+    def _read_last(self) -> tuple[int, int] | None:
+        """The raw last entry; appends keep a copy so the hot path never reads the map."""
+        return self._entry(self.entries - 1) if self.entries and self._map is not None else None
 
     @property
     def is_full(self) -> bool:
@@ -103,13 +110,11 @@ class _MappedIndex:
         return result
 
     def _append(self, first: int, second: int) -> None:
-        require(
-            self._writable and not self.is_full, f"{self.path}: append to a sealed or full index"
-        )
-        if not self._writable or self._map is None:
-            return
+        if not self._writable or self._map is None or self.entries >= self.max_entries:
+            raise InvariantError(f"{self.path}: append to a sealed or full index")
         self.entry.pack_into(self._map, self.entries * self.entry.size, first, second)
         self.entries += 1
+        self._last = (first, second)
 
     def _last_slot_at_most(self, field: int, target: int) -> int:
         """Index of the last entry whose ``field`` is <= target, or -1."""
@@ -132,10 +137,9 @@ class OffsetIndex(_MappedIndex):
 
     def append(self, offset: int, position: int) -> None:
         relative = offset - self.base_offset
-        if self.entries:
-            last_relative, last_position = self._entry(self.entries - 1)
-            require(relative > last_relative, f"{self.path}: index offsets must increase")
-            require(position > last_position, f"{self.path}: index positions must increase")
+        last = self._last
+        if last is not None and (relative <= last[0] or position <= last[1]):
+            raise InvariantError(f"{self.path}: index offsets and positions must increase")
         self._append(relative, position)
 
     def lookup(self, offset: int) -> tuple[int, int]:
@@ -159,10 +163,9 @@ class OffsetIndex(_MappedIndex):
         self.truncate_entries(self._last_slot_at_most(0, offset - self.base_offset - 1) + 1)
 
     def last_entry(self) -> tuple[int, int] | None:
-        if not self.entries:
+        if self._last is None:
             return None
-        relative, position = self._entry(self.entries - 1)
-        return self.base_offset + relative, position
+        return self.base_offset + self._last[0], self._last[1]
 
     def is_sane(self, log_size_bytes: int) -> bool:
         if self._torn:
@@ -178,12 +181,11 @@ class TimeIndex(_MappedIndex):
 
     def maybe_append(self, timestamp: int, offset: int) -> None:
         """Add an entry if ``timestamp`` is newer than the last one."""
-        last = self.last_entry()
-        if last is not None and timestamp <= last[0]:
+        last = self._last
+        relative = offset - self.base_offset
+        if last is not None and (timestamp <= last[0] or relative <= last[1]):
             return
-        if last is not None and offset <= last[1]:
-            return
-        self._append(timestamp, offset - self.base_offset)
+        self._append(timestamp, relative)
 
     def lookup(self, timestamp: int) -> tuple[int, int]:
         """``(timestamp, offset)`` of the last entry with a timestamp <= ``timestamp``."""
@@ -197,10 +199,9 @@ class TimeIndex(_MappedIndex):
         self.truncate_entries(self._last_slot_at_most(1, offset - self.base_offset - 1) + 1)
 
     def last_entry(self) -> tuple[int, int] | None:
-        if not self.entries:
+        if self._last is None:
             return None
-        timestamp, relative = self._entry(self.entries - 1)
-        return timestamp, self.base_offset + relative
+        return self._last[0], self.base_offset + self._last[1]
 
     def is_sane(self, next_offset: int) -> bool:
         if self._torn:
