@@ -41,6 +41,7 @@ from eventplatform.log.storage.files import (
 )
 from eventplatform.log.storage.loader import LogLoader
 from eventplatform.log.storage.record_batch import (
+    LOG_OVERHEAD_BYTES,
     BatchHeader,
     DecodedBatch,
     Record,
@@ -78,7 +79,7 @@ class PartitionLog:
 
     def __init__(self, directory: Path, config: LogConfig, clock_ms: Callable[[], int]) -> None:
         self.directory = directory
-        self.config = config
+        self.update_config(config)
         self.clock_ms = clock_ms
         self._lock_descriptor = _lock_directory(directory)
         loaded = LogLoader(directory, config).load()
@@ -108,6 +109,17 @@ class PartitionLog:
     ) -> PartitionLog:
         """Open or create the log in ``directory``, recovering it if it was not closed cleanly."""
         return cls(Path(directory), config or LogConfig(), clock_ms)
+
+    def update_config(self, config: LogConfig) -> None:
+        """Apply new topic settings; they take effect from the next append or roll."""
+        self.config = config
+        # Read once per append: plain attributes are cheaper than the dataclass's.
+        self._max_message_bytes = config.max_message_bytes
+        self._segment_bytes = config.segment_bytes
+        self._log_append_time = config.message_timestamp_type == "LogAppendTime"
+        self._compact = config.compact
+        for segment in getattr(self, "segments", ()):
+            segment.config = config
 
     # ------------------------------------------------------------ state
 
@@ -140,7 +152,7 @@ class PartitionLog:
         headers = self._validate(buffer)
         now_ms = self.clock_ms()
         next_offset = self._active.next_offset
-        log_append_time = self.config.message_timestamp_type == "LogAppendTime"
+        log_append_time = self._log_append_time
         stamped = []
         records = 0
         for header in headers:
@@ -178,19 +190,18 @@ class PartitionLog:
         )
 
     def _validate(self, buffer: bytes | bytearray, *, producer: bool = True) -> list[BatchHeader]:
-        if len(buffer) > self.config.segment_bytes:
+        if len(buffer) > self._segment_bytes:
             raise RecordTooLargeError(
-                f"record set of {len(buffer)} bytes exceeds "
-                f"segment.bytes {self.config.segment_bytes}"
+                f"record set of {len(buffer)} bytes exceeds segment.bytes {self._segment_bytes}"
             )
         headers = validate_record_set(buffer) if producer else _follower_headers(buffer)
+        limit = self._max_message_bytes
         for header in headers:
-            if header.size_bytes > self.config.max_message_bytes:
+            if header.batch_length + LOG_OVERHEAD_BYTES > limit:
                 raise RecordTooLargeError(
-                    f"record batch of {header.size_bytes} bytes exceeds max.message.bytes "
-                    f"{self.config.max_message_bytes}"
+                    f"record batch of {header.size_bytes} bytes exceeds max.message.bytes {limit}"
                 )
-        if producer and self.config.compact:
+        if producer and self._compact:
             for batch in decode_record_set(buffer, check_crc=False):
                 if any(record.key is None for record in batch.records):
                     raise InvalidRecordError("a compacted topic only accepts records with a key")

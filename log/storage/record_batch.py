@@ -173,7 +173,9 @@ def parse_header(buffer: bytes | bytearray | memoryview, position: int = 0) -> B
         raise CorruptRecordError(f"record batch lastOffsetDelta {fields[6]} is negative")
     if fields[12] < 0:
         raise CorruptRecordError(f"record batch count {fields[12]} is negative")
-    return BatchHeader._make((*fields, position))
+    # tuple.__new__ skips the NamedTuple constructor's argument handling (hot path).
+    header: BatchHeader = tuple.__new__(BatchHeader, (*fields, position))
+    return header
 
 
 def read_offset_and_length(

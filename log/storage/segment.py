@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from eventplatform.log.invariants import InvariantError, require
+from eventplatform.log.invariants import InvariantError
 from eventplatform.log.storage.config import INT32_MAX, LogConfig
 from eventplatform.log.storage.errors import CorruptRecordError
 from eventplatform.log.storage.files import (
@@ -119,8 +119,8 @@ class Segment:
         self, buffer: bytes | bytearray | memoryview, headers: list[BatchHeader], now_ms: int
     ) -> None:
         """Append whole, already stamped batches; ``headers`` describe them in order."""
-        first = headers[0]
-        require(first.base_offset >= self.next_offset, "segment offsets must increase")
+        if headers[0].base_offset < self.next_offset:
+            raise InvariantError("segment offsets must increase")
         written = os.write(self.descriptor, buffer)
         if written != len(buffer):  # formatting the message on every append costs more
             raise InvariantError(f"short write to {self.log_path}")
