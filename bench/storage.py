@@ -30,12 +30,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import random
-import shlex
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -44,14 +41,28 @@ from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
+from harness import (
+    GIB,
+    GIGABYTE,
+    KIB,
+    MEGABYTE,
+    MIB,
+    Deadline,
+    Sample,
+    Spread,
+    Stopwatch,
+    check_free_space,
+    describe_bytes,
+    describe_machine,
+    format_spread,
+    invocation,
+    markdown_table,
+    progress,
+    text_table,
+)
+
 from eventplatform.log.storage import LogConfig, PartitionLog, Record
 from eventplatform.log.storage.record_batch import encode_batch
-
-KIB = 1024
-MIB = 1024 * KIB
-GIB = 1024 * MIB
-MEGABYTE = 1_000_000
-GIGABYTE = 1_000_000_000
 
 RECORD_VALUE_BYTES = 100
 BATCH_TARGETS_BYTES = (16 * KIB, MIB)
@@ -66,7 +77,6 @@ GROWTH_ALTERNATIONS = 4
 RANDOM_SEED = 20_240_601
 REPOSITORY_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_DATA_PARENT = REPOSITORY_ROOT / ".eventplatform" / "bench"
-LSCPU_LINES = 15
 
 
 @dataclass(frozen=True)
@@ -114,16 +124,6 @@ QUICK = Settings(
 )
 
 
-class Deadline:
-    """A monotonic-clock limit that every benchmark loop checks besides its count."""
-
-    def __init__(self, seconds: float) -> None:
-        self.expires = time.monotonic() + seconds
-
-    def passed(self) -> bool:
-        return time.monotonic() >= self.expires
-
-
 @dataclass(frozen=True)
 class Batch:
     """One encoded producer batch, appended over and over."""
@@ -134,56 +134,6 @@ class Batch:
     @property
     def size_bytes(self) -> int:
         return len(self.payload)
-
-
-class Stopwatch:
-    """Wall-clock and CPU time (user + system, this process) since creation."""
-
-    def __init__(self) -> None:
-        self.wall_started = time.perf_counter()
-        self.cpu_started = time.process_time()
-
-    def elapsed(self) -> tuple[float, float]:
-        return time.perf_counter() - self.wall_started, time.process_time() - self.cpu_started
-
-
-@dataclass(frozen=True)
-class Sample:
-    """One timed loop: ``size_bytes`` moved in ``seconds``; ``truncated`` if the deadline cut it.
-
-    ``cpu_seconds`` is this process's user + system time over the loop. On a
-    shared machine it leaves out the time other jobs held the CPU (though not
-    slow page faults, which are charged to this process).
-    """
-
-    size_bytes: int
-    records: int
-    seconds: float
-    cpu_seconds: float
-    truncated: bool = False
-
-    @property
-    def megabytes_per_second(self) -> float:
-        return self.size_bytes / MEGABYTE / self.seconds
-
-    @property
-    def megabytes_per_cpu_second(self) -> float:
-        return self.size_bytes / MEGABYTE / max(self.cpu_seconds, 1e-9)
-
-    @property
-    def records_per_second(self) -> float:
-        return self.records / self.seconds
-
-
-@dataclass(frozen=True)
-class Spread:
-    median: float
-    minimum: float
-    maximum: float
-
-    @classmethod
-    def of(cls, values: Sequence[float]) -> Spread:
-        return cls(statistics.median(values), min(values), max(values))
 
 
 @dataclass(frozen=True)
@@ -592,67 +542,7 @@ def run_growth(run_directory: Path, settings: Settings) -> list[GrowthPoint]:
 # ---------------------------------------------------------------- environment
 
 
-def progress(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
-
-
-def describe_bytes(size_bytes: int) -> str:
-    for unit, scale in (("GiB", GIB), ("MiB", MIB), ("KiB", KIB)):
-        if size_bytes >= scale:
-            return f"{size_bytes / scale:.1f} {unit}".replace(".0 ", " ")
-    return f"{size_bytes} B"
-
-
-def command_output(arguments: list[str], lines_max: int | None = None) -> str:
-    try:
-        completed = subprocess.run(
-            arguments, capture_output=True, text=True, check=False, timeout=10
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"({shlex.join(arguments)} failed: {exc})"
-    lines = completed.stdout.rstrip().splitlines()
-    return "\n".join(lines[:lines_max] if lines_max else lines)
-
-
-def invocation(argv: Sequence[str]) -> str:
-    """The command line as typed from the repository root, for the report."""
-    interpreter = Path(sys.executable)
-    if interpreter.is_relative_to(Path.cwd()):
-        interpreter = interpreter.relative_to(Path.cwd())
-    script = Path(__file__).resolve()
-    if script.is_relative_to(Path.cwd()):
-        script = script.relative_to(Path.cwd())
-    return shlex.join([str(interpreter), str(script), *argv])
-
-
-def describe_machine(data_directory: Path) -> dict[str, str]:
-    return {
-        "nproc": command_output(["nproc"]),
-        "lscpu": command_output(["lscpu"], LSCPU_LINES),
-        "free -h": command_output(["free", "-h"]),
-        f"df -h {data_directory}": command_output(["df", "-h", str(data_directory)]),
-        "python": f"{platform.python_implementation()} {platform.python_version()}",
-        "kernel": platform.release(),
-    }
-
-
-def check_free_space(directory: Path, free_bytes_min: int) -> None:
-    free_bytes = shutil.disk_usage(directory).free
-    if free_bytes < free_bytes_min:
-        raise SystemExit(
-            f"refusing to run: {directory} has {free_bytes / GIGABYTE:.1f} GB free, "
-            f"this benchmark wants at least {free_bytes_min / GIGABYTE:.0f} GB "
-            "(use --quick, another --data-dir, or --free-gb-min)"
-        )
-
-
 # ---------------------------------------------------------------- output
-
-
-def format_spread(spread: Spread, digits: int = 0) -> str:
-    return (
-        f"{spread.median:,.{digits}f} ({spread.minimum:,.{digits}f}-{spread.maximum:,.{digits}f})"
-    )
 
 
 def comparison_rows(comparisons: list[Comparison], unit: str) -> list[list[str]]:
@@ -713,22 +603,6 @@ def growth_rows(points: list[GrowthPoint]) -> list[list[str]]:
             ]
         )
     return rows
-
-
-def text_table(rows: list[list[str]]) -> str:
-    widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
-    lines = [
-        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True))
-        for row in rows
-    ]
-    lines.insert(1, "  ".join("-" * width for width in widths))
-    return "\n".join(lines)
-
-
-def markdown_table(rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(row) + " |" for row in rows]
-    lines.insert(1, "|" + "|".join(" --- " for _ in rows[0]) + "|")
-    return "\n".join(lines)
 
 
 def method_notes(report: Report) -> list[str]:
@@ -862,7 +736,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     check_free_space(parent, settings.free_bytes_min)
     run_directory = Path(tempfile.mkdtemp(prefix="storage-", dir=parent))
     report = Report(
-        command=invocation(sys.argv[1:] if argv is None else argv),
+        command=invocation(__file__, sys.argv[1:] if argv is None else argv),
         date=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         quick=arguments.quick,
         settings=settings,
