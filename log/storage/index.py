@@ -9,7 +9,7 @@ max timestamp reached it. Both are strictly increasing in every field.
 While a segment is active its index files are preallocated to
 ``segment.index.bytes`` and mapped; closing or sealing trims them to their
 entries. Indexes are derived data: a missing or insane file is rebuilt from
-the log (:meth:`Segment.rebuild_indexes`). One owner thread; reads and
+the log (:meth:`Segment.recover`). One owner thread; reads and
 appends must not run concurrently.
 """
 

@@ -46,7 +46,7 @@ from eventplatform.log.storage.record_batch import (
     DecodedBatch,
     Record,
     decode_record_set,
-    iter_headers,
+    split_batches,
     stamp,
     stamp_log_append_time,
     validate_record_set,
@@ -480,7 +480,7 @@ def _lock_directory(directory: Path) -> int:
 
 
 def _follower_headers(buffer: bytes | bytearray) -> list[BatchHeader]:
-    headers = list(iter_headers(buffer, check_crc=True))
+    headers = split_batches(buffer, check_crc=True)
     if not headers:
         raise InvalidRecordError("replicated record set carries no record batch")
     return headers

@@ -352,16 +352,6 @@ class Segment:
             yield header._replace(position=position)
             position += header.size_bytes
 
-    def rebuild_indexes(self) -> None:
-        """Rebuild both indexes from the log, which must already be valid."""
-        self.offset_index.reset()
-        self.time_index.reset()
-        self.bytes_since_index_entry = 0
-        self.max_timestamp = NO_TIMESTAMP
-        for header in self.scan():
-            self._index_batch(header, header.position)
-            self.next_offset = header.next_offset
-
     def truncate_to(self, offset: int) -> int:
         """Drop every batch whose last offset is >= ``offset``. Returns the bytes removed."""
         header = self.find_batch(offset)

@@ -4,8 +4,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import pytest
+from crash_simulation import crash as simulate_crash
 
-from eventplatform.log.storage import Compression, Record
+from eventplatform.log.storage import Compression, PartitionLog, Record
 from eventplatform.log.storage.record_batch import encode_batch
 
 
@@ -57,34 +58,6 @@ def make_batch() -> BatchFactory:
     return build
 
 
-def _crash(log: object) -> None:
-    """Drop a log as a killed process would: no flush, no trim, no checkpoint, no marker.
-
-    Only this process's descriptors and mappings are released; the files stay
-    exactly as the page cache holds them.
-    """
-    import mmap
-    import os
-
-    from eventplatform.log.storage import PartitionLog
-
-    assert isinstance(log, PartitionLog)
-    segments = list(log.segments) + [segment for _, segment in log._pending_deletes]
-    for segment in segments:
-        for index in (segment.offset_index, segment.time_index):
-            mapping: mmap.mmap | None = index._map
-            if mapping is not None:
-                mapping.close()
-            if index._descriptor >= 0:
-                os.close(index._descriptor)
-                index._descriptor = -1
-        if segment.descriptor >= 0:
-            os.close(segment.descriptor)
-            segment.descriptor = -1
-    os.close(log._lock_descriptor)  # the kernel drops a dead process's locks
-    log._closed = True
-
-
 @pytest.fixture
-def crash() -> Callable[[object], None]:
-    return _crash
+def crash() -> Callable[[PartitionLog], None]:
+    return simulate_crash

@@ -7,6 +7,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from crash_simulation import crash
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
@@ -24,22 +25,6 @@ class Clock:
 
     def __call__(self) -> int:
         return self.now_ms
-
-
-def _release(log: PartitionLog) -> None:
-    """Close descriptors as a killed process would: no flush, trim, checkpoint or marker."""
-    import os
-
-    for segment in list(log.segments) + [segment for _, segment in log._pending_deletes]:
-        for index in (segment.offset_index, segment.time_index):
-            if index._map is not None:
-                index._map.close()
-            if index._descriptor >= 0:
-                os.close(index._descriptor)
-        if segment.descriptor >= 0:
-            os.close(segment.descriptor)
-    os.close(log._lock_descriptor)
-    log._closed = True
 
 
 class LogMachine(RuleBasedStateMachine):
@@ -129,7 +114,7 @@ class LogMachine(RuleBasedStateMachine):
 
     @rule()
     def reopen_after_crash(self) -> None:
-        _release(self.log)
+        crash(self.log)
         self.log = PartitionLog.open(self.directory, self.config, clock_ms=self.clock)
         assert not self.log.opened_cleanly
 

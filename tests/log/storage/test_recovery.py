@@ -52,9 +52,31 @@ def test_unclean_reopen_keeps_every_whole_batch(tmp_path: Path, make_batch, cras
     assert reopened.recovery_point == reopened.log_end_offset
 
 
-def _active_batches(layout: list[tuple[int, int, int, int]]) -> list[tuple[int, int, int, int]]:
-    last_base = layout[-1][0]
-    return [entry for entry in layout if entry[0] == last_base]
+def crashed_active_segment(
+    directory: Path, make_batch, crash, batches: int
+) -> tuple[Path, int, list[tuple[int, int, int, int]]]:
+    """Fill a log, kill it, and return its active segment's path, size and batch layout."""
+    log, layout = fill(directory, make_batch, batches)
+    active = [entry for entry in layout if entry[0] == layout[-1][0]]
+    path, size = log.active_segment.log_path, log.active_segment.size_bytes
+    crash(log)
+    return path, size, active
+
+
+def assert_valid_prefix_survives(
+    directory: Path, make_batch, active: list[tuple[int, int, int, int]], damaged_at: int
+) -> None:
+    """Reopening keeps exactly the active segment's batches that end before ``damaged_at``."""
+    survivors = [entry for entry in active if entry[1] + entry[2] <= damaged_at]
+    expected_end = survivors[-1][3] if survivors else active[0][0]
+    reopened = PartitionLog.open(directory, CONFIG)
+    assert reopened.log_end_offset == expected_end
+    assert offsets(reopened) == list(range(expected_end))
+    expected_size = survivors[-1][1] + survivors[-1][2] if survivors else 0
+    assert reopened.active_segment.size_bytes == expected_size
+    # The log keeps working after recovery.
+    assert reopened.append(make_batch(2)).base_offset == expected_end
+    reopened.close()
 
 
 @settings(
@@ -65,12 +87,9 @@ def test_garbage_in_active_segment_keeps_exactly_the_valid_prefix(
     tmp_path_factory, make_batch, crash, data
 ) -> None:
     directory = tmp_path_factory.mktemp("garbage")
-    log, layout = fill(directory, make_batch, data.draw(st.integers(5, 30)))
-    active = _active_batches(layout)
-    base = active[0][0]
-    path = log.active_segment.log_path
-    size = log.active_segment.size_bytes
-    crash(log)
+    path, size, active = crashed_active_segment(
+        directory, make_batch, crash, data.draw(st.integers(5, 30))
+    )
     position = data.draw(st.integers(0, size - 1))
     # 13 bytes always reach a checked field: batchLength, magic, CRC or the covered body.
     length = data.draw(st.integers(13, 32))
@@ -80,16 +99,7 @@ def test_garbage_in_active_segment_keeps_exactly_the_valid_prefix(
     with open(path, "r+b") as handle:
         handle.seek(position)
         handle.write(noise)
-    survivors = [entry for entry in active if entry[1] + entry[2] <= position]
-    expected_end = survivors[-1][3] if survivors else base
-    reopened = PartitionLog.open(directory, CONFIG)
-    assert reopened.log_end_offset == expected_end
-    assert offsets(reopened) == list(range(expected_end))
-    assert reopened.active_segment.size_bytes == (
-        survivors[-1][1] + survivors[-1][2] if survivors else 0
-    )
-    # The log keeps working after recovery.
-    assert reopened.append(make_batch(2)).base_offset == expected_end
+    assert_valid_prefix_survives(directory, make_batch, active, position)
 
 
 @settings(
@@ -100,18 +110,12 @@ def test_truncated_active_segment_keeps_exactly_the_valid_prefix(
     tmp_path_factory, make_batch, crash, data
 ) -> None:
     directory = tmp_path_factory.mktemp("torn")
-    log, layout = fill(directory, make_batch, data.draw(st.integers(5, 30)))
-    active = _active_batches(layout)
-    path = log.active_segment.log_path
-    size = log.active_segment.size_bytes
-    crash(log)
+    path, size, active = crashed_active_segment(
+        directory, make_batch, crash, data.draw(st.integers(5, 30))
+    )
     cut = data.draw(st.integers(0, size - 1))
     os.truncate(path, cut)
-    survivors = [entry for entry in active if entry[1] + entry[2] <= cut]
-    expected_end = survivors[-1][3] if survivors else active[0][0]
-    reopened = PartitionLog.open(directory, CONFIG)
-    assert reopened.log_end_offset == expected_end
-    assert offsets(reopened) == list(range(expected_end))
+    assert_valid_prefix_survives(directory, make_batch, active, cut)
 
 
 def test_corruption_in_an_older_unflushed_segment_drops_every_later_segment(
