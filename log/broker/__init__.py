@@ -1,0 +1,1 @@
+"""The Kafka-compatible broker: trio server, connections, topics and one handler per API."""

@@ -1,0 +1,1 @@
+"""One module per Kafka API; ``dispatcher`` maps API keys to them."""
