@@ -112,6 +112,8 @@ class F:
             object.__setattr__(self, "fields", tuple(type))
         elif isinstance(type, Struct):
             object.__setattr__(self, "fields", type.fields)
+        else:
+            object.__setattr__(self, "fields", ())
         if default is ...:
             default = type.default if isinstance(type, Primitive) else ()
         object.__setattr__(self, "default", default)

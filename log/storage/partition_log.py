@@ -141,15 +141,34 @@ class PartitionLog:
 
     # ------------------------------------------------------------ appends
 
-    def append(self, record_set: bytes | bytearray, *, leader_epoch: int = -1) -> AppendInfo:
-        """Validate, assign offsets to and append a produced record set.
+    def validate(self, record_set: bytes | bytearray) -> tuple[bytearray, list[BatchHeader]]:
+        """Check a produced record set as ``append`` would, without appending it.
 
-        Only batch headers and CRCs are checked (records stay bytes), except on a
-        compacted topic, whose records must all carry a key.
+        Returns the (mutable) buffer and its batch headers, which the caller may
+        hand back to ``append`` after its own checks, so the CRCs are verified once.
         """
         self._check_open()
         buffer = record_set if isinstance(record_set, bytearray) else bytearray(record_set)
-        headers = self._validate(buffer)
+        return buffer, self._validate(buffer)
+
+    def append(
+        self,
+        record_set: bytes | bytearray,
+        *,
+        leader_epoch: int = -1,
+        validated: list[BatchHeader] | None = None,
+    ) -> AppendInfo:
+        """Validate, assign offsets to and append a produced record set.
+
+        Only batch headers and CRCs are checked (records stay bytes), except on a
+        compacted topic, whose records must all carry a key. ``validated`` is the
+        header list ``validate`` returned for this very ``record_set`` (a bytearray).
+        """
+        self._check_open()
+        if validated is not None and isinstance(record_set, bytearray):
+            buffer, headers = record_set, validated
+        else:
+            buffer, headers = self.validate(record_set)
         now_ms = self.clock_ms()
         next_offset = self._active.next_offset
         log_append_time = self._log_append_time

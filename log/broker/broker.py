@@ -1,0 +1,174 @@
+"""The broker's shared state: configuration, topics, producer ids, the group coordinator.
+
+``Broker.open`` loads the data directory (recovering every partition) and
+``Broker.close`` shuts every log down cleanly and writes the broker's own
+clean-shutdown marker. ``run_background`` is the one task that owns the
+periodic work: flushing, retention and compaction, producer-id expiry.
+
+Everything here runs on the broker's trio thread; handlers receive the
+``Broker`` through their ``RequestContext``.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+import uuid
+from base64 import urlsafe_b64encode
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import trio
+
+from eventplatform.log.broker.config import BrokerConfig
+from eventplatform.log.broker.topics import META_FILE, Topic, TopicError, TopicRegistry
+from eventplatform.log.storage import Cleaner
+from eventplatform.log.storage.files import CLEAN_SHUTDOWN_FILE, write_atomically
+from eventplatform.log.storage.partition_log import wall_clock_ms
+
+if TYPE_CHECKING:
+    from eventplatform.log.groups.coordinator import GroupCoordinator
+
+log = logging.getLogger("eventplatform.broker")
+
+PRODUCER_ID_BLOCK = 1000
+PRODUCER_IDS_FILE = "producer_ids"
+FLUSH_INTERVAL_S = 1.0
+PRODUCER_EXPIRY_INTERVAL_S = 600.0
+_INT64 = struct.Struct(">q")
+
+
+class ProducerIdAllocator:
+    """Hands out producer ids that are never reused, even across restarts.
+
+    Ids are reserved in blocks: the end of the current block is written (and
+    fsynced) before any id of it is handed out, so a crash skips at most the
+    rest of a block.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.next_id = _INT64.unpack(path.read_bytes())[0] if path.exists() else 0
+        self.block_end = self.next_id
+
+    def allocate(self) -> int:
+        if self.next_id >= self.block_end:
+            self.block_end = self.next_id + PRODUCER_ID_BLOCK
+            write_atomically(self.path, _INT64.pack(self.block_end))
+        producer_id = self.next_id
+        self.next_id += 1
+        return producer_id
+
+
+class Broker:
+    """See the module docstring."""
+
+    def __init__(
+        self,
+        config: BrokerConfig,
+        topics: TopicRegistry,
+        cluster_id: str,
+        clock_ms: Callable[[], int],
+    ) -> None:
+        self.config = config
+        self.topics = topics
+        self.cluster_id = cluster_id
+        self.node_id = config.node_id
+        self.clock_ms = clock_ms
+        self.port = config.listen_port
+        self.producer_ids = ProducerIdAllocator(config.data_dir / PRODUCER_IDS_FILE)
+        self.cleaner = Cleaner()
+        self.groups: GroupCoordinator | None = None
+        self.api_versions: list[dict[str, int]] = []
+        self.was_clean_shutdown = False
+
+    @classmethod
+    def open(cls, config: BrokerConfig, clock_ms: Callable[[], int] = wall_clock_ms) -> Broker:
+        data_dir = config.data_dir
+        data_dir.mkdir(parents=True, exist_ok=True)
+        marker = data_dir / CLEAN_SHUTDOWN_FILE
+        was_clean = marker.exists()
+        marker.unlink(missing_ok=True)
+        cluster_id = _load_cluster_id(data_dir, config)
+        topics = TopicRegistry.open(data_dir, config.log_defaults, clock_ms)
+        broker = cls(config, topics, cluster_id, clock_ms)
+        broker.was_clean_shutdown = was_clean
+        log.info(
+            "broker %d opened %s (%d topics, %s shutdown before)",
+            config.node_id,
+            data_dir,
+            len(topics.topics),
+            "clean" if was_clean else "unclean or first",
+        )
+        return broker
+
+    @property
+    def advertised_host(self) -> str:
+        return self.config.advertised
+
+    def auto_create_topic(self, name: str) -> Topic | None:
+        """Create ``name`` with the broker defaults when auto-creation is on."""
+        if not self.config.auto_create_topics_enable:
+            return None
+        try:
+            topic = self.topics.create(name, self.config.num_partitions, {})
+        except TopicError:
+            return None
+        log.info("auto-created topic %s with %d partitions", name, len(topic.partitions))
+        return topic
+
+    async def run_background(self) -> None:
+        """Flush due logs every second; run retention and compaction on their interval."""
+        retention_interval_s = self.config.log_retention_check_interval_ms / 1000
+        next_retention = trio.current_time() + retention_interval_s
+        next_expiry = trio.current_time() + PRODUCER_EXPIRY_INTERVAL_S
+        while True:
+            await trio.sleep(FLUSH_INTERVAL_S)
+            for partition in list(self.topics.partitions()):
+                partition.log.flush_if_due()
+                partition.log.delete_expired_files()
+            now = trio.current_time()
+            if now >= next_retention:
+                next_retention = now + retention_interval_s
+                await self.clean_logs()
+            if now >= next_expiry:
+                next_expiry = now + PRODUCER_EXPIRY_INTERVAL_S
+                now_ms = self.clock_ms()
+                for partition in self.topics.partitions():
+                    partition.producers.expire(now_ms, self.config.producer_id_expiration_ms)
+
+    async def clean_logs(self) -> None:
+        """One retention and compaction pass over every partition, below the high watermark."""
+        for partition in list(self.topics.partitions()):
+            await trio.lowlevel.checkpoint()
+            log_ = partition.log
+            try:
+                self.cleaner.apply_retention(log_, upper_bound_offset=partition.high_watermark)
+                if log_.config.compact and self.cleaner.needs_compaction(log_):
+                    self.cleaner.compact(log_, upper_bound_offset=partition.high_watermark)
+            except Exception:
+                log.exception("cleaning %s-%d failed", partition.topic, partition.index)
+
+    def close(self) -> None:
+        """Close every log cleanly and leave the broker's clean-shutdown marker."""
+        self.topics.close()
+        write_atomically(self.config.data_dir / CLEAN_SHUTDOWN_FILE, b"")
+        log.info("broker %d shut down cleanly", self.node_id)
+
+
+def _load_cluster_id(data_dir: Path, config: BrokerConfig) -> str:
+    path = data_dir / META_FILE
+    properties: dict[str, str] = {}
+    if path.exists():
+        for line in path.read_text().splitlines():
+            key, separator, value = line.partition("=")
+            if separator:
+                properties[key.strip()] = value.strip()
+    cluster_id = properties.get("cluster.id") or config.cluster_id
+    if not cluster_id:
+        cluster_id = urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    if properties.get("cluster.id") != cluster_id:
+        text = f"version=1\ncluster.id={cluster_id}\nnode.id={config.node_id}\n"
+        write_atomically(path, text.encode())
+    return cluster_id

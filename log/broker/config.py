@@ -1,0 +1,221 @@
+"""Broker configuration: Kafka's broker-level names, a TOML file and overrides.
+
+``BrokerConfig.load(path, overrides)`` reads an optional TOML file (flat
+``"key" = value`` pairs or nested tables, which join with dots:
+``[log] retention.ms = 1000`` is ``log.retention.ms``) and then applies
+``key=value`` overrides. Unknown keys and bad values raise
+``BrokerConfigError`` naming the key.
+
+Broker-level ``log.*`` keys are the defaults of every topic; a topic's own
+configs (CreateTopics, IncrementalAlterConfigs) override them, as in Kafka.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from eventplatform.log.storage import InvalidConfigError, LogConfig
+
+LISTEN_PORT_DEFAULT = 9092
+SOCKET_REQUEST_BYTES_MAX_DEFAULT = 100 * 1024 * 1024
+IN_FLIGHT_REQUESTS_MAX_DEFAULT = 32
+CONNECTIONS_MAX_IDLE_MS_DEFAULT = 10 * 60 * 1000
+RETENTION_CHECK_INTERVAL_MS_DEFAULT = 5 * 60 * 1000
+CLEANER_BACKOFF_MS_DEFAULT = 15_000
+GROUP_SESSION_TIMEOUT_MS_MIN_DEFAULT = 6_000
+GROUP_SESSION_TIMEOUT_MS_MAX_DEFAULT = 30 * 60 * 1000
+GROUP_INITIAL_REBALANCE_DELAY_MS_DEFAULT = 3_000
+GROUP_SIZE_MAX_DEFAULT = 2**31 - 1
+OFFSETS_TOPIC_PARTITIONS_DEFAULT = 50
+OFFSETS_TOPIC_SEGMENT_BYTES_DEFAULT = 100 * 1024 * 1024
+OFFSETS_RETENTION_MINUTES_DEFAULT = 7 * 24 * 60
+PRODUCER_ID_EXPIRATION_MS_DEFAULT = 24 * 60 * 60 * 1000
+SHUTDOWN_GRACE_MS_DEFAULT = 5_000
+
+# Broker-level names of the topic-level log configs.
+LOG_KEYS = {
+    "log.segment.bytes": "segment.bytes",
+    "log.roll.ms": "segment.ms",
+    "log.index.size.max.bytes": "segment.index.bytes",
+    "log.index.interval.bytes": "index.interval.bytes",
+    "log.retention.ms": "retention.ms",
+    "log.retention.bytes": "retention.bytes",
+    "log.cleanup.policy": "cleanup.policy",
+    "log.cleaner.delete.retention.ms": "delete.retention.ms",
+    "log.cleaner.min.cleanable.ratio": "min.cleanable.dirty.ratio",
+    "message.max.bytes": "max.message.bytes",
+    "log.flush.interval.messages": "flush.messages",
+    "log.flush.interval.ms": "flush.ms",
+    "log.message.timestamp.type": "message.timestamp.type",
+    "log.segment.delete.delay.ms": "file.delete.delay.ms",
+}
+_LOG_ALIASES = {
+    "log.retention.hours": ("retention.ms", 3_600_000),
+    "log.retention.minutes": ("retention.ms", 60_000),
+    "log.roll.hours": ("segment.ms", 3_600_000),
+}
+
+
+class BrokerConfigError(InvalidConfigError):
+    """A broker config key is unknown or its value is malformed."""
+
+
+def _boolean(raw: Any) -> bool:
+    if isinstance(raw, bool):
+        return raw
+    text = str(raw).strip().lower()
+    if text not in ("true", "false"):
+        raise ValueError("expected true or false")
+    return text == "true"
+
+
+def _integer(low: int, high: int = 2**63 - 1) -> Callable[[Any], int]:
+    def parse(raw: Any) -> int:
+        if isinstance(raw, bool):
+            raise ValueError("expected an integer")
+        value = int(raw)
+        if not low <= value <= high:
+            raise ValueError(f"must be between {low} and {high}")
+        return value
+
+    return parse
+
+
+def _text(raw: Any) -> str:
+    return str(raw)
+
+
+_PARSERS: dict[str, Callable[[Any], Any]] = {
+    "node.id": _integer(0, 2**31 - 1),
+    "cluster.id": _text,
+    "auto.create.topics.enable": _boolean,
+    "delete.topic.enable": _boolean,
+    "num.partitions": _integer(1, 100_000),
+    "default.replication.factor": _integer(1, 1),
+    "socket.request.max.bytes": _integer(1024, 2**31 - 1),
+    "max.in.flight.requests.per.connection": _integer(1, 10_000),
+    "connections.max.idle.ms": _integer(1),
+    "log.retention.check.interval.ms": _integer(1),
+    "log.cleaner.backoff.ms": _integer(1),
+    "group.min.session.timeout.ms": _integer(1),
+    "group.max.session.timeout.ms": _integer(1),
+    "group.initial.rebalance.delay.ms": _integer(0),
+    "group.max.size": _integer(1, 2**31 - 1),
+    "offsets.topic.num.partitions": _integer(1, 10_000),
+    "offsets.topic.segment.bytes": _integer(1024, 2**31 - 1),
+    "offsets.retention.minutes": _integer(1),
+    "producer.id.expiration.ms": _integer(1),
+    "shutdown.grace.ms": _integer(0),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerConfig:
+    """Everything the broker reads at start; field names are Kafka's with dots as underscores."""
+
+    data_dir: Path = Path(".eventplatform/data")
+    listen_host: str = "127.0.0.1"
+    listen_port: int = LISTEN_PORT_DEFAULT
+    advertised_host: str | None = None
+    node_id: int = 1
+    cluster_id: str = ""
+    auto_create_topics_enable: bool = True
+    delete_topic_enable: bool = True
+    num_partitions: int = 1
+    default_replication_factor: int = 1
+    socket_request_max_bytes: int = SOCKET_REQUEST_BYTES_MAX_DEFAULT
+    max_in_flight_requests_per_connection: int = IN_FLIGHT_REQUESTS_MAX_DEFAULT
+    connections_max_idle_ms: int = CONNECTIONS_MAX_IDLE_MS_DEFAULT
+    log_retention_check_interval_ms: int = RETENTION_CHECK_INTERVAL_MS_DEFAULT
+    log_cleaner_backoff_ms: int = CLEANER_BACKOFF_MS_DEFAULT
+    group_min_session_timeout_ms: int = GROUP_SESSION_TIMEOUT_MS_MIN_DEFAULT
+    group_max_session_timeout_ms: int = GROUP_SESSION_TIMEOUT_MS_MAX_DEFAULT
+    group_initial_rebalance_delay_ms: int = GROUP_INITIAL_REBALANCE_DELAY_MS_DEFAULT
+    group_max_size: int = GROUP_SIZE_MAX_DEFAULT
+    offsets_topic_num_partitions: int = OFFSETS_TOPIC_PARTITIONS_DEFAULT
+    offsets_topic_segment_bytes: int = OFFSETS_TOPIC_SEGMENT_BYTES_DEFAULT
+    offsets_retention_minutes: int = OFFSETS_RETENTION_MINUTES_DEFAULT
+    producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS_DEFAULT
+    shutdown_grace_ms: int = SHUTDOWN_GRACE_MS_DEFAULT
+    log_defaults: LogConfig = field(default_factory=LogConfig)
+
+    @property
+    def advertised(self) -> str:
+        return self.advertised_host or self.listen_host
+
+    @classmethod
+    def load(
+        cls,
+        path: Path | None = None,
+        overrides: Iterable[str] = (),
+        **fields: Any,
+    ) -> BrokerConfig:
+        """Read ``path`` (TOML), apply ``key=value`` overrides, then the given fields."""
+        properties: dict[str, Any] = {}
+        if path is not None:
+            try:
+                document = tomllib.loads(Path(path).read_text())
+            except (OSError, tomllib.TOMLDecodeError) as exc:
+                raise BrokerConfigError(f"cannot read config file {path}: {exc}") from exc
+            properties.update(_flatten(document))
+        for item in overrides:
+            key, separator, value = item.partition("=")
+            if not separator or not key.strip():
+                raise BrokerConfigError(f"override {item!r} is not key=value")
+            properties[key.strip()] = value.strip()
+        return dataclasses.replace(cls.from_properties(properties), **fields)
+
+    @classmethod
+    def from_properties(cls, properties: Mapping[str, Any]) -> BrokerConfig:
+        changes: dict[str, Any] = {}
+        log_properties: dict[str, Any] = {}
+        for key, raw in properties.items():
+            if key in LOG_KEYS:
+                log_properties[LOG_KEYS[key]] = raw
+            elif key in _LOG_ALIASES:
+                target, scale = _LOG_ALIASES[key]
+                log_properties[target] = _parse(key, _integer(-1), raw) * scale
+            elif key in _PARSERS:
+                changes[key.replace(".", "_")] = _parse(key, _PARSERS[key], raw)
+            else:
+                known = ", ".join(sorted([*_PARSERS, *LOG_KEYS, *_LOG_ALIASES]))
+                raise BrokerConfigError(f"unknown broker config {key!r}; known: {known}")
+        try:
+            changes["log_defaults"] = LogConfig.from_properties(log_properties)
+        except InvalidConfigError as exc:
+            raise BrokerConfigError(str(exc)) from exc
+        return cls(**changes)
+
+    def to_properties(self) -> dict[str, str]:
+        """Kafka-named string values of every broker-level key."""
+        out = {}
+        for key in _PARSERS:
+            value = getattr(self, key.replace(".", "_"))
+            out[key] = str(value).lower() if isinstance(value, bool) else str(value)
+        topic_values = self.log_defaults.to_properties()
+        for broker_key, topic_key in LOG_KEYS.items():
+            out[broker_key] = topic_values[topic_key]
+        return out
+
+
+def _parse(key: str, parse: Callable[[Any], Any], raw: Any) -> Any:
+    try:
+        return parse(raw)
+    except (TypeError, ValueError) as exc:
+        raise BrokerConfigError(f"invalid value {raw!r} for {key}: {exc}") from None
+
+
+def _flatten(document: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in document.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out.update(_flatten(value, f"{name}."))
+        else:
+            out[name] = value
+    return out

@@ -1,0 +1,250 @@
+"""One client connection: read frames, run handlers in order, write responses in order.
+
+The reader decodes each request and runs its handler to completion before it
+reads the next frame, so requests on one connection take effect in the order
+they were sent (Kafka's guarantee; pipelined produces to one partition stay
+in order). Responses go through a bounded channel to the writer task, which
+sends them in that same order; at most ``max.in.flight.requests.per.connection``
+answered-but-unsent responses wait, after which the reader stops reading.
+
+Record data in a response is a ``FileRegion`` with its own duplicate file
+descriptor; the writer sends it with ``os.sendfile`` and closes the
+descriptor, so a segment deleted meanwhile is still read correctly.
+
+Garbage framing (a negative or oversized size, a header or body that does not
+decode, an API key no table knows) is logged and closes this connection only.
+"""
+
+from __future__ import annotations
+
+import errno
+import itertools
+import logging
+import os
+import socket
+from typing import Any
+
+import trio
+
+from eventplatform.log.broker.broker import Broker
+from eventplatform.log.broker.context import Handler, RequestContext
+from eventplatform.log.broker.dispatcher import known_api, unsupported_version_response
+from eventplatform.log.broker.regions import OwnedRegion
+from eventplatform.log.protocol import (
+    FRAME_SIZE,
+    Chunk,
+    ProtocolError,
+    chunks_length,
+    decode_request_body,
+    decode_request_header,
+    encode_response,
+)
+from eventplatform.log.protocol.apis import API_VERSIONS
+
+log = logging.getLogger("eventplatform.broker.connection")
+
+RECEIVE_BYTES = 256 * 1024
+SEND_TIMEOUT_S = 30.0
+_connection_ids = itertools.count(1)
+
+
+class FrameTooLargeError(ProtocolError):
+    """A frame size over ``socket.request.max.bytes`` or below zero."""
+
+
+class FrameReader:
+    """Splits a byte stream into size-prefixed frames, bounded by ``frame_bytes_max``."""
+
+    def __init__(self, stream: trio.abc.ReceiveStream, frame_bytes_max: int) -> None:
+        self.stream = stream
+        self.frame_bytes_max = frame_bytes_max
+        self.buffer = bytearray()
+
+    async def next_frame(self) -> bytearray | None:
+        """The next frame without its size prefix, or None at a clean end of stream."""
+        if not await self._fill(FRAME_SIZE.size):
+            if self.buffer:
+                raise ProtocolError("connection closed inside a frame size")
+            return None
+        size = FRAME_SIZE.unpack_from(self.buffer)[0]
+        if size < 0 or size > self.frame_bytes_max:
+            raise FrameTooLargeError(
+                f"frame size {size} is outside [0, socket.request.max.bytes={self.frame_bytes_max}]"
+            )
+        if not await self._fill(FRAME_SIZE.size + size):
+            raise ProtocolError("connection closed inside a frame")
+        frame = self.buffer[FRAME_SIZE.size : FRAME_SIZE.size + size]
+        del self.buffer[: FRAME_SIZE.size + size]
+        return frame
+
+    async def _fill(self, count: int) -> bool:
+        while len(self.buffer) < count:
+            data = await self.stream.receive_some(max(RECEIVE_BYTES, count - len(self.buffer)))
+            if not data:
+                return False
+            self.buffer += data
+        return True
+
+
+class Connection:
+    """See the module docstring."""
+
+    def __init__(
+        self, stream: trio.SocketStream, broker: Broker, handlers: dict[int, Handler]
+    ) -> None:
+        self.stream = stream
+        self.broker = broker
+        self.handlers = handlers
+        self.id = next(_connection_ids)
+        try:
+            self.peer = str(stream.socket.getpeername()[0])
+        except OSError:
+            self.peer = "?"
+        self.idle = True
+        self._stopping = False
+        self._read_scope = trio.CancelScope()
+
+    def stop_when_idle(self) -> None:
+        """Finish the request in hand (if any), send what is queued, then close."""
+        self._stopping = True
+        if self.idle:
+            self._read_scope.cancel()
+
+    async def run(self) -> None:
+        config = self.broker.config
+        send, receive = trio.open_memory_channel[list[Chunk]](
+            config.max_in_flight_requests_per_connection
+        )
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._write_responses, receive)
+                async with send:
+                    await self._read_requests(send)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+        except ProtocolError as exc:
+            log.warning("closing connection %d from %s: %s", self.id, self.peer, exc)
+        except Exception:
+            # A handler bug: this client loses its connection, everyone else keeps theirs.
+            log.exception(
+                "closing connection %d from %s after an internal error", self.id, self.peer
+            )
+        finally:
+            with trio.CancelScope(shield=True), trio.move_on_after(1):
+                await self.stream.aclose()
+
+    async def _read_requests(self, send: trio.MemorySendChannel[list[Chunk]]) -> None:
+        reader = FrameReader(self.stream, self.broker.config.socket_request_max_bytes)
+        idle_timeout_s = self.broker.config.connections_max_idle_ms / 1000
+        while not self._stopping:
+            self.idle = True
+            with trio.move_on_after(idle_timeout_s) as self._read_scope:
+                frame = await reader.next_frame()
+            self.idle = False
+            if self._read_scope.cancelled_caught:
+                if not self._stopping:
+                    log.info("closing idle connection %d from %s", self.id, self.peer)
+                return
+            if frame is None:
+                return
+            response = await self._answer(frame)
+            if response is not None:
+                await send.send(response)
+
+    async def _answer(self, frame: bytearray) -> list[Chunk] | None:
+        header, position = decode_request_header(frame)
+        api = known_api(header.api_key)
+        if api is None:
+            raise ProtocolError(f"unknown API key {header.api_key}")
+        handler = self.handlers.get(header.api_key)
+        if handler is None or header.api_version not in handler.versions:
+            return self._unsupported(header.api_key, header.api_version, header.correlation_id)
+        request = decode_request_body(api, header.api_version, frame, position)
+        context = RequestContext(self.broker, header, self.peer, self.id)
+        body = await handler.handle(context, request)
+        if body is None:
+            return None
+        return encode_response(api, header.api_version, header.correlation_id, body)
+
+    def _unsupported(self, api_key: int, version: int, correlation_id: int) -> list[Chunk]:
+        api = known_api(api_key)
+        assert api is not None
+        if api is API_VERSIONS:
+            body: dict[str, Any] = {
+                "error_code": 35,
+                "api_keys": advertised_versions(self.handlers),
+            }
+            return encode_response(api, 0, correlation_id, body)
+        if version not in api.versions:
+            raise ProtocolError(f"{api.name} v{version} is beyond every known version")
+        return encode_response(
+            api, version, correlation_id, unsupported_version_response(api, version)
+        )
+
+    async def _write_responses(self, receive: trio.MemoryReceiveChannel[list[Chunk]]) -> None:
+        try:
+            async for chunks in receive:
+                try:
+                    with trio.fail_after(SEND_TIMEOUT_S):
+                        await self._send(chunks)
+                finally:
+                    _close_regions(chunks)
+        finally:
+            receive.close()
+            while True:
+                try:
+                    _close_regions(receive.receive_nowait())
+                except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+                    break
+
+    async def _send(self, chunks: list[Chunk]) -> None:
+        pending = bytearray(FRAME_SIZE.pack(chunks_length(chunks)))
+        for chunk in chunks:
+            if isinstance(chunk, bytes):
+                pending += chunk
+                continue
+            if pending:
+                await self.stream.send_all(pending)
+                pending = bytearray()
+            await self._sendfile(chunk)
+        if pending:
+            await self.stream.send_all(pending)
+
+    async def _sendfile(self, region: Any) -> None:
+        """Send a file region with ``os.sendfile``, waiting for the socket when it is full."""
+        sock = self.stream.socket
+        descriptor = sock.fileno()
+        position = region.position
+        remaining = region.length
+        while remaining > 0:
+            try:
+                sent = os.sendfile(descriptor, region.descriptor, position, remaining)
+            except BlockingIOError:
+                await trio.lowlevel.wait_writable(sock)
+                continue
+            except OSError as exc:
+                if exc.errno in (errno.EPIPE, errno.ECONNRESET):
+                    raise trio.BrokenResourceError from exc
+                raise
+            if sent == 0:
+                raise ProtocolError("file region shorter than announced")
+            position += sent
+            remaining -= sent
+        await trio.lowlevel.checkpoint()
+
+
+def _close_regions(chunks: list[Chunk]) -> None:
+    for chunk in chunks:
+        if isinstance(chunk, OwnedRegion):
+            chunk.close()
+
+
+def advertised_versions(handlers: dict[int, Handler]) -> list[dict[str, int]]:
+    return [
+        {"api_key": key, "min_version": handler.versions.low, "max_version": handler.versions.high}
+        for key, handler in sorted(handlers.items())
+    ]
+
+
+def configure_socket(sock: trio.socket.SocketType) -> None:
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)

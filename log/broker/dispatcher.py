@@ -1,0 +1,71 @@
+"""Maps API keys to handler modules and answers what no handler takes.
+
+A request for an API the broker knows but at a version it does not accept is
+answered in that version's layout with UNSUPPORTED_VERSION in every
+top-level ``error_code`` (ApiVersions answers with a v0 body listing the
+supported versions, so the client can retry). An API key the codec has no
+table for cannot be answered in a layout the client would parse; that
+connection is closed, as Kafka does.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+from typing import Any
+
+from eventplatform.log.broker.context import Body, Handler
+from eventplatform.log.broker.handlers import (
+    alter_configs,
+    api_versions,
+    create_partitions,
+    create_topics,
+    delete_records,
+    delete_topics,
+    describe_configs,
+    fetch,
+    incremental_alter_configs,
+    init_producer_id,
+    list_offsets,
+    metadata,
+    offset_for_leader_epoch,
+    produce,
+)
+from eventplatform.log.protocol import APIS, Api, ErrorCode
+
+HANDLER_MODULES: list[ModuleType] = [
+    produce,
+    fetch,
+    list_offsets,
+    metadata,
+    api_versions,
+    create_topics,
+    delete_topics,
+    delete_records,
+    init_producer_id,
+    offset_for_leader_epoch,
+    describe_configs,
+    alter_configs,
+    create_partitions,
+    incremental_alter_configs,
+]
+
+
+def build_handlers(modules: list[ModuleType]) -> dict[int, Handler]:
+    handlers = {}
+    for module in modules:
+        handler = Handler(module.API, module.VERSIONS, module.handle)
+        handlers[handler.api.key] = handler
+    return handlers
+
+
+def unsupported_version_response(api: Api, version: int) -> Body:
+    """A body in ``api``'s layout at ``version`` whose top-level error codes say 35."""
+    body: dict[str, Any] = {}
+    for field in api.response:
+        if field.name == "error_code" and version in field.versions:
+            body["error_code"] = ErrorCode.UNSUPPORTED_VERSION
+    return body
+
+
+def known_api(key: int) -> Api | None:
+    return APIS.get(key)

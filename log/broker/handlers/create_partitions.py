@@ -1,0 +1,48 @@
+"""CreatePartitions (key 37), v0-1.
+
+Raises a topic's partition count; the count can only grow. Explicit
+assignments must name this node. ``validate_only`` checks and changes
+nothing. Errors per topic: UNKNOWN_TOPIC_OR_PARTITION, INVALID_PARTITIONS,
+INVALID_REPLICA_ASSIGNMENT, INVALID_REQUEST (a topic given twice).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import trio
+
+from eventplatform.log.broker.context import Body, RequestContext
+from eventplatform.log.broker.topics import TopicError
+from eventplatform.log.protocol import ErrorCode
+from eventplatform.log.protocol.apis import CREATE_PARTITIONS
+from eventplatform.log.protocol.schema import Versions
+
+API = CREATE_PARTITIONS
+VERSIONS = Versions.parse("0-1")
+
+
+async def handle(context: RequestContext, request: Body) -> Body:
+    broker = context.broker
+    counts = Counter(topic["name"] for topic in request["topics"])
+    results = []
+    for topic in request["topics"]:
+        name = topic["name"]
+        try:
+            if counts[name] > 1:
+                raise TopicError(ErrorCode.INVALID_REQUEST, f"topic {name!r} is listed twice")
+            for assignment in topic["assignments"] or []:
+                if assignment["broker_ids"] != [broker.node_id]:
+                    raise TopicError(
+                        ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                        f"new partitions must be assigned to node {broker.node_id} alone",
+                    )
+            if request["validate_only"]:
+                broker.topics.check_partition_count(name, topic["count"])
+            else:
+                broker.topics.add_partitions(name, topic["count"])
+            results.append({"name": name, "error_code": 0})
+        except TopicError as exc:
+            results.append({"name": name, "error_code": exc.code, "error_message": str(exc)})
+        await trio.lowlevel.checkpoint()
+    return {"results": results}

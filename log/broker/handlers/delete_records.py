@@ -1,0 +1,46 @@
+"""DeleteRecords (key 21), v0-1.
+
+Moves a partition's log start offset forward to ``offset`` (-1: the high
+watermark); segments wholly below it go at the next retention pass, and
+reads below it answer OFFSET_OUT_OF_RANGE at once. An offset past the high
+watermark is OFFSET_OUT_OF_RANGE. The answer carries the new low watermark.
+"""
+
+from __future__ import annotations
+
+import trio
+
+from eventplatform.log.broker.context import Body, RequestContext
+from eventplatform.log.protocol import ErrorCode
+from eventplatform.log.protocol.apis import DELETE_RECORDS
+from eventplatform.log.protocol.schema import Versions
+
+API = DELETE_RECORDS
+VERSIONS = Versions.parse("0-1")
+HIGH_WATERMARK = -1
+
+
+async def handle(context: RequestContext, request: Body) -> Body:
+    topics = context.broker.topics
+    results = []
+    for topic_entry in request["topics"]:
+        name = topic_entry["name"]
+        answers = []
+        for entry in topic_entry["partitions"]:
+            index = entry["partition_index"]
+            answer: Body = {"partition_index": index, "low_watermark": -1}
+            partition = topics.partition(name, index)
+            offset = entry["offset"]
+            if partition is None:
+                answer["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            elif offset == HIGH_WATERMARK or 0 <= offset <= partition.high_watermark:
+                target = partition.high_watermark if offset == HIGH_WATERMARK else offset
+                if target > partition.log_start_offset:
+                    partition.log.advance_log_start_offset(target)
+                answer["low_watermark"] = partition.log_start_offset
+            else:
+                answer["error_code"] = ErrorCode.OFFSET_OUT_OF_RANGE
+            answers.append(answer)
+        results.append({"name": name, "partitions": answers})
+    await trio.lowlevel.checkpoint()
+    return {"topics": results}

@@ -1,0 +1,133 @@
+"""Fetch (key 1), v4-11.
+
+Reads whole batches below the high watermark from every requested partition,
+bounded by ``partition_max_bytes`` and the response-wide ``max_bytes``; the
+first batch found is returned whole even when larger, so a consumer always
+makes progress (KIP-74). When fewer than ``min_bytes`` are ready the request
+waits, up to ``max_wait_ms``, for an append to any of its partitions: a
+``trio.Event`` registered with each partition, no polling.
+
+``last_stable_offset`` equals the high watermark (no transactions), and
+read_committed clients get an empty aborted-transactions list. Incremental
+fetch sessions are not offered: ``session_id`` is always 0, which clients
+take as "send full requests". From v9 ``current_leader_epoch`` is checked
+(FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH). Record data leaves as file
+regions that the connection sends with ``os.sendfile``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import trio
+
+from eventplatform.log.broker.context import Body, RequestContext
+from eventplatform.log.broker.partition import Partition
+from eventplatform.log.broker.regions import OwnedRegion
+from eventplatform.log.protocol import ErrorCode
+from eventplatform.log.protocol.apis import FETCH
+from eventplatform.log.protocol.schema import Versions
+from eventplatform.log.storage import OffsetOutOfRangeError, SegmentSlice
+
+API = FETCH
+VERSIONS = Versions.parse("4-11")
+READ_COMMITTED = 1
+MAX_WAIT_MS_MAX = 60_000
+
+
+@dataclass(slots=True)
+class _Read:
+    """One partition's outcome in one pass over the request."""
+
+    topic: str
+    index: int
+    partition: Partition | None
+    error: ErrorCode
+    data: SegmentSlice | None = None
+
+
+async def handle(context: RequestContext, request: Body) -> Body:
+    max_wait_s = min(max(request["max_wait_ms"], 0), MAX_WAIT_MS_MAX) / 1000
+    deadline = trio.current_time() + max_wait_s
+    while True:
+        reads = _read_all(context, request)
+        ready = sum(read.data.length for read in reads if read.data is not None)
+        failed = any(read.error != ErrorCode.NONE for read in reads)
+        if ready >= request["min_bytes"] or failed or trio.current_time() >= deadline:
+            break
+        await _wait_for_append(reads, deadline)
+    await trio.lowlevel.checkpoint()
+    return _response(reads, read_committed=request["isolation_level"] == READ_COMMITTED)
+
+
+def _read_all(context: RequestContext, request: Body) -> list[_Read]:
+    topics = context.broker.topics
+    budget = request["max_bytes"]
+    reads = []
+    for topic_entry in request["topics"]:
+        name = topic_entry["topic"]
+        for entry in topic_entry["partitions"]:
+            partition = topics.partition(name, entry["partition"])
+            if partition is None:
+                read = _Read(name, entry["partition"], None, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+            else:
+                read = _read_partition(partition, entry, budget)
+                if read.data is not None:
+                    budget -= read.data.length
+            reads.append(read)
+    return reads
+
+
+def _read_partition(partition: Partition, entry: Body, budget: int) -> _Read:
+    read = _Read(partition.topic, partition.index, partition, ErrorCode.NONE)
+    read.error = partition.check_leader_epoch(entry["current_leader_epoch"])
+    if read.error != ErrorCode.NONE:
+        return read
+    if budget <= 0:
+        return read
+    limit = min(entry["partition_max_bytes"], budget)
+    try:
+        read.data = partition.read(entry["fetch_offset"], max(limit, 1))
+    except OffsetOutOfRangeError:
+        read.error = ErrorCode.OFFSET_OUT_OF_RANGE
+    return read
+
+
+async def _wait_for_append(reads: list[_Read], deadline: float) -> None:
+    event = trio.Event()
+    partitions = [read.partition for read in reads if read.partition is not None]
+    for partition in partitions:
+        partition.add_waiter(event)
+    try:
+        with trio.move_on_at(deadline):
+            await event.wait()
+    finally:
+        for partition in partitions:
+            partition.remove_waiter(event)
+
+
+def _response(reads: list[_Read], *, read_committed: bool) -> Body:
+    """Build the body; record data becomes regions with their own descriptors."""
+    topics: dict[str, list[Body]] = {}
+    for read in reads:
+        partition = read.partition
+        entry: Body = {"partition_index": read.index, "error_code": read.error, "records": b""}
+        if partition is not None:
+            entry["high_watermark"] = partition.high_watermark
+            entry["last_stable_offset"] = partition.last_stable_offset
+            entry["log_start_offset"] = partition.log_start_offset
+        else:
+            entry["high_watermark"] = entry["last_stable_offset"] = entry["log_start_offset"] = -1
+        entry["aborted_transactions"] = [] if read_committed else None
+        if read.data is not None and read.error == ErrorCode.NONE:
+            data = read.data
+            entry["records"] = OwnedRegion(os.dup(data.descriptor), data.position, data.length)
+        topics.setdefault(read.topic, []).append(entry)
+    return {
+        "error_code": 0,
+        "session_id": 0,
+        "responses": [
+            {"topic": name, "partitions": partitions} for name, partitions in topics.items()
+        ],
+    }

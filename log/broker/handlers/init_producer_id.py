@@ -1,0 +1,31 @@
+"""InitProducerId (key 22), v0-1.
+
+Gives an idempotent producer (null ``transactional_id``) a new producer id
+with epoch 0; ids are never reused, even across restarts. Transactions are
+not offered: a transactional id gets TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+which clients report as fatal instead of retrying forever.
+"""
+
+from __future__ import annotations
+
+import trio
+
+from eventplatform.log.broker.context import Body, RequestContext
+from eventplatform.log.protocol import ErrorCode
+from eventplatform.log.protocol.apis import INIT_PRODUCER_ID
+from eventplatform.log.protocol.schema import Versions
+
+API = INIT_PRODUCER_ID
+VERSIONS = Versions.parse("0-1")
+
+
+async def handle(context: RequestContext, request: Body) -> Body:
+    await trio.lowlevel.checkpoint()
+    if request["transactional_id"] is not None:
+        return {
+            "error_code": ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+            "producer_id": -1,
+            "producer_epoch": -1,
+        }
+    producer_id = context.broker.producer_ids.allocate()
+    return {"error_code": ErrorCode.NONE, "producer_id": producer_id, "producer_epoch": 0}

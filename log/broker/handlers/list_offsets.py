@@ -1,0 +1,59 @@
+"""ListOffsets (key 2), v1-5.
+
+Timestamp -2 answers the log start offset (earliest), -1 the high watermark
+(latest; for read_committed the last stable offset, which is the same here),
+and any other timestamp the first offset whose record timestamp is at or
+after it, with that record's timestamp, or offset -1 when no record is that
+late. From v4 ``current_leader_epoch`` is checked and the leader epoch is
+returned.
+"""
+
+from __future__ import annotations
+
+import trio
+
+from eventplatform.log.broker.context import Body, RequestContext
+from eventplatform.log.broker.partition import Partition
+from eventplatform.log.protocol import ErrorCode
+from eventplatform.log.protocol.apis import LIST_OFFSETS
+from eventplatform.log.protocol.schema import Versions
+
+API = LIST_OFFSETS
+VERSIONS = Versions.parse("1-5")
+LATEST_TIMESTAMP = -1
+EARLIEST_TIMESTAMP = -2
+
+
+async def handle(context: RequestContext, request: Body) -> Body:
+    topics = context.broker.topics
+    responses = []
+    for topic_entry in request["topics"]:
+        name = topic_entry["name"]
+        answers = []
+        for entry in topic_entry["partitions"]:
+            partition = topics.partition(name, entry["partition_index"])
+            answers.append(_answer(partition, entry))
+        responses.append({"name": name, "partitions": answers})
+    await trio.lowlevel.checkpoint()
+    return {"topics": responses}
+
+
+def _answer(partition: Partition | None, entry: Body) -> Body:
+    answer: Body = {"partition_index": entry["partition_index"], "timestamp": -1, "offset": -1}
+    if partition is None:
+        answer["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        return answer
+    answer["error_code"] = partition.check_leader_epoch(entry["current_leader_epoch"])
+    if answer["error_code"] != ErrorCode.NONE:
+        return answer
+    timestamp = entry["timestamp"]
+    answer["leader_epoch"] = partition.leader_epoch
+    if timestamp == LATEST_TIMESTAMP:
+        answer["offset"] = partition.high_watermark
+    elif timestamp == EARLIEST_TIMESTAMP:
+        answer["offset"] = partition.log_start_offset
+    else:
+        found = partition.log.offset_for_timestamp(timestamp)
+        if found is not None and found.offset < partition.high_watermark:
+            answer["offset"], answer["timestamp"] = found.offset, found.timestamp
+    return answer

@@ -1,0 +1,99 @@
+"""Produce (key 0), v0-8.
+
+v0-2 carry the old message formats and are answered with UNSUPPORTED_VERSION
+per partition (the range is still advertised from 0: librdkafka disables
+compression when a broker's minimum is above 0). v3+ carries one RecordBatch
+v2 per partition. The batch is validated by header and CRC only, stamped
+with its offsets and appended as received, compression included.
+
+Errors per partition: UNKNOWN_TOPIC_OR_PARTITION, CORRUPT_MESSAGE (CRC,
+magic, framing), MESSAGE_TOO_LARGE (``max.message.bytes``), INVALID_RECORD
+(control batches, more than one batch, keyless records on a compacted
+topic), UNSUPPORTED_COMPRESSION_TYPE, OUT_OF_ORDER_SEQUENCE_NUMBER and
+INVALID_PRODUCER_EPOCH (idempotence). A retried batch already in the log is
+answered with its original offset. acks=0 gets no response at all; acks 1
+and -1 are answered after the append (on one node the leader is the whole
+ISR). Unknown topics are created when auto-creation is on.
+"""
+
+from __future__ import annotations
+
+import trio
+
+from eventplatform.log.broker.context import Body, RequestContext
+from eventplatform.log.broker.partition import ProduceResult
+from eventplatform.log.protocol import ErrorCode
+from eventplatform.log.protocol.apis import PRODUCE
+from eventplatform.log.protocol.schema import Versions
+
+API = PRODUCE
+VERSIONS = Versions.parse("0-8")
+FIRST_RECORD_BATCH_VERSION = 3
+ACKS = (0, 1, -1)
+
+
+async def handle(context: RequestContext, request: Body) -> Body | None:
+    acks = request["acks"]
+    if context.version < FIRST_RECORD_BATCH_VERSION:
+        error = ProduceResult(ErrorCode.UNSUPPORTED_VERSION, message="produce v3+ is required")
+        responses = _answer_all(request, error)
+    elif acks not in ACKS:
+        error = ProduceResult(ErrorCode.INVALID_REQUIRED_ACKS, message=f"acks={acks}")
+        responses = _answer_all(request, error)
+    elif request["transactional_id"] is not None:
+        error = ProduceResult(
+            ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, message="transactions are not offered"
+        )
+        responses = _answer_all(request, error)
+    else:
+        responses = _append_all(context, request)
+    await trio.lowlevel.checkpoint()
+    if acks == 0:
+        return None
+    return {"responses": responses}
+
+
+def _append_all(context: RequestContext, request: Body) -> list[Body]:
+    broker = context.broker
+    responses = []
+    for topic_data in request["topic_data"]:
+        name = topic_data["name"]
+        topic = broker.topics.get(name) or broker.auto_create_topic(name)
+        partitions = []
+        for partition_data in topic_data["partition_data"]:
+            index = partition_data["index"]
+            records = partition_data["records"]
+            if topic is None or not 0 <= index < len(topic.partitions):
+                result = ProduceResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+            elif not records:
+                result = ProduceResult(ErrorCode.CORRUPT_MESSAGE, message="no record data")
+            else:
+                result = topic.partitions[index].append(records)
+            partitions.append(_partition_response(index, result))
+        responses.append({"name": name, "partition_responses": partitions})
+    return responses
+
+
+def _answer_all(request: Body, error: ProduceResult) -> list[Body]:
+    """The same error for every partition of the request."""
+    return [
+        {
+            "name": topic_data["name"],
+            "partition_responses": [
+                _partition_response(partition["index"], error)
+                for partition in topic_data["partition_data"]
+            ],
+        }
+        for topic_data in request["topic_data"]
+    ]
+
+
+def _partition_response(index: int, result: ProduceResult) -> Body:
+    return {
+        "index": index,
+        "error_code": result.error,
+        "base_offset": result.base_offset,
+        "log_append_time_ms": result.log_append_time_ms,
+        "log_start_offset": result.log_start_offset,
+        "error_message": result.message if result.error else None,
+    }

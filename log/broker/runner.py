@@ -1,0 +1,49 @@
+"""``platform serve``: build the broker config from the command line and run it."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import click
+import trio
+
+from eventplatform.log.broker.config import BrokerConfig, BrokerConfigError
+from eventplatform.log.broker.server import serve_until_signalled
+
+
+def parse_listen(listen: str) -> tuple[str, int]:
+    host, separator, port = listen.rpartition(":")
+    if not separator or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise BrokerConfigError(f"--listen {listen!r} is not host:port")
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+def run_broker(
+    *,
+    data_dir: Path | None,
+    listen: str,
+    advertised_host: str | None,
+    config_file: Path | None,
+    overrides: Iterable[str],
+    log_level: str,
+    echo: Callable[[str], Any],
+) -> None:
+    logging.basicConfig(
+        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        host, port = parse_listen(listen)
+        fields: dict[str, Any] = {"listen_host": host, "listen_port": port}
+        if data_dir is not None:
+            fields["data_dir"] = data_dir
+        if advertised_host is not None:
+            fields["advertised_host"] = advertised_host
+        config = BrokerConfig.load(config_file, overrides, **fields)
+    except BrokerConfigError as exc:
+        raise click.UsageError(str(exc)) from exc
+    trio.run(partial(serve_until_signalled, config))
+    echo("broker stopped")

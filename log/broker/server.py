@@ -1,0 +1,136 @@
+"""The broker server: listen, accept, serve connections, shut down cleanly.
+
+``BrokerServer.run`` is a trio task: it opens the broker's data, binds the
+listener, reports the bound port through ``task_status.started()`` and
+serves until cancelled or until ``shutdown()``. A shutdown stops accepting,
+lets each connection finish the request it is handling for up to
+``shutdown.grace.ms``, then closes every log cleanly and leaves the
+clean-shutdown marker.
+"""
+
+from __future__ import annotations
+
+import logging
+import resource
+import signal
+
+import trio
+
+from eventplatform.log.broker.broker import Broker
+from eventplatform.log.broker.config import BrokerConfig
+from eventplatform.log.broker.connection import Connection, advertised_versions, configure_socket
+from eventplatform.log.broker.context import Handler
+from eventplatform.log.broker.dispatcher import HANDLER_MODULES, build_handlers
+
+log = logging.getLogger("eventplatform.broker")
+
+OPEN_FILES_WANTED = 65536
+
+
+class BrokerServer:
+    """See the module docstring."""
+
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self.handlers: dict[int, Handler] = build_handlers(HANDLER_MODULES)
+        self.broker: Broker | None = None
+        self.port: int | None = None
+        self._connections: set[Connection] = set()
+        self._accept_scope = trio.CancelScope()
+        self._connections_scope = trio.CancelScope()
+        self._stopped = trio.Event()
+
+    async def run(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
+        raise_open_file_limit()
+        broker = Broker.open(self.config)
+        broker.api_versions = advertised_versions(self.handlers)
+        self.broker = broker
+        try:
+            listeners = await trio.open_tcp_listeners(
+                self.config.listen_port, host=self.config.listen_host
+            )
+            self.port = int(listeners[0].socket.getsockname()[1])
+            broker.port = self.port
+            async with trio.open_nursery() as nursery:
+                await self._start_services(nursery, broker)
+                with self._connections_scope:
+                    async with trio.open_nursery() as connections:
+                        with self._accept_scope:
+                            log.info(
+                                "serving on %s:%d (advertised %s)",
+                                self.config.listen_host,
+                                self.port,
+                                broker.advertised_host,
+                            )
+                            task_status.started(self.port)
+                            await trio.serve_listeners(
+                                self._serve_connection, listeners, handler_nursery=connections
+                            )
+                nursery.cancel_scope.cancel()
+        finally:
+            with trio.CancelScope(shield=True):
+                await self._stop_services(broker)
+                broker.close()
+                self._stopped.set()
+
+    async def _start_services(self, nursery: trio.Nursery, broker: Broker) -> None:
+        nursery.start_soon(broker.run_background)
+        if broker.groups is not None:
+            await nursery.start(broker.groups.run)
+
+    async def _stop_services(self, broker: Broker) -> None:
+        if broker.groups is not None:
+            broker.groups.close()
+
+    async def _serve_connection(self, stream: trio.SocketStream) -> None:
+        assert self.broker is not None
+        configure_socket(stream.socket)
+        connection = Connection(stream, self.broker, self.handlers)
+        self._connections.add(connection)
+        try:
+            await connection.run()
+        finally:
+            self._connections.discard(connection)
+
+    def shutdown(self) -> None:
+        """Stop accepting; give busy connections ``shutdown.grace.ms``, close idle ones now."""
+        self._accept_scope.cancel()
+        self._connections_scope.deadline = (
+            trio.current_time() + self.config.shutdown_grace_ms / 1000
+        )
+        for connection in list(self._connections):
+            connection.stop_when_idle()
+
+    async def wait_stopped(self) -> None:
+        await self._stopped.wait()
+
+
+def raise_open_file_limit() -> None:
+    """Every segment holds a few descriptors; lift the soft limit towards the hard one."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = OPEN_FILES_WANTED if hard == resource.RLIM_INFINITY else min(hard, OPEN_FILES_WANTED)
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+
+
+async def serve(
+    config: BrokerConfig, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED
+) -> None:
+    """Run a broker until cancelled; ``task_status.started`` reports the bound port."""
+    await BrokerServer(config).run(task_status=task_status)
+
+
+async def serve_until_signalled(
+    config: BrokerConfig, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED
+) -> None:
+    """Serve until SIGINT or SIGTERM, then shut down gracefully (``platform serve``)."""
+    server = BrokerServer(config)
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with trio.open_nursery() as nursery:
+            port = await nursery.start(server.run)
+            task_status.started(port)
+            async for signum in signals:
+                log.info("received %s, shutting down", signal.Signals(signum).name)
+                server.shutdown()
+                break
+            await server.wait_stopped()

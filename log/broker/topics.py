@@ -1,0 +1,243 @@
+"""Topics of one broker: names, ids, partitions, per-topic configs, and their files.
+
+Layout of the data directory::
+
+    meta.properties            cluster.id and node.id, written once
+    topics.json                every topic: id, partition count, config overrides
+    <topic>-<partition>/       one PartitionLog per partition (Kafka's naming)
+
+``topics.json`` is replaced atomically after every change, so a crash leaves
+either the old or the new topic list. At start, partition directories that
+``topics.json`` does not name (a crash between the two writes) are removed.
+
+Only the broker's trio thread calls the registry.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import orjson
+
+from eventplatform.log.broker.partition import Partition
+from eventplatform.log.protocol import ErrorCode
+from eventplatform.log.storage import InvalidConfigError, LogConfig
+from eventplatform.log.storage.files import write_atomically
+
+TOPIC_NAME_BYTES_MAX = 249
+PARTITIONS_MAX = 10_000
+TOPICS_FILE = "topics.json"
+META_FILE = "meta.properties"
+DELETED_DIRECTORY_SUFFIX = "-delete"
+_LEGAL_NAME = re.compile(r"[a-zA-Z0-9._-]+")
+_PARTITION_DIRECTORY = re.compile(r"(.+)-(\d+)")
+
+
+class TopicError(Exception):
+    """A topic operation the broker refuses; ``code`` is the Kafka error to answer with."""
+
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass(slots=True)
+class Topic:
+    name: str
+    topic_id: bytes
+    configs: dict[str, str]
+    log_config: LogConfig
+    internal: bool = False
+    partitions: list[Partition] = field(default_factory=list)
+
+
+def validate_topic_name(name: str) -> None:
+    if not name or name in (".", ".."):
+        raise TopicError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"topic name {name!r} is not allowed")
+    if len(name) > TOPIC_NAME_BYTES_MAX:
+        raise TopicError(
+            ErrorCode.INVALID_TOPIC_EXCEPTION,
+            f"topic name is longer than {TOPIC_NAME_BYTES_MAX} characters",
+        )
+    if not _LEGAL_NAME.fullmatch(name):
+        raise TopicError(
+            ErrorCode.INVALID_TOPIC_EXCEPTION,
+            f"topic name {name!r} may only hold ASCII letters, digits, '.', '_' and '-'",
+        )
+
+
+class TopicRegistry:
+    """See the module docstring."""
+
+    def __init__(self, data_dir: Path, defaults: LogConfig, clock_ms: Callable[[], int]) -> None:
+        self.data_dir = data_dir
+        self.defaults = defaults
+        self.clock_ms = clock_ms
+        self.topics: dict[str, Topic] = {}
+
+    @classmethod
+    def open(
+        cls, data_dir: Path, defaults: LogConfig, clock_ms: Callable[[], int]
+    ) -> TopicRegistry:
+        """Load ``topics.json`` and open (recovering as needed) every partition."""
+        registry = cls(data_dir, defaults, clock_ms)
+        data_dir.mkdir(parents=True, exist_ok=True)
+        path = data_dir / TOPICS_FILE
+        document = orjson.loads(path.read_bytes()) if path.exists() else {}
+        try:
+            for name, entry in document.items():
+                topic = Topic(
+                    name,
+                    bytes.fromhex(entry["id"]),
+                    dict(entry["configs"]),
+                    LogConfig.from_properties(entry["configs"], defaults),
+                    bool(entry.get("internal", False)),
+                )
+                for index in range(int(entry["partitions"])):
+                    topic.partitions.append(registry._open_partition(name, index, topic.log_config))
+                registry.topics[name] = topic
+        except BaseException:
+            registry.close()
+            raise
+        registry._remove_orphans()
+        return registry
+
+    def _open_partition(self, topic: str, index: int, config: LogConfig) -> Partition:
+        directory = self.data_dir / f"{topic}-{index}"
+        return Partition.open(topic, index, directory, config, self.clock_ms)
+
+    def _remove_orphans(self) -> None:
+        for entry in self.data_dir.iterdir():
+            if not entry.is_dir():
+                continue
+            if entry.name.endswith(DELETED_DIRECTORY_SUFFIX):
+                shutil.rmtree(entry, ignore_errors=True)
+                continue
+            match = _PARTITION_DIRECTORY.fullmatch(entry.name)
+            if match is None:
+                continue
+            topic = self.topics.get(match.group(1))
+            if topic is None or int(match.group(2)) >= len(topic.partitions):
+                shutil.rmtree(entry, ignore_errors=True)
+
+    def _save(self) -> None:
+        document = {
+            topic.name: {
+                "id": topic.topic_id.hex(),
+                "partitions": len(topic.partitions),
+                "configs": topic.configs,
+                "internal": topic.internal,
+            }
+            for topic in self.topics.values()
+        }
+        write_atomically(self.data_dir / TOPICS_FILE, orjson.dumps(document))
+
+    # ------------------------------------------------------------ queries
+
+    def get(self, name: str) -> Topic | None:
+        return self.topics.get(name)
+
+    def partition(self, name: str, index: int) -> Partition | None:
+        topic = self.topics.get(name)
+        if topic is None or not 0 <= index < len(topic.partitions):
+            return None
+        return topic.partitions[index]
+
+    def partitions(self) -> Iterator[Partition]:
+        for topic in self.topics.values():
+            yield from topic.partitions
+
+    # ------------------------------------------------------------ changes
+
+    def check_new_topic(self, name: str, partitions: int, configs: Mapping[str, str]) -> LogConfig:
+        """Validate a CreateTopics entry; returns the resulting log config."""
+        validate_topic_name(name)
+        if name in self.topics:
+            raise TopicError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
+        if not 1 <= partitions <= PARTITIONS_MAX:
+            raise TopicError(
+                ErrorCode.INVALID_PARTITIONS,
+                f"partition count must be between 1 and {PARTITIONS_MAX}, got {partitions}",
+            )
+        return self._log_config(configs)
+
+    def _log_config(self, configs: Mapping[str, str]) -> LogConfig:
+        try:
+            return LogConfig.from_properties(configs, self.defaults)
+        except InvalidConfigError as exc:
+            raise TopicError(ErrorCode.INVALID_CONFIG, str(exc)) from exc
+
+    def create(
+        self, name: str, partitions: int, configs: Mapping[str, str], *, internal: bool = False
+    ) -> Topic:
+        log_config = self.check_new_topic(name, partitions, configs)
+        topic = Topic(name, uuid.uuid4().bytes, dict(configs), log_config, internal)
+        self.topics[name] = topic
+        try:
+            for index in range(partitions):
+                topic.partitions.append(self._open_partition(name, index, log_config))
+        except BaseException:
+            self.topics.pop(name)
+            for partition in topic.partitions:
+                partition.close()
+            raise
+        self._save()
+        return topic
+
+    def delete(self, name: str) -> None:
+        """Forget the topic, close its partitions and remove their files."""
+        topic = self.topics.pop(name, None)
+        if topic is None:
+            raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
+        self._save()
+        suffix = f".{uuid.uuid4().hex}{DELETED_DIRECTORY_SUFFIX}"
+        for partition in topic.partitions:
+            partition.close()
+            doomed = partition.directory.with_name(partition.directory.name + suffix)
+            partition.directory.rename(doomed)
+            shutil.rmtree(doomed, ignore_errors=True)
+
+    def check_partition_count(self, name: str, count: int) -> Topic:
+        topic = self.topics.get(name)
+        if topic is None:
+            raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
+        current = len(topic.partitions)
+        if count <= current:
+            raise TopicError(
+                ErrorCode.INVALID_PARTITIONS,
+                f"topic {name!r} has {current} partitions; the new count must be larger",
+            )
+        if count > PARTITIONS_MAX:
+            raise TopicError(ErrorCode.INVALID_PARTITIONS, f"at most {PARTITIONS_MAX} partitions")
+        return topic
+
+    def add_partitions(self, name: str, count: int) -> None:
+        topic = self.check_partition_count(name, count)
+        for index in range(len(topic.partitions), count):
+            topic.partitions.append(self._open_partition(name, index, topic.log_config))
+        self._save()
+
+    def check_configs(self, name: str, configs: Mapping[str, str]) -> LogConfig:
+        if name not in self.topics:
+            raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
+        return self._log_config(configs)
+
+    def set_configs(self, name: str, configs: Mapping[str, str]) -> None:
+        """Replace the topic's overrides; they apply to its logs from the next append."""
+        log_config = self.check_configs(name, configs)
+        topic = self.topics[name]
+        topic.configs = dict(configs)
+        topic.log_config = log_config
+        for partition in topic.partitions:
+            partition.log.update_config(log_config)
+        self._save()
+
+    def close(self) -> None:
+        for topic in self.topics.values():
+            for partition in topic.partitions:
+                partition.close()
