@@ -1,0 +1,108 @@
+"""A real ``platform serve`` process for tests: start, stop, kill -9, restart.
+
+The broker listens on a free port (``--listen 127.0.0.1:0``); the port is read
+from its "serving on" log line. Every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+START_TIMEOUT_S = 30.0
+STOP_TIMEOUT_S = 30.0
+_SERVING = re.compile(r"serving on (\S+):(\d+)")
+PLATFORM = Path(sys.executable).with_name("platform")
+
+
+class BrokerProcess:
+    def __init__(self, data_dir: Path, overrides: Sequence[str] = (), port: int = 0) -> None:
+        self.data_dir = data_dir
+        self.overrides = list(overrides)
+        self.port = port
+        self.process: subprocess.Popen[str] | None = None
+        self.output: list[str] = []
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self) -> BrokerProcess:
+        command = [
+            str(PLATFORM),
+            "serve",
+            "--data-dir",
+            str(self.data_dir),
+            "--listen",
+            f"127.0.0.1:{self.port}",
+        ]
+        for override in self.overrides:
+            command += ["--override", override]
+        self.process = subprocess.Popen(
+            command,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        ready = threading.Event()
+        threading.Thread(target=self._pump, args=(self.process, ready), daemon=True).start()
+        if not ready.wait(START_TIMEOUT_S):
+            self.kill()
+            raise RuntimeError("broker did not start:\n" + "".join(self.output[-50:]))
+        return self
+
+    def _pump(self, process: subprocess.Popen[str], ready: threading.Event) -> None:
+        assert process.stdout is not None
+        for line in process.stdout:
+            self.output.append(line)
+            match = _SERVING.search(line)
+            if match and not ready.is_set():
+                self.port = int(match.group(2))
+                ready.set()
+        ready.set()
+
+    def stop(self) -> int:
+        """SIGTERM and wait: a clean shutdown."""
+        assert self.process is not None
+        self.process.send_signal(signal.SIGTERM)
+        return self.process.wait(STOP_TIMEOUT_S)
+
+    def kill(self) -> None:
+        """SIGKILL: no shutdown at all."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(STOP_TIMEOUT_S)
+
+    def restart(self) -> BrokerProcess:
+        """Start again on the same port and data directory."""
+        return self.start()
+
+    def log_text(self) -> str:
+        return "".join(self.output)
+
+
+@contextmanager
+def running_broker(data_dir: Path, overrides: Sequence[str] = ()) -> Iterator[BrokerProcess]:
+    broker = BrokerProcess(data_dir, overrides).start()
+    try:
+        yield broker
+    finally:
+        broker.kill()
+
+
+def wait_until(condition: object, timeout_s: float, interval_s: float = 0.05) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if callable(condition) and condition():
+            return True
+        time.sleep(interval_s)
+    return False
