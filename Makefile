@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PACKAGES := platform log projections spark_projections apps
 
-.PHONY: demo test lint typecheck pytest venv bench-storage clean
+.PHONY: demo test lint typecheck pytest venv bench-storage bench-broker clean
 
 venv: $(STAMP)
 
@@ -38,6 +38,9 @@ test: lint typecheck pytest
 
 bench-storage: $(STAMP)
 	$(BIN)/python bench/storage.py
+
+bench-broker: $(STAMP)
+	$(BIN)/python bench/broker.py
 
 clean:
 	rm -rf $(VENV) .eventplatform .pytest_cache .mypy_cache .ruff_cache .hypothesis
