@@ -45,6 +45,7 @@ from eventplatform.log.storage.record_batch import (
     BatchHeader,
     DecodedBatch,
     Record,
+    check_keys_present,
     decode_record_set,
     split_batches,
     stamp,
@@ -221,9 +222,8 @@ class PartitionLog:
                     f"record batch of {header.size_bytes} bytes exceeds max.message.bytes {limit}"
                 )
         if producer and self._compact:
-            for batch in decode_record_set(buffer, check_crc=False):
-                if any(record.key is None for record in batch.records):
-                    raise InvalidRecordError("a compacted topic only accepts records with a key")
+            for header in headers:
+                check_keys_present(buffer, header)
         return headers
 
     def _append_stamped(

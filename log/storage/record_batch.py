@@ -429,6 +429,37 @@ def decode_varint(
             raise CorruptRecordError("varint is longer than 10 bytes")
 
 
+def check_keys_present(buffer: bytes | bytearray | memoryview, header: BatchHeader) -> None:
+    """Raise unless every record of the batch at ``header`` carries a key (compacted topics).
+
+    Walks the records without building them: per record only the length, the
+    offset delta (which must count 0, 1, 2, ...) and the key length are read,
+    so a batch of many tiny records costs integers, not objects.
+    """
+    payload = memoryview(buffer)[
+        header.position + HEADER_BYTES : header.position + header.size_bytes
+    ]
+    codec = Compression(header.attributes & COMPRESSION_MASK)
+    body = payload if codec is Compression.NONE else memoryview(decompress(codec, payload))
+    position = 0
+    end = len(body)
+    for index in range(header.records_count):
+        length, position = decode_varint(body, position, end)
+        record_end = position + length
+        if length < 0 or record_end > end:
+            raise CorruptRecordError(f"record length {length} overruns its batch")
+        _, field = decode_varint(body, position + 1, record_end)  # timestamp delta
+        offset_delta, field = decode_varint(body, field, record_end)
+        if offset_delta != index:
+            raise InvalidRecordError(f"record {index} has offset delta {offset_delta}")
+        key_length, _ = decode_varint(body, field, record_end)
+        if key_length < 0:
+            raise InvalidRecordError("a compacted topic only accepts records with a key")
+        position = record_end
+    if position != end:
+        raise CorruptRecordError(f"record batch has {end - position} bytes after its last record")
+
+
 def _decode_records(body: memoryview, header: BatchHeader) -> list[Record]:
     records: list[Record] = []
     position = 0

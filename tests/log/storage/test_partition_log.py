@@ -12,10 +12,11 @@ from eventplatform.log.storage import (
     LogConfig,
     OffsetOutOfRangeError,
     PartitionLog,
+    Record,
     RecordTooLargeError,
 )
 from eventplatform.log.storage.files import CLEAN_SHUTDOWN_FILE
-from eventplatform.log.storage.record_batch import decode_record_set, parse_header
+from eventplatform.log.storage.record_batch import decode_record_set, encode_batch, parse_header
 
 
 def values(log: PartitionLog, start: int | None = None) -> list[tuple[int, bytes | None]]:
@@ -265,3 +266,22 @@ def test_a_directory_is_opened_by_one_log_at_a_time(tmp_path: Path) -> None:
         PartitionLog.open(tmp_path)
     log.close()
     PartitionLog.open(tmp_path).close()
+
+
+def test_compacted_topic_checks_keys_inside_compressed_batches(tmp_path: Path) -> None:
+    log = PartitionLog.open(tmp_path, LogConfig(cleanup_policy=frozenset({"compact"})))
+    keyed = [Record(index, 1000, b"k%d" % index, b"v", ()) for index in range(50)]
+    keyless = [*keyed[:49], Record(49, 1000, None, b"v", ())]
+    log.append(encode_batch(keyed, base_offset=0, compression=Compression.ZSTD))
+    with pytest.raises(InvalidRecordError, match="key"):
+        log.append(encode_batch(keyless, base_offset=0, compression=Compression.ZSTD))
+    assert log.log_end_offset == 50
+
+
+def test_compacted_topic_refuses_offset_deltas_that_skip(tmp_path: Path) -> None:
+    log = PartitionLog.open(tmp_path, LogConfig(cleanup_policy=frozenset({"compact"})))
+    records = [Record(0, 1000, b"a", b"v", ()), Record(2, 1000, b"b", b"v", ())]
+    batch = encode_batch(records, base_offset=0, last_offset_delta=1)
+    with pytest.raises(InvalidRecordError, match="offset delta"):
+        log.append(batch)
+    assert log.log_end_offset == 0
