@@ -25,6 +25,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
+from typing import NamedTuple
 
 import orjson
 
@@ -41,8 +42,7 @@ SNAPSHOT_VERSION = 1
 SCAN_CHUNK_BYTES = 1024 * 1024
 
 
-@dataclass(frozen=True, slots=True)
-class BatchMetadata:
+class BatchMetadata(NamedTuple):
     first_sequence: int
     last_sequence: int
     first_offset: int
