@@ -9,6 +9,7 @@ Hierarchy::
     ├── InvalidRecordError          a well-formed batch the log refuses (control batch, no key
     │                               on a compacted topic, offsets that do not fit)
     ├── RecordTooLargeError         a batch over ``max.message.bytes``
+    │   └── RecordBatchTooLargeError  a record set over ``segment.bytes``
     ├── OffsetOutOfRangeError       a read or truncation outside [log start, log end]
     ├── LogClosedError              the log was closed
     └── LogLockedError              another log holds the directory
@@ -43,6 +44,10 @@ class InvalidRecordError(StorageError):
 
 class RecordTooLargeError(StorageError):
     kafka_error_code = 10  # MESSAGE_TOO_LARGE
+
+
+class RecordBatchTooLargeError(RecordTooLargeError):
+    kafka_error_code = 18  # RECORD_LIST_TOO_LARGE
 
 
 class OffsetOutOfRangeError(StorageError):

@@ -29,6 +29,7 @@ from eventplatform.log.storage.errors import (
     LogClosedError,
     LogLockedError,
     OffsetOutOfRangeError,
+    RecordBatchTooLargeError,
     RecordTooLargeError,
 )
 from eventplatform.log.storage.files import (
@@ -211,7 +212,7 @@ class PartitionLog:
 
     def _validate(self, buffer: bytes | bytearray, *, producer: bool = True) -> list[BatchHeader]:
         if len(buffer) > self._segment_bytes:
-            raise RecordTooLargeError(
+            raise RecordBatchTooLargeError(
                 f"record set of {len(buffer)} bytes exceeds segment.bytes {self._segment_bytes}"
             )
         headers = validate_record_set(buffer) if producer else _follower_headers(buffer)
@@ -355,6 +356,23 @@ class PartitionLog:
             found = segment.find_offset_by_timestamp(timestamp, self.log_start_offset)
             if found is not None:
                 return TimestampOffset(*found)
+        return None
+
+    def max_timestamp_offset(self) -> TimestampOffset | None:
+        """The first record carrying the log's largest timestamp, or None when it has none."""
+        self._check_open()
+        best: Segment | None = None
+        for segment in self.segments.from_offset(self.log_start_offset):
+            if segment.next_offset > segment.base_offset and (
+                best is None or segment.max_timestamp > best.max_timestamp
+            ):
+                best = segment
+        if best is None or best.max_timestamp < 0:
+            return None
+        start = max(best.offset_of_max_timestamp, self.log_start_offset)
+        for record in self.iter_records(start, best.next_offset):
+            if record.timestamp == best.max_timestamp:
+                return TimestampOffset(record.offset, record.timestamp)
         return None
 
     # ------------------------------------------------------------ truncation and deletion

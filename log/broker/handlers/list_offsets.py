@@ -2,9 +2,10 @@
 
 Timestamp -2 answers the log start offset (earliest), -1 the high watermark
 (latest; for read_committed the last stable offset, which is the same here),
-and any other timestamp the first offset whose record timestamp is at or
-after it, with that record's timestamp, or offset -1 when no record is that
-late. From v4 ``current_leader_epoch`` is checked and the leader epoch is
+-3 the first record with the largest timestamp, and any other timestamp the
+first offset whose record timestamp is at or after it, with that record's
+timestamp, or offset -1 when no record is that late. Other negative
+timestamps are INVALID_REQUEST. From v4 ``current_leader_epoch`` is checked and the leader epoch is
 returned.
 """
 
@@ -22,6 +23,7 @@ API = LIST_OFFSETS
 VERSIONS = Versions.parse("1-5")
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
+MAX_TIMESTAMP = -3
 
 
 async def handle(context: RequestContext, request: Body) -> Body:
@@ -52,6 +54,12 @@ def _answer(partition: Partition | None, entry: Body) -> Body:
         answer["offset"] = partition.high_watermark
     elif timestamp == EARLIEST_TIMESTAMP:
         answer["offset"] = partition.log_start_offset
+    elif timestamp == MAX_TIMESTAMP:
+        found = partition.log.max_timestamp_offset()
+        if found is not None:
+            answer["offset"], answer["timestamp"] = found.offset, found.timestamp
+    elif timestamp < 0:
+        answer["error_code"] = ErrorCode.INVALID_REQUEST
     else:
         found = partition.log.offset_for_timestamp(timestamp)
         if found is not None and found.offset < partition.high_watermark:

@@ -1,0 +1,62 @@
+"""Shared fixtures for the interop suites: one real broker process per module.
+
+Each test module gets its own ``platform serve`` process (module scope keeps
+the suites fast) and creates its own topics with ``new_topic``, so tests in a
+module never read each other's records. A broker that died while a module ran
+is reported as an error of that module's last test.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Callable, Iterator, Mapping
+
+import pytest
+from broker_process import BrokerProcess, running_broker
+from confluent_kafka.admin import AdminClient, NewTopic
+
+ADMIN_TIMEOUT_S = 30.0
+BROKER_OVERRIDES = (
+    "num.partitions=3",
+    "log.segment.bytes=536870912",
+    "log.retention.check.interval.ms=500",
+    "group.initial.rebalance.delay.ms=0",
+)
+
+_topic_numbers = itertools.count()
+
+NewTopicFactory = Callable[..., str]
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    with running_broker(tmp_path_factory.mktemp("broker"), BROKER_OVERRIDES) as process:
+        yield process
+        assert process.process is not None
+        exit_code = process.process.poll()
+        assert exit_code is None, (
+            f"broker exited with {exit_code} during the module:\n{process.log_text()[-4000:]}"
+        )
+
+
+@pytest.fixture(scope="module")
+def admin(broker: BrokerProcess) -> AdminClient:
+    return AdminClient({"bootstrap.servers": broker.bootstrap})
+
+
+@pytest.fixture
+def new_topic(admin: AdminClient, request: pytest.FixtureRequest) -> NewTopicFactory:
+    """Create a topic named after the test; returns its name."""
+
+    def create(partitions: int = 3, config: Mapping[str, str] | None = None) -> str:
+        stem = re.sub(r"[^A-Za-z0-9._-]+", "-", request.node.name).strip("-")[:180]
+        name = f"{stem}-{next(_topic_numbers)}"
+        topic = NewTopic(
+            name, num_partitions=partitions, replication_factor=1, config=dict(config or {})
+        )
+        futures = admin.create_topics([topic], operation_timeout=ADMIN_TIMEOUT_S)
+        futures[name].result(timeout=ADMIN_TIMEOUT_S)
+        return name
+
+    return create
