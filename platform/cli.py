@@ -2,9 +2,29 @@
 
 from __future__ import annotations
 
+import functools
+import os
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import click
+
+from eventplatform.tools.arguments import (
+    ACKS_CHOICES,
+    BOOTSTRAP_DEFAULT,
+    COMPRESSION_CHOICES,
+    DELIVERY_TIMEOUT_S_DEFAULT,
+    REQUEST_TIMEOUT_S_DEFAULT,
+    ClusterSettings,
+    parse_bootstrap,
+    parse_key_separator,
+    parse_settings,
+    parse_timestamp_ms,
+)
+from eventplatform.tools.errors import ToolError
 
 
 @click.group()
@@ -80,3 +100,388 @@ def serve(
         log_level=log_level,
         echo=click.echo,
     )
+
+
+def _cluster_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """Add ``--bootstrap`` and ``--request-timeout``; the command receives ``cluster``."""
+
+    @click.option(
+        "--bootstrap",
+        default=BOOTSTRAP_DEFAULT,
+        show_default=True,
+        callback=_parsed(parse_bootstrap),
+        metavar="HOST:PORT[,...]",
+        help="Brokers to connect to first.",
+    )
+    @click.option(
+        "--request-timeout",
+        type=click.FloatRange(min=0, min_open=True),
+        default=REQUEST_TIMEOUT_S_DEFAULT,
+        show_default=True,
+        metavar="SECONDS",
+        help="How long one request to the cluster may take.",
+    )
+    @functools.wraps(command)
+    def with_cluster(*args: Any, bootstrap: str, request_timeout: float, **kwargs: Any) -> Any:
+        cluster = ClusterSettings(bootstrap=bootstrap, request_timeout_s=request_timeout)
+        return command(*args, cluster=cluster, **kwargs)
+
+    return with_cluster
+
+
+def _parsed(parse: Callable[[Any], Any]) -> Callable[[click.Context, click.Parameter, Any], Any]:
+    """A click callback that runs a parser from ``eventplatform.tools.arguments``."""
+
+    def callback(context: click.Context, parameter: click.Parameter, value: Any) -> Any:
+        if value is None:
+            return None
+        try:
+            return parse(value)
+        except ToolError as error:
+            raise click.BadParameter(str(error), context, parameter) from error
+
+    return callback
+
+
+@contextmanager
+def _reported_errors() -> Iterator[None]:
+    """Turn a :class:`ToolError` into click's one-line ``Error: ...`` and exit status 1."""
+    try:
+        yield
+    except ToolError as error:
+        raise click.ClickException(str(error)) from error
+
+
+@contextmanager
+def _quiet_on_closed_pipe() -> Iterator[None]:
+    """End quietly when the reader of standard output goes away (``| head``).
+
+    Standard output is pointed at the null device first, so the interpreter's
+    final flush cannot fail again on the closed pipe.
+    """
+    try:
+        yield
+    except BrokenPipeError:
+        null_device = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null_device, sys.stdout.fileno())
+        raise click.exceptions.Exit(0) from None
+
+
+def _report(line: str) -> None:
+    click.echo(line, err=True)
+
+
+@main.group()
+def topics() -> None:
+    """Create, list, describe, alter and delete topics."""
+
+
+@topics.command("create")
+@click.argument("topic")
+@click.option("--partitions", type=click.IntRange(1), default=None, help="[default: broker's]")
+@click.option(
+    "--replication-factor", type=click.IntRange(1), default=None, help="[default: broker's]"
+)
+@click.option(
+    "--config",
+    "configs",
+    multiple=True,
+    metavar="KEY=VALUE",
+    callback=_parsed(parse_settings),
+    help="A topic config override; repeatable.",
+)
+@_cluster_options
+def topics_create(
+    cluster: ClusterSettings,
+    topic: str,
+    partitions: int | None,
+    replication_factor: int | None,
+    configs: dict[str, str],
+) -> None:
+    """Create TOPIC."""
+    from eventplatform.tools.topics import create_topic
+
+    with _reported_errors():
+        create_topic(
+            cluster,
+            topic,
+            partitions=partitions,
+            replication_factor=replication_factor,
+            configs=configs,
+            echo=click.echo,
+        )
+
+
+@topics.command("list")
+@_cluster_options
+def topics_list(cluster: ClusterSettings) -> None:
+    """Print every topic name, one per line."""
+    from eventplatform.tools.topics import list_topics
+
+    with _reported_errors():
+        list_topics(cluster, echo=click.echo)
+
+
+@topics.command("describe")
+@click.argument("topic")
+@_cluster_options
+def topics_describe(cluster: ClusterSettings, topic: str) -> None:
+    """Show TOPIC's partitions, leaders, replicas and configs with their sources."""
+    from eventplatform.tools.topics import describe_topic
+
+    with _reported_errors():
+        describe_topic(cluster, topic, echo=click.echo)
+
+
+@topics.command("alter")
+@click.argument("topic")
+@click.option(
+    "--set",
+    "set_configs",
+    multiple=True,
+    metavar="KEY=VALUE",
+    callback=_parsed(parse_settings),
+    help="Set a config override; repeatable.",
+)
+@click.option(
+    "--delete",
+    "delete_configs",
+    multiple=True,
+    metavar="KEY",
+    help="Remove a config override (back to the default); repeatable.",
+)
+@click.option("--partitions", type=click.IntRange(1), default=None, help="New partition count.")
+@_cluster_options
+def topics_alter(
+    cluster: ClusterSettings,
+    topic: str,
+    set_configs: dict[str, str],
+    delete_configs: tuple[str, ...],
+    partitions: int | None,
+) -> None:
+    """Change TOPIC's config overrides key by key, or raise its partition count."""
+    from eventplatform.tools.topics import alter_topic
+
+    with _reported_errors():
+        alter_topic(
+            cluster,
+            topic,
+            set_configs=set_configs,
+            delete_configs=delete_configs,
+            partitions=partitions,
+            echo=click.echo,
+        )
+
+
+@topics.command("delete")
+@click.argument("topic")
+@_cluster_options
+def topics_delete(cluster: ClusterSettings, topic: str) -> None:
+    """Delete TOPIC and all its records."""
+    from eventplatform.tools.topics import delete_topic
+
+    with _reported_errors():
+        delete_topic(cluster, topic, echo=click.echo)
+
+
+@main.command()
+@click.argument("topic")
+@click.option(
+    "--key-separator",
+    default=None,
+    callback=_parsed(parse_key_separator),
+    help="Split each line into key and value at the first SEPARATOR.",
+    metavar="SEPARATOR",
+)
+@click.option("--partition", type=click.IntRange(0), default=None, help="Write to this partition.")
+@click.option("--acks", type=click.Choice(ACKS_CHOICES), default="all", show_default=True)
+@click.option(
+    "--compression", type=click.Choice(COMPRESSION_CHOICES), default="none", show_default=True
+)
+@click.option(
+    "--delivery-timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=DELIVERY_TIMEOUT_S_DEFAULT,
+    show_default=True,
+    metavar="SECONDS",
+    help="How long a record may take to be acknowledged.",
+)
+@_cluster_options
+def produce(
+    cluster: ClusterSettings,
+    topic: str,
+    key_separator: bytes | None,
+    partition: int | None,
+    acks: str,
+    compression: str,
+    delivery_timeout: float,
+) -> None:
+    """Write one record per line of standard input to TOPIC."""
+    from eventplatform.tools.produce import ProduceOptions, produce_lines
+
+    options = ProduceOptions(
+        topic=topic,
+        key_separator=key_separator,
+        partition=partition,
+        acks=acks,
+        compression=compression,
+        delivery_timeout_s=delivery_timeout,
+    )
+    with _reported_errors():
+        delivered = produce_lines(cluster, options, sys.stdin.buffer, report=_report)
+    _report(f"produced {delivered} records to {topic}")
+
+
+@main.command()
+@click.argument("topic")
+@click.option("--from-beginning", is_flag=True, help="Start at the oldest record.")
+@click.option("--partition", type=click.IntRange(0), default=None, help="Read only this partition.")
+@click.option(
+    "--offset", type=click.IntRange(0), default=None, help="Start here (needs --partition)."
+)
+@click.option(
+    "--from-timestamp",
+    default=None,
+    callback=_parsed(parse_timestamp_ms),
+    metavar="MS|DATETIME",
+    help="Start at the first record at or after this time (ISO datetimes without offset: UTC).",
+)
+@click.option("--group", default=None, help="Consume as this group and commit its offsets.")
+@click.option("--max-messages", type=click.IntRange(1), default=None, help="Stop after N records.")
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    metavar="SECONDS",
+    help="Stop after this long without a record.",
+)
+@click.option(
+    "--format",
+    "output_format",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+)
+@click.option(
+    "--key-separator",
+    default=None,
+    callback=_parsed(parse_key_separator),
+    metavar="SEPARATOR",
+    help="Text format: print key SEPARATOR value.",
+)
+@_cluster_options
+def consume(
+    cluster: ClusterSettings,
+    topic: str,
+    from_beginning: bool,
+    partition: int | None,
+    offset: int | None,
+    from_timestamp: int | None,
+    group: str | None,
+    max_messages: int | None,
+    timeout: float | None,
+    output_format: str,
+    key_separator: bytes | None,
+) -> None:
+    """Print TOPIC's records to standard output, one per line."""
+    from eventplatform.tools.consume import ConsumeOptions, OutputFormat, consume_records
+
+    options = ConsumeOptions(
+        topic=topic,
+        group=group,
+        from_beginning=from_beginning,
+        partition=partition,
+        offset=offset,
+        from_timestamp_ms=from_timestamp,
+        max_messages=max_messages,
+        idle_timeout_s=timeout,
+        output_format=OutputFormat(output_format),
+        key_separator=key_separator,
+    )
+    stdout = sys.stdout.buffer
+
+    def write(line: bytes) -> None:
+        stdout.write(line)
+        stdout.flush()
+
+    with _reported_errors(), _quiet_on_closed_pipe():
+        consume_records(cluster, options, write=write, report=_report)
+
+
+@main.group()
+def groups() -> None:
+    """List consumer groups, describe their lag, reset their offsets."""
+
+
+@groups.command("list")
+@_cluster_options
+def groups_list(cluster: ClusterSettings) -> None:
+    """Print every consumer group with its state."""
+    from eventplatform.tools.groups import list_groups
+
+    with _reported_errors():
+        list_groups(cluster, echo=click.echo)
+
+
+@groups.command("describe")
+@click.argument("group")
+@_cluster_options
+def groups_describe(cluster: ClusterSettings, group: str) -> None:
+    """Show GROUP's members and, per partition, committed offset, log end offset and lag."""
+    from eventplatform.tools.groups import describe_group
+
+    with _reported_errors():
+        describe_group(cluster, group, echo=click.echo)
+
+
+@groups.command("reset-offsets")
+@click.argument("group")
+@click.option("--topic", required=True, help="The topic whose offsets move.")
+@click.option("--partition", type=click.IntRange(0), default=None, help="Only this partition.")
+@click.option("--to-earliest", is_flag=True, help="To the oldest record still kept.")
+@click.option("--to-latest", is_flag=True, help="To the log end (skip everything).")
+@click.option(
+    "--to-offset",
+    type=click.IntRange(0),
+    default=None,
+    metavar="N",
+    help="To offset N (clamped into the log).",
+)
+@click.option(
+    "--to-datetime",
+    default=None,
+    metavar="ISO",
+    help="To the first record at or after this time (without an offset: UTC).",
+)
+@click.option("--dry-run", is_flag=True, help="Print the new offsets, change nothing.")
+@_cluster_options
+def groups_reset_offsets(
+    cluster: ClusterSettings,
+    group: str,
+    topic: str,
+    partition: int | None,
+    to_earliest: bool,
+    to_latest: bool,
+    to_offset: int | None,
+    to_datetime: str | None,
+    dry_run: bool,
+) -> None:
+    """Move GROUP's committed offsets on a topic; refused while the group has members."""
+    from eventplatform.tools.groups import reset_group_offsets, reset_target
+
+    with _reported_errors():
+        target = reset_target(
+            to_earliest=to_earliest,
+            to_latest=to_latest,
+            to_offset=to_offset,
+            to_datetime=to_datetime,
+        )
+        reset_group_offsets(
+            cluster,
+            group,
+            topic=topic,
+            partition=partition,
+            target=target,
+            dry_run=dry_run,
+            echo=click.echo,
+        )

@@ -90,7 +90,7 @@ class LogConfig:
             value = getattr(self, key.replace(".", "_"))
             if isinstance(value, frozenset):
                 value = ",".join(sorted(value))
-            out[key] = "" if value is None else str(value)
+            out[key] = str(INT64_MAX) if value is None else str(value)
         return out
 
 
