@@ -120,11 +120,13 @@ class Connection:
                 nursery.start_soon(self._write_responses, receive)
                 async with send:
                     await self._read_requests(send)
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
+        # The nursery wraps what its body and writer raise in an ExceptionGroup.
+        except* (trio.BrokenResourceError, trio.ClosedResourceError):
             pass
-        except ProtocolError as exc:
-            log.warning("closing connection %d from %s: %s", self.id, self.peer, exc)
-        except Exception:
+        except* ProtocolError as group:
+            reason = group.exceptions[0]
+            log.warning("closing connection %d from %s: %s", self.id, self.peer, reason)
+        except* Exception:
             # A handler bug: this client loses its connection, everyone else keeps theirs.
             log.exception(
                 "closing connection %d from %s after an internal error", self.id, self.peer

@@ -19,16 +19,26 @@ from eventplatform.log.broker.handlers import (
     api_versions,
     create_partitions,
     create_topics,
+    delete_groups,
     delete_records,
     delete_topics,
     describe_configs,
+    describe_groups,
     fetch,
+    find_coordinator,
+    heartbeat,
     incremental_alter_configs,
     init_producer_id,
+    join_group,
+    leave_group,
+    list_groups,
     list_offsets,
     metadata,
+    offset_commit,
+    offset_fetch,
     offset_for_leader_epoch,
     produce,
+    sync_group,
 )
 from eventplatform.log.protocol import APIS, Api, ErrorCode
 
@@ -47,6 +57,16 @@ HANDLER_MODULES: list[ModuleType] = [
     alter_configs,
     create_partitions,
     incremental_alter_configs,
+    offset_commit,
+    offset_fetch,
+    find_coordinator,
+    join_group,
+    heartbeat,
+    leave_group,
+    sync_group,
+    describe_groups,
+    list_groups,
+    delete_groups,
 ]
 
 

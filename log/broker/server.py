@@ -21,6 +21,7 @@ from eventplatform.log.broker.config import BrokerConfig
 from eventplatform.log.broker.connection import Connection, advertised_versions, configure_socket
 from eventplatform.log.broker.context import Handler
 from eventplatform.log.broker.dispatcher import HANDLER_MODULES, build_handlers
+from eventplatform.log.groups.coordinator import GroupCoordinator
 
 log = logging.getLogger("eventplatform.broker")
 
@@ -44,6 +45,7 @@ class BrokerServer:
         raise_open_file_limit()
         broker = Broker.open(self.config)
         broker.api_versions = advertised_versions(self.handlers)
+        broker.groups = GroupCoordinator.for_broker(broker)
         self.broker = broker
         try:
             listeners = await trio.open_tcp_listeners(

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from eventplatform.log.protocol.apis import APIS, API_VERSIONS
+from eventplatform.log.protocol.apis import API_VERSIONS, APIS
 from eventplatform.log.protocol.codec import Chunk, Reader, Writer, compile_struct
 from eventplatform.log.protocol.errors import ProtocolError
 from eventplatform.log.protocol.schema import Api

@@ -50,6 +50,9 @@ class _Read:
 async def handle(context: RequestContext, request: Body) -> Body:
     max_wait_s = min(max(request["max_wait_ms"], 0), MAX_WAIT_MS_MAX) / 1000
     deadline = trio.current_time() + max_wait_s
+    # The checkpoint comes first: between the last read and ``_response`` nothing may
+    # yield, or a DeleteTopics could close the segment descriptors the reads point at.
+    await trio.lowlevel.checkpoint()
     while True:
         reads = _read_all(context, request)
         ready = sum(read.data.length for read in reads if read.data is not None)
@@ -57,7 +60,6 @@ async def handle(context: RequestContext, request: Body) -> Body:
         if ready >= request["min_bytes"] or failed or trio.current_time() >= deadline:
             break
         await _wait_for_append(reads, deadline)
-    await trio.lowlevel.checkpoint()
     return _response(reads, read_committed=request["isolation_level"] == READ_COMMITTED)
 
 
@@ -74,7 +76,11 @@ def _read_all(context: RequestContext, request: Body) -> list[_Read]:
             else:
                 read = _read_partition(partition, entry, budget)
                 if read.data is not None:
-                    budget -= read.data.length
+                    if read.data.length > budget and budget < request["max_bytes"]:
+                        # Only the first partition with data may exceed max_bytes (KIP-74).
+                        read.data = None
+                    else:
+                        budget -= read.data.length
             reads.append(read)
     return reads
 

@@ -1,0 +1,36 @@
+"""DeleteGroups (key 42), v0-1.
+
+Deletes Empty groups with all their committed offsets; tombstones in
+``__consumer_offsets`` make the deletion survive restarts and compaction.
+Per group: GROUP_ID_NOT_FOUND for a group that does not exist,
+NON_EMPTY_GROUP for one with members, COORDINATOR_LOAD_IN_PROGRESS or
+COORDINATOR_NOT_AVAILABLE when the coordinator cannot answer.
+"""
+
+from __future__ import annotations
+
+import trio
+
+from eventplatform.log.broker.context import Body, RequestContext
+from eventplatform.log.protocol import ErrorCode
+from eventplatform.log.protocol.apis import DELETE_GROUPS
+from eventplatform.log.protocol.schema import Versions
+
+API = DELETE_GROUPS
+VERSIONS = Versions.parse("0-1")
+
+
+async def handle(context: RequestContext, request: Body) -> Body:
+    group_ids = list(dict.fromkeys(request["groups_names"]))
+    coordinator = context.broker.groups
+    if coordinator is None:
+        await trio.lowlevel.checkpoint()
+        results = dict.fromkeys(group_ids, ErrorCode.COORDINATOR_NOT_AVAILABLE)
+    else:
+        results = await coordinator.delete_groups(group_ids)
+    return {
+        "throttle_time_ms": 0,
+        "results": [
+            {"group_id": group_id, "error_code": error} for group_id, error in results.items()
+        ],
+    }

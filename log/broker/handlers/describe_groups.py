@@ -1,0 +1,80 @@
+"""DescribeGroups (key 15), v0-4.
+
+Describes each named group: state (Kafka's names: Empty,
+PreparingRebalance, CompletingRebalance, Stable, Dead), protocol type, and
+its members with client id and host. The selected protocol and each
+member's metadata and assignment are filled in only when the group is
+Stable, as in Kafka. A group that does not exist is reported Dead with no
+error. v3 adds authorized operations (this broker has no ACLs: every group
+operation, when asked for), v4 members' ``group_instance_id``.
+"""
+
+from __future__ import annotations
+
+import trio
+
+from eventplatform.log.broker.context import Body, RequestContext
+from eventplatform.log.groups.core import GroupDescription
+from eventplatform.log.protocol import ErrorCode
+from eventplatform.log.protocol.apis import DESCRIBE_GROUPS
+from eventplatform.log.protocol.schema import Versions
+
+API = DESCRIBE_GROUPS
+VERSIONS = Versions.parse("0-4")
+OPERATIONS_NOT_REQUESTED = -(2**31)
+READ_OPERATION = 3
+DELETE_OPERATION = 6
+DESCRIBE_OPERATION = 8
+GROUP_OPERATIONS = (1 << READ_OPERATION) | (1 << DELETE_OPERATION) | (1 << DESCRIBE_OPERATION)
+
+
+async def handle(context: RequestContext, request: Body) -> Body:
+    group_ids = list(request["groups"])
+    coordinator = context.broker.groups
+    if coordinator is None:
+        await trio.lowlevel.checkpoint()
+        answers = [_error(group_id, ErrorCode.COORDINATOR_NOT_AVAILABLE) for group_id in group_ids]
+    else:
+        answers = []
+        for group_id, (error, description) in zip(
+            group_ids, await coordinator.describe_groups(group_ids), strict=True
+        ):
+            answers.append(_error(group_id, error) if error else _describe(description))
+    operations = GROUP_OPERATIONS if request["include_authorized_operations"] else None
+    for answer in answers:
+        answer["authorized_operations"] = (
+            OPERATIONS_NOT_REQUESTED if operations is None or answer["error_code"] else operations
+        )
+    return {"throttle_time_ms": 0, "groups": answers}
+
+
+def _error(group_id: str, error: ErrorCode) -> Body:
+    return {
+        "error_code": error,
+        "group_id": group_id,
+        "group_state": "",
+        "protocol_type": "",
+        "protocol_data": "",
+        "members": [],
+    }
+
+
+def _describe(description: GroupDescription) -> Body:
+    return {
+        "error_code": ErrorCode.NONE,
+        "group_id": description.group_id,
+        "group_state": str(description.state),
+        "protocol_type": description.protocol_type,
+        "protocol_data": description.protocol,
+        "members": [
+            {
+                "member_id": member.member_id,
+                "group_instance_id": member.group_instance_id,
+                "client_id": member.client_id,
+                "client_host": member.client_host,
+                "member_metadata": member.metadata,
+                "member_assignment": member.assignment,
+            }
+            for member in description.members
+        ],
+    }

@@ -1,0 +1,38 @@
+"""ListGroups (key 16), v0-2.
+
+Lists every group the coordinator knows, with its protocol type (empty for
+groups that only store offsets). While ``__consumer_offsets`` loads, the
+groups loaded so far come with COORDINATOR_LOAD_IN_PROGRESS.
+"""
+
+from __future__ import annotations
+
+import trio
+
+from eventplatform.log.broker.context import Body, RequestContext
+from eventplatform.log.protocol import ErrorCode
+from eventplatform.log.protocol.apis import LIST_GROUPS
+from eventplatform.log.protocol.schema import Versions
+
+API = LIST_GROUPS
+VERSIONS = Versions.parse("0-2")
+
+
+async def handle(context: RequestContext, request: Body) -> Body:
+    coordinator = context.broker.groups
+    if coordinator is None:
+        await trio.lowlevel.checkpoint()
+        return {"throttle_time_ms": 0, "error_code": ErrorCode.COORDINATOR_NOT_AVAILABLE}
+    error, groups = await coordinator.list_groups()
+    return {
+        "throttle_time_ms": 0,
+        "error_code": error,
+        "groups": [
+            {
+                "group_id": group.group_id,
+                "protocol_type": group.protocol_type,
+                "group_state": str(group.state),
+            }
+            for group in groups
+        ],
+    }

@@ -1,0 +1,364 @@
+"""The group coordinator service: the trio shell around ``GroupCoordinatorCore``.
+
+``GroupCoordinator.run`` is a trio task. It creates ``__consumer_offsets``
+when missing, reports itself started, replays the topic into the core
+(meanwhile group requests are answered COORDINATOR_LOAD_IN_PROGRESS, as
+Kafka does; heartbeats are answered NONE and SyncGroup
+REBALANCE_IN_PROGRESS so clients simply carry on), then serves until
+cancelled. Before ``run`` and after ``close`` every group request gets
+COORDINATOR_NOT_AVAILABLE.
+
+One timer task sleeps until the core's next deadline and then calls
+``advance``; every request that may move a deadline earlier wakes it. A
+second task expires offsets every ``OFFSETS_RETENTION_CHECK_INTERVAL_S``.
+Handlers call the ``async`` methods here. A JoinGroup or SyncGroup the core
+holds is awaited through a ``Reply`` with a deadline past the longest time
+the core may hold it (the group's rebalance timeout, or the new-member join
+timeout, plus the initial rebalance delay); the core always answers first,
+the deadline only bounds a bug.
+
+Every method runs on the broker's trio thread, the one owner of all group
+state.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from enum import Enum
+from typing import TYPE_CHECKING, Generic, TypeVar
+
+import trio
+
+from eventplatform.log.groups.core import (
+    NEW_MEMBER_JOIN_TIMEOUT_MS,
+    GroupConfig,
+    GroupCoordinatorCore,
+    GroupDescription,
+    GroupOverview,
+    JoinRequest,
+    LeaveResult,
+    MemberIdentity,
+    OffsetCommit,
+    SyncRequest,
+)
+from eventplatform.log.groups.group import GroupState, JoinResult, SyncResult
+from eventplatform.log.groups.offsets_topic import OffsetsReplay, OffsetsTopic
+from eventplatform.log.groups.records import OFFSETS_TOPIC, CommittedOffset, TopicPartition
+from eventplatform.log.protocol import ErrorCode
+
+if TYPE_CHECKING:
+    from eventplatform.log.broker.broker import Broker
+    from eventplatform.log.broker.config import BrokerConfig
+    from eventplatform.log.broker.topics import TopicRegistry
+
+log = logging.getLogger("eventplatform.groups")
+
+REPLY_MARGIN_MS = 5_000
+"""How much longer than the core's own bound a handler waits for a held answer."""
+LOAD_CHECKPOINT_RECORDS = 5_000
+"""Records replayed between yields to the scheduler while loading."""
+OFFSETS_RETENTION_CHECK_INTERVAL_S = 600.0
+
+T = TypeVar("T")
+
+
+class Status(Enum):
+    STARTING = "starting"
+    LOADING = "loading"
+    ACTIVE = "active"
+    CLOSED = "closed"
+
+
+class Reply(Generic[T]):
+    """One held answer: the core delivers it once, one handler awaits it."""
+
+    __slots__ = ("_event", "_value")
+
+    def __init__(self) -> None:
+        self._event = trio.Event()
+        self._value: T | None = None
+
+    def deliver(self, value: T) -> None:
+        if not self._event.is_set():
+            self._value = value
+            self._event.set()
+
+    async def wait(self, timeout_s: float) -> T | None:
+        """The answer, or None if none came within ``timeout_s``."""
+        with trio.move_on_after(timeout_s):
+            await self._event.wait()
+        return self._value
+
+
+def group_config(config: BrokerConfig) -> GroupConfig:
+    return GroupConfig(
+        session_timeout_ms_min=config.group_min_session_timeout_ms,
+        session_timeout_ms_max=config.group_max_session_timeout_ms,
+        initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
+        group_size_max=config.group_max_size,
+        offsets_retention_ms=config.offsets_retention_minutes * 60_000,
+    )
+
+
+class GroupCoordinator:
+    """See the module docstring."""
+
+    def __init__(
+        self, config: BrokerConfig, topics: TopicRegistry, clock_ms: Callable[[], int]
+    ) -> None:
+        self.offsets_topic = OffsetsTopic(
+            topics,
+            partitions=config.offsets_topic_num_partitions,
+            segment_bytes=config.offsets_topic_segment_bytes,
+            clock_ms=clock_ms,
+        )
+        self.core = GroupCoordinatorCore(group_config(config), self.offsets_topic, clock_ms)
+        self.status = Status.STARTING
+        self._loaded = trio.Event()
+        self._timer_changed = trio.Event()
+        self._timer_wake_s = math.inf
+
+    @classmethod
+    def for_broker(cls, broker: Broker) -> GroupCoordinator:
+        return cls(broker.config, broker.topics, broker.clock_ms)
+
+    # ------------------------------------------------------------ lifecycle
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Create and load ``__consumer_offsets``, then keep the timers until cancelled."""
+        self.offsets_topic.ensure_created()
+        self.status = Status.LOADING
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._run_timers)
+                task_status.started()
+                await self._load()
+                self.status = Status.ACTIVE
+                self._loaded.set()
+                nursery.start_soon(self._expire_offsets_periodically)
+        finally:
+            self.close()
+
+    async def wait_loaded(self) -> None:
+        await self._loaded.wait()
+
+    def close(self) -> None:
+        """Stop serving: held requests are answered NOT_COORDINATOR, later ones NOT_AVAILABLE."""
+        if self.status is Status.CLOSED:
+            return
+        self.status = Status.CLOSED
+        self.core.shutdown()
+
+    async def _load(self) -> None:
+        started = time.monotonic()
+        replay = OffsetsReplay()
+        since_checkpoint = 0
+        for partition in self.offsets_topic.partitions():
+            for batch in partition.log.iter_batches(None, partition.high_watermark):
+                replay.apply_batch(batch)
+                since_checkpoint += len(batch.records)
+                if since_checkpoint >= LOAD_CHECKPOINT_RECORDS:
+                    since_checkpoint = 0
+                    await trio.lowlevel.checkpoint()
+        now_ms = self._now_ms()
+        count = 0
+        for group_id, loaded in replay.groups():
+            self.core.load_group(group_id, loaded.record, loaded.offsets, now_ms)
+            count += 1
+        self._poke()
+        log.info(
+            "loaded %d groups from %s in %.3f s (%d records skipped)",
+            count,
+            OFFSETS_TOPIC,
+            time.monotonic() - started,
+            replay.skipped,
+        )
+
+    # ------------------------------------------------------------ timers
+
+    @staticmethod
+    def _now_ms() -> int:
+        return math.floor(trio.current_time() * 1000)
+
+    async def _run_timers(self) -> None:
+        while True:
+            deadline_ms = self.core.next_deadline_ms()
+            # Half a millisecond late, so the floored clock reads at least the deadline.
+            self._timer_wake_s = math.inf if deadline_ms is None else (deadline_ms + 0.5) / 1000
+            self._timer_changed = trio.Event()
+            with trio.move_on_at(self._timer_wake_s):
+                await self._timer_changed.wait()
+            if self.status is Status.CLOSED:
+                return
+            self.core.advance(self._now_ms())
+
+    def _poke(self) -> None:
+        """Wake the timer task when the core's next deadline moved earlier."""
+        deadline_ms = self.core.next_deadline_ms()
+        if deadline_ms is not None and (deadline_ms + 0.5) / 1000 < self._timer_wake_s:
+            self._timer_changed.set()
+
+    async def _expire_offsets_periodically(self) -> None:
+        while True:
+            await trio.sleep(OFFSETS_RETENTION_CHECK_INTERVAL_S)
+            if self.status is not Status.ACTIVE:
+                continue
+            removed = self.core.expire_offsets()
+            if removed:
+                log.info("expired %d committed offsets", removed)
+            self._poke()
+
+    # ------------------------------------------------------------ status
+
+    def _status_error(self, group_id: str | None, *, allow_empty_id: bool) -> ErrorCode:
+        """Kafka's ``validateGroupStatus``; one broker is the coordinator of every group."""
+        if group_id is None or (not group_id and not allow_empty_id):
+            return ErrorCode.INVALID_GROUP_ID
+        if self.status is Status.LOADING:
+            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+        if self.status is not Status.ACTIVE:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        return ErrorCode.NONE
+
+    @property
+    def is_available(self) -> bool:
+        """Whether FindCoordinator may name this broker (loading counts: clients retry)."""
+        return self.status in (Status.LOADING, Status.ACTIVE)
+
+    def _hold_bound_s(self, group_id: str, *, rebalance_timeout_ms: int, join: bool) -> float:
+        longest_ms = max(self.core.rebalance_timeout_ms(group_id), rebalance_timeout_ms)
+        if join:
+            longest_ms = max(longest_ms, NEW_MEMBER_JOIN_TIMEOUT_MS)
+            longest_ms += self.core.config.initial_rebalance_delay_ms
+        return (longest_ms + REPLY_MARGIN_MS) / 1000
+
+    # ------------------------------------------------------------ membership
+
+    async def join_group(self, request: JoinRequest) -> JoinResult:
+        error = self._status_error(request.group_id, allow_empty_id=False)
+        if error is not ErrorCode.NONE:
+            await trio.lowlevel.checkpoint()
+            return JoinResult(error, request.member_id)
+        reply: Reply[JoinResult] = Reply()
+        self.core.join_group(request, self._now_ms(), reply.deliver)
+        self._poke()
+        bound_s = self._hold_bound_s(
+            request.group_id, rebalance_timeout_ms=request.rebalance_timeout_ms, join=True
+        )
+        result = await reply.wait(bound_s)
+        if result is None:
+            log.error("JoinGroup of group %s held past %.0f s", request.group_id, bound_s)
+            return JoinResult(ErrorCode.REBALANCE_IN_PROGRESS, request.member_id)
+        return result
+
+    async def sync_group(self, request: SyncRequest) -> SyncResult:
+        error = self._status_error(request.group_id, allow_empty_id=False)
+        if error is ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
+            # The rebalance in flight is lost with the restart; rejoining starts a new one.
+            error = ErrorCode.REBALANCE_IN_PROGRESS
+        if error is not ErrorCode.NONE:
+            await trio.lowlevel.checkpoint()
+            return SyncResult(error)
+        reply: Reply[SyncResult] = Reply()
+        self.core.sync_group(request, self._now_ms(), reply.deliver)
+        self._poke()
+        bound_s = self._hold_bound_s(request.group_id, rebalance_timeout_ms=0, join=False)
+        result = await reply.wait(bound_s)
+        if result is None:
+            log.error("SyncGroup of group %s held past %.0f s", request.group_id, bound_s)
+            return SyncResult(ErrorCode.REBALANCE_IN_PROGRESS)
+        return result
+
+    async def heartbeat(
+        self, group_id: str, member_id: str, group_instance_id: str | None, generation_id: int
+    ) -> ErrorCode:
+        await trio.lowlevel.checkpoint()
+        error = self._status_error(group_id, allow_empty_id=False)
+        if error is ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
+            return ErrorCode.NONE
+        if error is not ErrorCode.NONE:
+            return error
+        error = self.core.heartbeat(
+            group_id, member_id, group_instance_id, generation_id, self._now_ms()
+        )
+        self._poke()
+        return error
+
+    async def leave_group(self, group_id: str, members: Sequence[MemberIdentity]) -> LeaveResult:
+        await trio.lowlevel.checkpoint()
+        error = self._status_error(group_id, allow_empty_id=False)
+        if error is not ErrorCode.NONE:
+            return LeaveResult(error)
+        result = self.core.leave_group(group_id, members, self._now_ms())
+        self._poke()
+        return result
+
+    # ------------------------------------------------------------ offsets
+
+    async def commit_offsets(
+        self,
+        group_id: str,
+        *,
+        member_id: str,
+        group_instance_id: str | None,
+        generation_id: int,
+        offsets: Mapping[TopicPartition, OffsetCommit],
+    ) -> dict[TopicPartition, ErrorCode]:
+        await trio.lowlevel.checkpoint()
+        error = self._status_error(group_id, allow_empty_id=True)
+        if error is not ErrorCode.NONE:
+            return dict.fromkeys(offsets, error)
+        results = self.core.commit_offsets(
+            group_id, member_id, group_instance_id, generation_id, offsets, self._now_ms()
+        )
+        self._poke()
+        return results
+
+    async def fetch_offsets(
+        self, group_id: str, partitions: Sequence[TopicPartition] | None
+    ) -> tuple[ErrorCode, dict[TopicPartition, CommittedOffset | None]]:
+        await trio.lowlevel.checkpoint()
+        error = self._status_error(group_id, allow_empty_id=True)
+        if error is not ErrorCode.NONE:
+            return error, {}
+        return ErrorCode.NONE, self.core.fetch_offsets(group_id, partitions)
+
+    # ------------------------------------------------------------ admin
+
+    async def describe_groups(
+        self, group_ids: Sequence[str]
+    ) -> list[tuple[ErrorCode, GroupDescription]]:
+        await trio.lowlevel.checkpoint()
+        described: list[tuple[ErrorCode, GroupDescription]] = []
+        for group_id in group_ids:
+            error = self._status_error(group_id, allow_empty_id=True)
+            if error is not ErrorCode.NONE:
+                described.append((error, GroupDescription(group_id, GroupState.DEAD, "", "", ())))
+                continue
+            described.append((ErrorCode.NONE, self.core.describe_group(group_id)))
+        return described
+
+    async def list_groups(self) -> tuple[ErrorCode, list[GroupOverview]]:
+        await trio.lowlevel.checkpoint()
+        if self.status is Status.LOADING:
+            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, self.core.list_groups()
+        if self.status is not Status.ACTIVE:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE, []
+        return ErrorCode.NONE, self.core.list_groups()
+
+    async def delete_groups(self, group_ids: Sequence[str]) -> dict[str, ErrorCode]:
+        await trio.lowlevel.checkpoint()
+        results: dict[str, ErrorCode] = {}
+        deletable = []
+        for group_id in group_ids:
+            error = self._status_error(group_id, allow_empty_id=True)
+            if error is ErrorCode.NONE:
+                deletable.append(group_id)
+            else:
+                results[group_id] = error
+        results.update(self.core.delete_groups(deletable))
+        self._poke()
+        return {group_id: results[group_id] for group_id in group_ids}

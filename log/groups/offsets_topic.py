@@ -1,0 +1,153 @@
+"""``__consumer_offsets`` as the coordinator uses it: creation, appends and replay.
+
+``OffsetsTopic`` creates the compacted internal topic when it is missing
+(``offsets.topic.num.partitions`` partitions, ``cleanup.policy=compact``,
+``segment.bytes=offsets.topic.segment.bytes``) and appends the records of
+one group as one batch to the group's partition; it is the core's
+``RecordSink``. ``OffsetsReplay`` folds the records of the log, oldest
+first, into what each group had at the end: the last metadata record and
+the last committed offset of each partition, tombstones removing either.
+
+Concurrency: the coordinator's trio thread is the only writer of the topic;
+everything here runs on that thread.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+
+from eventplatform.log.broker.partition import Partition
+from eventplatform.log.broker.topics import Topic, TopicRegistry
+from eventplatform.log.groups.records import (
+    OFFSETS_TOPIC,
+    CommittedOffset,
+    GroupKey,
+    GroupRecord,
+    OffsetKey,
+    RecordFormatError,
+    TopicPartition,
+    decode_group_value,
+    decode_key,
+    decode_offset_value,
+    partition_for,
+)
+from eventplatform.log.protocol import ErrorCode
+from eventplatform.log.storage.record_batch import DecodedBatch, Record, encode_batch
+
+log = logging.getLogger("eventplatform.groups")
+
+
+class OffsetsTopic:
+    """See the module docstring."""
+
+    def __init__(
+        self,
+        topics: TopicRegistry,
+        *,
+        partitions: int,
+        segment_bytes: int,
+        clock_ms: Callable[[], int],
+    ) -> None:
+        self.topics = topics
+        self.partitions_wanted = partitions
+        self.segment_bytes = segment_bytes
+        self.clock_ms = clock_ms
+
+    def ensure_created(self) -> Topic:
+        """The topic, created with its configs on first start."""
+        topic = self.topics.get(OFFSETS_TOPIC)
+        if topic is None:
+            configs = {"cleanup.policy": "compact", "segment.bytes": str(self.segment_bytes)}
+            topic = self.topics.create(
+                OFFSETS_TOPIC, self.partitions_wanted, configs, internal=True
+            )
+            log.info("created %s with %d partitions", OFFSETS_TOPIC, self.partitions_wanted)
+        return topic
+
+    def partitions(self) -> list[Partition]:
+        topic = self.topics.get(OFFSETS_TOPIC)
+        return [] if topic is None else list(topic.partitions)
+
+    def partition_of(self, group_id: str) -> Partition | None:
+        """The partition holding ``group_id``; the topic's real count decides, as in Kafka."""
+        partitions = self.partitions()
+        if not partitions:
+            return None
+        return partitions[partition_for(group_id, len(partitions))]
+
+    def append(self, group_id: str, records: Sequence[tuple[bytes, bytes | None]]) -> ErrorCode:
+        """Append ``records`` (key, value or None for a tombstone) as one batch."""
+        partition = self.partition_of(group_id)
+        if partition is None:
+            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        wall_ms = self.clock_ms()
+        batch = encode_batch(
+            [Record(index, wall_ms, key, value) for index, (key, value) in enumerate(records)],
+            base_offset=0,
+        )
+        result = partition.append(batch)
+        if result.error is not ErrorCode.NONE:
+            log.warning(
+                "append to %s-%d failed: %s %s",
+                OFFSETS_TOPIC,
+                partition.index,
+                result.error.name,
+                result.message or "",
+            )
+        return result.error
+
+
+@dataclass(slots=True)
+class LoadedGroup:
+    record: GroupRecord | None = None
+    offsets: dict[TopicPartition, CommittedOffset] = field(default_factory=dict)
+
+
+class OffsetsReplay:
+    """Folds ``__consumer_offsets`` records into each group's latest state."""
+
+    def __init__(self) -> None:
+        self._groups: dict[str, LoadedGroup] = {}
+        self.skipped = 0
+
+    def apply_batch(self, batch: DecodedBatch) -> None:
+        if batch.header.is_control:
+            return
+        for record in batch.records:
+            self.apply(record.key, record.value)
+
+    def apply(self, key: bytes | None, value: bytes | None) -> None:
+        """Apply one record; one that does not decode is counted and skipped."""
+        if key is None:
+            self.skipped += 1
+            return
+        try:
+            decoded = decode_key(key)
+            if isinstance(decoded, OffsetKey):
+                self._apply_offset(decoded, value)
+            elif isinstance(decoded, GroupKey):
+                entry = self._groups.setdefault(decoded.group_id, LoadedGroup())
+                entry.record = None if value is None else decode_group_value(value)
+            else:
+                self.skipped += 1
+        except RecordFormatError as exc:
+            log.warning("skipping a %s record: %s", OFFSETS_TOPIC, exc)
+            self.skipped += 1
+
+    def _apply_offset(self, key: OffsetKey, value: bytes | None) -> None:
+        partition = TopicPartition(key.topic, key.partition)
+        if value is None:
+            entry = self._groups.get(key.group_id)
+            if entry is not None:
+                entry.offsets.pop(partition, None)
+            return
+        committed = decode_offset_value(value)
+        self._groups.setdefault(key.group_id, LoadedGroup()).offsets[partition] = committed
+
+    def groups(self) -> Iterator[tuple[str, LoadedGroup]]:
+        """Every group that still has a metadata record or an offset."""
+        for group_id, entry in self._groups.items():
+            if entry.record is not None or entry.offsets:
+                yield group_id, entry

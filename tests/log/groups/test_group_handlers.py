@@ -1,0 +1,306 @@
+"""The group APIs on the wire: every advertised version, encoded and decoded by the codec.
+
+Requests are encoded as a client would send them, decoded by the broker's
+codec, handled, and the answers encoded and decoded again, so a field a
+version lacks or a wrong type fails here before any client sees it.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import AsyncIterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+import trio
+
+from eventplatform.log.broker.broker import Broker
+from eventplatform.log.broker.config import BrokerConfig
+from eventplatform.log.broker.context import RequestContext
+from eventplatform.log.broker.dispatcher import HANDLER_MODULES, build_handlers
+from eventplatform.log.broker.handlers import (
+    delete_groups,
+    describe_groups,
+    find_coordinator,
+    heartbeat,
+    join_group,
+    leave_group,
+    list_groups,
+    offset_commit,
+    offset_fetch,
+    sync_group,
+)
+from eventplatform.log.groups.coordinator import GroupCoordinator
+from eventplatform.log.protocol import (
+    ErrorCode,
+    decode_request_body,
+    decode_request_header,
+    decode_response,
+    encode_request,
+    encode_response,
+    flatten,
+)
+
+GROUP_MODULES = [
+    find_coordinator,
+    join_group,
+    sync_group,
+    heartbeat,
+    leave_group,
+    offset_commit,
+    offset_fetch,
+    describe_groups,
+    list_groups,
+    delete_groups,
+]
+ADVERTISED = {
+    8: (2, 7),
+    9: (1, 5),
+    10: (0, 2),
+    11: (0, 5),
+    12: (0, 3),
+    13: (0, 3),
+    14: (0, 3),
+    15: (0, 4),
+    16: (0, 2),
+    42: (0, 1),
+}
+_correlation = itertools.count(1)
+
+
+@pytest.fixture
+async def broker(tmp_path: Path, nursery: trio.Nursery) -> AsyncIterator[Broker]:
+    config = BrokerConfig(
+        data_dir=tmp_path / "data",
+        group_initial_rebalance_delay_ms=0,
+        offsets_topic_num_partitions=3,
+    )
+    opened = Broker.open(config)
+    opened.topics.create("events", 2, {})
+    opened.groups = GroupCoordinator.for_broker(opened)
+    await nursery.start(opened.groups.run)
+    await opened.groups.wait_loaded()
+    yield opened
+    opened.groups.close()
+    opened.close()
+
+
+async def call(broker: Broker, module: ModuleType, version: int, body: dict[str, Any]) -> Any:
+    """Send ``body`` as ``module``'s request at ``version``; the decoded answer."""
+    api = module.API
+    correlation_id = next(_correlation)
+    frame = encode_request(api, version, body, correlation_id=correlation_id, client_id="tester")
+    header, position = decode_request_header(frame[4:])
+    request = decode_request_body(api, version, frame[4:], position)
+    context = RequestContext(broker, header, "127.0.0.1", 1)
+    with trio.fail_after(60):
+        answer = await module.handle(context, request)
+    encoded = flatten(encode_response(api, version, correlation_id, answer))
+    answered_id, decoded = decode_response(api, version, encoded)
+    assert answered_id == correlation_id
+    return decoded
+
+
+def test_the_dispatcher_serves_the_group_apis_at_the_advertised_versions() -> None:
+    handlers = build_handlers(HANDLER_MODULES)
+    for key, (low, high) in ADVERTISED.items():
+        assert (handlers[key].versions.low, handlers[key].versions.high) == (low, high)
+
+
+async def test_find_coordinator_names_this_broker_for_groups_and_transactions(
+    broker: Broker,
+) -> None:
+    for version in range(3):
+        answer = await call(broker, find_coordinator, version, {"key": "group", "key_type": 0})
+        assert answer["error_code"] == ErrorCode.NONE
+        assert (answer["node_id"], answer["host"], answer["port"]) == (
+            broker.node_id,
+            broker.advertised_host,
+            broker.port,
+        )
+    transactions = await call(broker, find_coordinator, 1, {"key": "tx", "key_type": 1})
+    assert transactions["error_code"] == ErrorCode.NONE
+    unknown = await call(broker, find_coordinator, 2, {"key": "x", "key_type": 7})
+    assert unknown["error_code"] == ErrorCode.INVALID_REQUEST and unknown["node_id"] == -1
+
+
+@pytest.mark.parametrize("join_version", range(6))
+async def test_a_member_joins_syncs_commits_and_leaves_at_every_version(
+    broker: Broker, join_version: int
+) -> None:
+    group = f"group-v{join_version}"
+    small = min(join_version, 3)
+    join_body = {
+        "group_id": group,
+        "session_timeout_ms": 10_000,
+        "rebalance_timeout_ms": 20_000,
+        "member_id": "",
+        "protocol_type": "consumer",
+        "protocols": [{"name": "range", "metadata": b"subscription"}],
+    }
+    joined = await call(broker, join_group, join_version, join_body)
+    if join_version >= 4:
+        assert joined["error_code"] == ErrorCode.MEMBER_ID_REQUIRED
+        join_body["member_id"] = joined["member_id"]
+        joined = await call(broker, join_group, join_version, join_body)
+    assert joined["error_code"] == ErrorCode.NONE
+    member_id = joined["member_id"]
+    assert member_id.startswith("tester-")
+    assert joined["leader"] == member_id and joined["protocol_name"] == "range"
+    assert joined["members"][0]["metadata"] == b"subscription"
+    generation = joined["generation_id"]
+
+    identity = {"group_id": group, "generation_id": generation, "member_id": member_id}
+    assignment = [{"member_id": member_id, "assignment": b"partitions"}]
+    synced = await call(broker, sync_group, small, {**identity, "assignments": assignment})
+    assert (synced["error_code"], synced["assignment"]) == (ErrorCode.NONE, b"partitions")
+    beat = await call(broker, heartbeat, small, identity)
+    assert beat["error_code"] == ErrorCode.NONE
+
+    commit_version = 2 + join_version
+    commit = {
+        "group_id": group,
+        "generation_id_or_member_epoch": generation,
+        "member_id": member_id,
+        "topics": [
+            {
+                "name": "events",
+                "partitions": [
+                    {"partition_index": 1, "committed_offset": 17, "committed_metadata": "m"},
+                    {"partition_index": 9, "committed_offset": 1, "committed_metadata": None},
+                ],
+            }
+        ],
+    }
+    committed = await call(broker, offset_commit, commit_version, commit)
+    errors = [p["error_code"] for p in committed["topics"][0]["partitions"]]
+    assert errors == [ErrorCode.NONE, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION]
+
+    fetch_version = 1 + min(join_version, 4)
+    fetched = await call(
+        broker,
+        offset_fetch,
+        fetch_version,
+        {"group_id": group, "topics": [{"name": "events", "partition_indexes": [0, 1]}]},
+    )
+    partitions = fetched["topics"][0]["partitions"]
+    assert [(p["partition_index"], p["committed_offset"], p["metadata"]) for p in partitions] == [
+        (0, -1, ""),
+        (1, 17, "m"),
+    ]
+
+    described = await call(
+        broker, describe_groups, min(join_version, 4), {"groups": [group, "nobody"]}
+    )
+    stable, missing = described["groups"]
+    assert (stable["group_state"], stable["protocol_data"]) == ("Stable", "range")
+    assert stable["members"][0]["member_assignment"] == b"partitions"
+    assert stable["members"][0]["client_host"] == "/127.0.0.1"
+    assert (missing["error_code"], missing["group_state"]) == (ErrorCode.NONE, "Dead")
+    listed = await call(broker, list_groups, min(join_version, 2), {})
+    assert {"group_id": group, "protocol_type": "consumer"} in [
+        {key: entry[key] for key in ("group_id", "protocol_type")} for entry in listed["groups"]
+    ]
+
+    if small >= 3:
+        leave = {"group_id": group, "members": [{"member_id": member_id}]}
+    else:
+        leave = {"group_id": group, "member_id": member_id}
+    left = await call(broker, leave_group, small, leave)
+    assert left["error_code"] == ErrorCode.NONE
+    deleted = await call(
+        broker, delete_groups, min(join_version, 1), {"groups_names": [group, "nobody"]}
+    )
+    assert [(r["group_id"], r["error_code"]) for r in deleted["results"]] == [
+        (group, ErrorCode.NONE),
+        ("nobody", ErrorCode.GROUP_ID_NOT_FOUND),
+    ]
+
+
+async def test_leave_group_errors_are_top_level_before_v3_and_per_member_from_v3(
+    broker: Broker,
+) -> None:
+    old = await call(broker, leave_group, 1, {"group_id": "g", "member_id": "stranger"})
+    assert old["error_code"] == ErrorCode.UNKNOWN_MEMBER_ID
+    batch = await call(
+        broker,
+        leave_group,
+        3,
+        {"group_id": "g", "members": [{"member_id": "stranger"}, {"member_id": "other"}]},
+    )
+    assert batch["error_code"] == ErrorCode.NONE
+    assert [m["error_code"] for m in batch["members"]] == [ErrorCode.UNKNOWN_MEMBER_ID] * 2
+
+
+async def test_offset_fetch_with_null_topics_returns_every_committed_offset(
+    broker: Broker,
+) -> None:
+    commit = {
+        "group_id": "simple",
+        "generation_id_or_member_epoch": -1,
+        "member_id": "",
+        "topics": [
+            {
+                "name": "events",
+                "partitions": [
+                    {"partition_index": 0, "committed_offset": 3, "committed_metadata": ""},
+                    {"partition_index": 1, "committed_offset": 4, "committed_metadata": ""},
+                ],
+            }
+        ],
+    }
+    await call(broker, offset_commit, 2, commit)
+    fetched = await call(broker, offset_fetch, 2, {"group_id": "simple", "topics": None})
+    assert fetched["error_code"] == ErrorCode.NONE
+    assert [
+        (p["partition_index"], p["committed_offset"]) for p in fetched["topics"][0]["partitions"]
+    ] == [(0, 3), (1, 4)]
+
+
+@pytest.mark.parametrize("module", GROUP_MODULES, ids=lambda module: module.__name__.split(".")[-1])
+async def test_every_group_api_answers_coordinator_not_available_without_a_coordinator(
+    tmp_path: Path, module: ModuleType
+) -> None:
+    broker = Broker.open(BrokerConfig(data_dir=tmp_path / "data"))
+    broker.topics.create("events", 1, {})
+    try:
+        version = module.VERSIONS.high
+        bodies: dict[ModuleType, dict[str, Any]] = {
+            find_coordinator: {"key": "g", "key_type": 0},
+            join_group: {"group_id": "g", "session_timeout_ms": 10_000, "protocols": []},
+            sync_group: {"group_id": "g", "member_id": "m"},
+            heartbeat: {"group_id": "g", "member_id": "m"},
+            leave_group: {"group_id": "g", "members": [{"member_id": "m"}]},
+            offset_commit: {
+                "group_id": "g",
+                "member_id": "",
+                "topics": [
+                    {
+                        "name": "events",
+                        "partitions": [{"partition_index": 0, "committed_metadata": ""}],
+                    }
+                ],
+            },
+            offset_fetch: {"group_id": "g", "topics": None},
+            describe_groups: {"groups": ["g"]},
+            list_groups: {},
+            delete_groups: {"groups_names": ["g"]},
+        }
+        answer = await call(broker, module, version, bodies[module])
+        errors = _error_codes(answer)
+        assert errors and set(errors) == {ErrorCode.COORDINATOR_NOT_AVAILABLE}
+    finally:
+        broker.close()
+
+
+def _error_codes(value: Any) -> list[int]:
+    if isinstance(value, dict):
+        found = [value["error_code"]] if value.get("error_code") else []
+        for item in value.values():
+            if isinstance(item, list):
+                for entry in item:
+                    found.extend(_error_codes(entry))
+        return found
+    return []
