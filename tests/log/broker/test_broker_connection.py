@@ -192,12 +192,20 @@ async def _wait_until_settled(count: list[int]) -> int:
 @pytest.mark.parametrize(
     ("name", "frame"),
     [
-        ("oversized", struct.pack(">i", 4096) + b"\x00" * 100),
-        ("negative", struct.pack(">i", -5)),
+        pytest.param("oversized", struct.pack(">i", 4096) + b"\x00" * 100, id="oversized"),
+        pytest.param("negative", struct.pack(">i", -5), id="negative"),
         # A well-formed header whose api key (999) no table knows.
-        ("unknown-api", struct.pack(">i", 10) + struct.pack(">hhih", 999, 0, 1, -1)),
-        ("short-header", struct.pack(">i", 3) + b"\x00\x03\x00"),
-        ("bad-client-id", struct.pack(">i", 10) + struct.pack(">hhih", 3, 8, 1, -7)),
+        pytest.param(
+            "unknown-api",
+            struct.pack(">i", 10) + struct.pack(">hhih", 999, 0, 1, -1),
+            id="unknown-api",
+        ),
+        pytest.param("short-header", struct.pack(">i", 3) + b"\x00\x03\x00", id="short-header"),
+        pytest.param(
+            "bad-client-id",
+            struct.pack(">i", 10) + struct.pack(">hhih", 3, 8, 1, -7),
+            id="bad-client-id",
+        ),
     ],
 )
 async def test_garbage_framing_closes_only_that_connection_and_is_logged(

@@ -111,6 +111,7 @@ async def test_a_good_batch_is_appended_at_the_log_end(tmp_path: Path, wire: Any
         # Only part of a header.
         ("truncated", lambda data: data[: HEADER_BYTES - 5]),
     ],
+    ids=["crc", "magic", "length", "truncated"],
 )
 async def test_a_damaged_batch_is_corrupt_message_and_not_appended(
     tmp_path: Path, wire: Any, name: str, corrupt: Any
@@ -465,7 +466,9 @@ async def test_producer_state_survives_sigkill_of_a_broker_process(
 
 
 @pytest.mark.parametrize(
-    "codec", [Compression.GZIP, Compression.SNAPPY, Compression.LZ4, Compression.ZSTD]
+    "codec",
+    [Compression.GZIP, Compression.SNAPPY, Compression.LZ4, Compression.ZSTD],
+    ids=lambda codec: codec.name.lower(),
 )
 async def test_batches_keep_their_compression_on_disk(
     tmp_path: Path, wire: Any, codec: Compression
