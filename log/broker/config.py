@@ -176,6 +176,11 @@ class BrokerConfig:
         log_properties: dict[str, Any] = {}
         for key, raw in properties.items():
             if key in LOG_KEYS:
+                try:
+                    LogConfig.from_properties({LOG_KEYS[key]: raw})
+                except InvalidConfigError as exc:
+                    message = str(exc).replace(LOG_KEYS[key], key)
+                    raise BrokerConfigError(message) from None
                 log_properties[LOG_KEYS[key]] = raw
             elif key in _LOG_ALIASES:
                 target, scale = _LOG_ALIASES[key]

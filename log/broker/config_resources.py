@@ -132,9 +132,17 @@ def _entry(
 
 
 def merged_topic_configs(
-    current: Mapping[str, str], changes: list[dict[str, Any]], *, incremental: bool
+    current: Mapping[str, str],
+    effective: Mapping[str, str],
+    changes: list[dict[str, Any]],
+    *,
+    incremental: bool,
 ) -> dict[str, str]:
-    """Apply AlterConfigs (replace all) or IncrementalAlterConfigs operations."""
+    """Apply AlterConfigs (replace all) or IncrementalAlterConfigs operations.
+
+    ``current`` holds the topic's overrides and ``effective`` every value in
+    force; APPEND and SUBTRACT start from the value in force, as Kafka's do.
+    """
     if not incremental:
         return {entry["name"]: entry["value"] for entry in changes if entry["value"] is not None}
     result = dict(current)
@@ -149,7 +157,7 @@ def merged_topic_configs(
         elif operation in (2, 3):  # APPEND, SUBTRACT on list configs
             if name != "cleanup.policy":
                 raise TopicError(ErrorCode.INVALID_CONFIG, f"{name} is not a list config")
-            items = [item for item in result.get(name, "").split(",") if item]
+            items = [item for item in result.get(name, effective[name]).split(",") if item]
             given = [item.strip() for item in (value or "").split(",") if item.strip()]
             if operation == 2:
                 items += [item for item in given if item not in items]
@@ -176,7 +184,10 @@ def apply_alter_request(
                 )
             topic = broker.topics.get(name)
             current = topic.configs if topic is not None else {}
-            merged = merged_topic_configs(current, resource["configs"], incremental=incremental)
+            effective = (topic.log_config if topic is not None else LogConfig()).to_properties()
+            merged = merged_topic_configs(
+                current, effective, resource["configs"], incremental=incremental
+            )
             if request["validate_only"]:
                 broker.topics.check_configs(name, merged)
             else:

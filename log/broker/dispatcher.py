@@ -1,17 +1,17 @@
 """Maps API keys to handler modules and answers what no handler takes.
 
 A request for an API the broker knows but at a version it does not accept is
-answered in that version's layout with UNSUPPORTED_VERSION in every
-top-level ``error_code`` (ApiVersions answers with a v0 body listing the
-supported versions, so the client can retry). An API key the codec has no
-table for cannot be answered in a layout the client would parse; that
-connection is closed, as Kafka does.
+answered in that version's layout with UNSUPPORTED_VERSION in its top-level
+``error_code`` (ApiVersions answers with a v0 body listing the supported
+versions, so the client can retry). A layout without a top-level error code,
+or an API key the codec has no table for, cannot carry that answer in a form
+the client would parse; that connection is closed and the event logged, as
+Kafka does.
 """
 
 from __future__ import annotations
 
 from types import ModuleType
-from typing import Any
 
 from eventplatform.log.broker.context import Body, Handler
 from eventplatform.log.broker.handlers import (
@@ -78,13 +78,16 @@ def build_handlers(modules: list[ModuleType]) -> dict[int, Handler]:
     return handlers
 
 
-def unsupported_version_response(api: Api, version: int) -> Body:
-    """A body in ``api``'s layout at ``version`` whose top-level error codes say 35."""
-    body: dict[str, Any] = {}
+def unsupported_version_response(api: Api, version: int) -> Body | None:
+    """A body in ``api``'s layout at ``version`` whose top-level error code says 35.
+
+    None when that layout has no top-level error code: an answer without one
+    would read as success, so the connection is closed instead, as Kafka does.
+    """
     for field in api.response:
-        if field.name == "error_code" and version in field.versions:
-            body["error_code"] = ErrorCode.UNSUPPORTED_VERSION
-    return body
+        if field.name == "error_code" and version in field.versions and field.tag is None:
+            return {"error_code": ErrorCode.UNSUPPORTED_VERSION}
+    return None
 
 
 def known_api(key: int) -> Api | None:

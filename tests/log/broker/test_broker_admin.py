@@ -476,6 +476,16 @@ async def test_incremental_alter_configs_set_delete_append_subtract(
         assert result["configs"][0]["config_source"] == SOURCE_DEFAULT
 
 
+async def test_append_to_a_list_config_starts_from_the_value_in_force(
+    tmp_path: Path, wire: Any
+) -> None:
+    async with wire.open_broker(tmp_path) as running:
+        client = await running.connect()
+        await client.create_topic(TOPIC)
+        assert await incremental_alter(client, TOPIC, [("cleanup.policy", APPEND, "compact")]) == 0
+        assert (await topic_configs(client, TOPIC))["cleanup.policy"] == "compact,delete"
+
+
 async def test_incremental_alter_configs_refusals_change_nothing(tmp_path: Path, wire: Any) -> None:
     async with wire.open_broker(tmp_path) as running:
         client = await running.connect()

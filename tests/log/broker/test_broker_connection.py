@@ -280,6 +280,20 @@ async def test_a_served_api_at_an_unsupported_version_gets_unsupported_version(
         assert (await client.metadata([TOPIC]))["topics"][0]["name"] == TOPIC
 
 
+async def test_an_unserved_version_without_an_error_field_closes_the_connection(
+    tmp_path: Path, wire: Any
+) -> None:
+    async with wire.open_broker(tmp_path) as running:
+        client = await running.connect()
+        await client.create_topic(TOPIC)
+        body = {"acks": 1, "timeout_ms": 1000, "topic_data": []}
+        await client.send(PRODUCE, 9, body, answered=False)
+        with trio.fail_after(10):
+            assert await client.read_frame() is None
+        other = await running.connect()
+        assert (await other.metadata([TOPIC]))["topics"][0]["name"] == TOPIC
+
+
 def api_versions_v9_request(correlation_id: int) -> bytes:
     """An ApiVersions request at a version no broker knows, built field by field."""
     client_id = b"probe"
