@@ -58,7 +58,7 @@ log = logging.getLogger("eventplatform.groups")
 
 REPLY_MARGIN_MS = 5_000
 """How much longer than the core's own bound a handler waits for a held answer."""
-LOAD_CHECKPOINT_RECORDS = 5_000
+LOAD_CHECKPOINT_RECORDS = 1_000
 """Records replayed between yields to the scheduler while loading."""
 OFFSETS_RETENTION_CHECK_INTERVAL_S = 600.0
 
@@ -306,7 +306,7 @@ class GroupCoordinator:
         group_instance_id: str | None,
         generation_id: int,
         offsets: Mapping[TopicPartition, OffsetCommit],
-    ) -> dict[TopicPartition, ErrorCode]:
+    ) -> dict[TopicPartition, int]:
         await trio.lowlevel.checkpoint()
         error = self._status_error(group_id, allow_empty_id=True)
         if error is not ErrorCode.NONE:
@@ -325,6 +325,17 @@ class GroupCoordinator:
         if error is not ErrorCode.NONE:
             return error, {}
         return ErrorCode.NONE, self.core.fetch_offsets(group_id, partitions)
+
+    def topic_deleted(self, topic: str) -> None:
+        """Drop the committed offsets of a deleted topic (Kafka's ``handleDeletedPartitions``).
+
+        Synchronous, for the DeleteTopics handler to call after the topic is gone.
+        """
+        if self.status is not Status.ACTIVE:
+            return
+        removed = self.core.remove_topic_offsets(topic)
+        if removed:
+            log.info("removed %d committed offsets of deleted topic %s", removed, topic)
 
     # ------------------------------------------------------------ admin
 

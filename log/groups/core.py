@@ -25,6 +25,7 @@ changed. Callbacks must not call back into the core.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import itertools
 import logging
@@ -60,9 +61,13 @@ from eventplatform.log.protocol import ErrorCode
 log = logging.getLogger("eventplatform.groups")
 
 NEW_MEMBER_JOIN_TIMEOUT_MS = 5 * 60 * 1000
+TIMER_PASSES_MAX = 16
 OFFSET_METADATA_BYTES_MAX_DEFAULT = 4096
 OFFSET_METADATA_TOO_LARGE = 12
-"""Kafka's error code for commit metadata over ``offset.metadata.max.bytes``."""
+"""Kafka's error code for commit metadata over ``offset.metadata.max.bytes``.
+
+``ErrorCode`` does not list it, so commit results are plain ``int`` codes.
+"""
 
 _COORDINATOR_UNAVAILABLE_ERRORS = frozenset(
     {
@@ -220,14 +225,25 @@ class GroupCoordinatorCore:
             if group is None or group.scheduled_ms != deadline_ms:
                 continue
             group.scheduled_ms = None
-            self._fire_timers(group, now_ms)
-            if self.groups.get(group_id) is group:
-                pending_ms = group.next_deadline_ms()
-                require(
-                    pending_ms is None or pending_ms > now_ms,
-                    f"group {group_id} still has a timer due at {pending_ms} after firing",
-                )
+            if self._fire_until_settled(group, now_ms):
                 self._schedule(group)
+
+    def _fire_until_settled(self, group: Group, now_ms: int) -> bool:
+        """Fire the group's due timers until none is due; False when the group is gone.
+
+        Firing may arm a timer that is due at once (a rebalance of a group whose
+        last member just left waits zero milliseconds), so a few passes may be
+        needed. A group that never settles is a bug that would spin the broker.
+        """
+        for _ in range(TIMER_PASSES_MAX):
+            self._fire_timers(group, now_ms)
+            if self.groups.get(group.group_id) is not group:
+                return False
+            due_ms = group.next_deadline_ms()
+            if due_ms is None or due_ms > now_ms:
+                return True
+        require(False, f"group {group.group_id} still has a timer due at {due_ms}")
+        return True
 
     def _schedule(self, group: Group) -> None:
         """Arm the group's earliest deadline unless an earlier entry is armed already."""
@@ -287,6 +303,9 @@ class GroupCoordinatorCore:
         ):
             callback(JoinResult(ErrorCode.INVALID_SESSION_TIMEOUT, request.member_id))
             return
+        if request.rebalance_timeout_ms <= 0:
+            # No usable rebalance timeout: the session timeout bounds the rebalance, as in v0.
+            request = dataclasses.replace(request, rebalance_timeout_ms=request.session_timeout_ms)
         is_unknown_member = request.member_id == ""
         group = self.groups.get(request.group_id)
         if group is None:
@@ -481,7 +500,6 @@ class GroupCoordinatorCore:
         """
         instance_id = request.group_instance_id
         assert instance_id is not None
-        previous_leader = group.leader_id or ""
         member = group.replace_static_member(instance_id, old_member_id, member_id)
         old_protocols = member.protocols
         self._arm_heartbeat(group, member, now_ms)
@@ -496,34 +514,8 @@ class GroupCoordinatorCore:
         if group.is_(GroupState.STABLE):
             if group.select_protocol() != group.protocol_name:
                 self._maybe_prepare_rebalance(group, now_ms)
-                return
-            error = self._store_group(
-                group, {m.member_id: m.assignment for m in group.all_members()}
-            )
-            if error is not ErrorCode.NONE:
-                member.join_callback = None
-                group.update_member(
-                    member,
-                    old_protocols,
-                    rebalance_timeout_ms=member.rebalance_timeout_ms,
-                    session_timeout_ms=member.session_timeout_ms,
-                    callback=None,
-                )
-                group.replace_static_member(instance_id, member_id, old_member_id)
-                self._arm_heartbeat(group, member, now_ms)
-                callback(
-                    JoinResult(
-                        error,
-                        "",
-                        group.generation_id,
-                        group.protocol_type,
-                        group.protocol_name,
-                        previous_leader,
-                    )
-                )
-                return
-            result = self._current_generation(group, member_id, with_members=False)
-            group.invoke_join_callback(member, _with_leader(result, previous_leader))
+            else:
+                self._keep_generation(group, member, old_member_id, old_protocols, now_ms)
         elif group.is_(GroupState.COMPLETING_REBALANCE):
             self._prepare_rebalance(group, now_ms)
         else:
@@ -531,6 +523,43 @@ class GroupCoordinatorCore:
                 group.is_(GroupState.PREPARING_REBALANCE),
                 f"group {group.group_id} has a static member while {group.state}",
             )
+
+    def _keep_generation(
+        self,
+        group: Group,
+        member: Member,
+        old_member_id: str,
+        old_protocols: Protocols,
+        now_ms: int,
+    ) -> None:
+        """Persist a static member's new id in a Stable group and answer it, or undo the swap.
+
+        The answer names the leader by the id it had before the swap, so a
+        restarted leader does not compute an assignment nobody would receive.
+        """
+        callback = member.join_callback
+        assert callback is not None and member.group_instance_id is not None
+        leader_id = old_member_id if group.is_leader(member.member_id) else group.leader_id or ""
+        assignment = {other.member_id: other.assignment for other in group.all_members()}
+        error = self._store_group(group, assignment)
+        if error is ErrorCode.NONE:
+            result = self._current_generation(group, member.member_id, with_members=False)
+            group.invoke_join_callback(member, _with_leader(result, leader_id))
+            return
+        member.join_callback = None
+        member.protocols = old_protocols
+        group.replace_static_member(member.group_instance_id, member.member_id, old_member_id)
+        self._arm_heartbeat(group, member, now_ms)
+        callback(
+            JoinResult(
+                error,
+                "",
+                group.generation_id,
+                group.protocol_type,
+                group.protocol_name,
+                group.leader_id or "",
+            )
+        )
 
     # ------------------------------------------------------------ rebalance
 
@@ -575,9 +604,9 @@ class GroupCoordinatorCore:
     def _expire_join(self, group: Group, now_ms: int) -> None:
         timer = group.join_timer
         assert timer is not None
-        if timer.initial and group.new_member_added and timer.remaining_ms > 0:
+        delay_ms = min(self.config.initial_rebalance_delay_ms, timer.remaining_ms)
+        if timer.initial and group.new_member_added and delay_ms > 0:
             group.new_member_added = False
-            delay_ms = min(self.config.initial_rebalance_delay_ms, timer.remaining_ms)
             group.join_timer = JoinTimer(
                 now_ms + delay_ms,
                 initial=True,
@@ -823,7 +852,7 @@ class GroupCoordinatorCore:
         generation_id: int,
         offsets: Mapping[TopicPartition, OffsetCommit],
         now_ms: int,
-    ) -> dict[TopicPartition, ErrorCode]:
+    ) -> dict[TopicPartition, int]:
         """Validate the committer, then write the offsets as one batch."""
         group = self.groups.get(group_id)
         if group is None:
@@ -833,7 +862,7 @@ class GroupCoordinatorCore:
         error = self._validate_commit(group, member_id, group_instance_id, generation_id)
         if error is ErrorCode.NONE and group.is_(GroupState.COMPLETING_REBALANCE):
             error = ErrorCode.REBALANCE_IN_PROGRESS
-        results: dict[TopicPartition, ErrorCode]
+        results: dict[TopicPartition, int]
         if error is not ErrorCode.NONE:
             results = dict.fromkeys(offsets, error)
         else:
@@ -862,14 +891,14 @@ class GroupCoordinatorCore:
 
     def _store_offsets(
         self, group: Group, offsets: Mapping[TopicPartition, OffsetCommit]
-    ) -> dict[TopicPartition, ErrorCode]:
+    ) -> dict[TopicPartition, int]:
         wall_ms = self.wall_clock_ms()
-        results: dict[TopicPartition, ErrorCode] = {}
+        results: dict[TopicPartition, int] = {}
         accepted: dict[TopicPartition, CommittedOffset] = {}
         for partition, commit in offsets.items():
             metadata = commit.metadata or ""
             if len(metadata.encode()) > self.config.offset_metadata_bytes_max:
-                results[partition] = ErrorCode(OFFSET_METADATA_TOO_LARGE)
+                results[partition] = OFFSET_METADATA_TOO_LARGE
                 continue
             accepted[partition] = CommittedOffset(
                 commit.offset, metadata, commit.leader_epoch, wall_ms
@@ -1026,6 +1055,26 @@ class GroupCoordinatorCore:
                 self._forget(group)
         return removed
 
+    def remove_topic_offsets(self, topic: str) -> int:
+        """Forget every committed offset of a deleted topic, durably; returns how many.
+
+        A group left Empty with nothing committed is removed by the next expiry
+        pass. A group whose tombstones cannot be written keeps its offsets.
+        """
+        removed = 0
+        for group in list(self.groups.values()):
+            doomed = [partition for partition in group.offsets if partition.topic == topic]
+            if not doomed:
+                continue
+            error = self._write_tombstones(group, doomed, group_record=False)
+            if error is not ErrorCode.NONE:
+                log.warning("group %s: offset removal failed with %s", group.group_id, error.name)
+                continue
+            for partition in doomed:
+                del group.offsets[partition]
+            removed += len(doomed)
+        return removed
+
     def _expired_offsets(self, group: Group, wall_ms: int) -> list[TopicPartition]:
         retention_ms = self.config.offsets_retention_ms
         if group.protocol_type is None:
@@ -1111,7 +1160,11 @@ def _restore(group: Group, record: GroupRecord) -> None:
             group_instance_id=stored.group_instance_id,
             client_id=stored.client_id,
             client_host=stored.client_host,
-            rebalance_timeout_ms=stored.rebalance_timeout_ms,
+            rebalance_timeout_ms=(
+                stored.rebalance_timeout_ms
+                if stored.rebalance_timeout_ms > 0
+                else stored.session_timeout_ms
+            ),
             session_timeout_ms=stored.session_timeout_ms,
             protocol_type=record.protocol_type,
             protocols=((protocol, stored.subscription),),

@@ -10,6 +10,7 @@ wait has a deadline.
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 import textwrap
@@ -21,7 +22,14 @@ from typing import Any
 
 import pytest
 from broker_process import BrokerProcess, running_broker
-from confluent_kafka import Consumer, ConsumerGroupState, Message, Producer, TopicPartition
+from confluent_kafka import (
+    Consumer,
+    ConsumerGroupState,
+    ConsumerGroupTopicPartitions,
+    Message,
+    Producer,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient, NewTopic
 
 SESSION_TIMEOUT_MS = 6_000
@@ -109,10 +117,8 @@ def closing() -> Iterator[list[Consumer]]:
     consumers: list[Consumer] = []
     yield consumers
     for consumer in consumers:
-        try:
+        with contextlib.suppress(RuntimeError):
             consumer.close()
-        except RuntimeError:
-            pass
 
 
 def test_three_consumers_share_six_partitions_and_rebalance_on_join_and_leave(
@@ -142,10 +148,11 @@ CHILD_CONSUMER = textwrap.dedent(
     """
     import sys, time
     from confluent_kafka import Consumer
-    bootstrap, group, topic = sys.argv[1:4]
+    bootstrap, group, topic, session_ms, heartbeat_ms = sys.argv[1:6]
     consumer = Consumer({
         "bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest",
-        "session.timeout.ms": %d, "heartbeat.interval.ms": %d, "client.id": "doomed",
+        "session.timeout.ms": int(session_ms), "heartbeat.interval.ms": int(heartbeat_ms),
+        "client.id": "doomed",
     })
     consumer.subscribe([topic])
     deadline = time.monotonic() + 120
@@ -153,7 +160,6 @@ CHILD_CONSUMER = textwrap.dedent(
         consumer.poll(0.05)
         print("assigned", len(consumer.assignment()), flush=True)
     """
-    % (SESSION_TIMEOUT_MS, HEARTBEAT_INTERVAL_MS)
 )
 
 
@@ -168,7 +174,16 @@ def test_a_consumer_killed_without_leaving_is_dropped_when_its_session_times_out
     poller = Poller(survivor)
     poller.poll_until(sizes_are(poller, [6]), REBALANCE_WAIT_S, "the first member")
     child = subprocess.Popen(
-        [sys.executable, "-c", CHILD_CONSUMER, broker.bootstrap, group, topic],
+        [
+            sys.executable,
+            "-c",
+            CHILD_CONSUMER,
+            broker.bootstrap,
+            group,
+            topic,
+            str(SESSION_TIMEOUT_MS),
+            str(HEARTBEAT_INTERVAL_MS),
+        ],
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -315,8 +330,6 @@ def test_admin_lists_describes_and_deletes_groups_and_their_offsets(
     assert group in {item.group_id for item in listed.valid}
     described = admin.describe_consumer_groups([group])[group].result(30)
     assert described.state is ConsumerGroupState.EMPTY
-    from confluent_kafka import ConsumerGroupTopicPartitions
-
     offsets = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])
     fetched = offsets[group].result(30)
     assert sorted((tp.partition, tp.offset) for tp in fetched.topic_partitions) == [(0, 3), (1, 3)]

@@ -29,7 +29,7 @@ VERSIONS = Versions.parse("2-7")
 
 async def handle(context: RequestContext, request: Body) -> Body:
     broker = context.broker
-    results: dict[TopicPartition, ErrorCode] = {}
+    results: dict[TopicPartition, int] = {}
     commits: dict[TopicPartition, OffsetCommit] = {}
     for topic in request["topics"]:
         for entry in topic["partitions"]:

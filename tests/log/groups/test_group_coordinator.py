@@ -614,3 +614,22 @@ async def test_describe_and_list_report_what_clients_and_tools_expect(
         nursery.cancel_scope.cancel()
     assert preparing.state is GroupState.PREPARING_REBALANCE
     assert preparing.protocol == "" and all(member.metadata == b"" for member in preparing.members)
+
+
+async def test_a_join_without_a_usable_rebalance_timeout_uses_the_session_timeout(
+    autojump_clock: trio.testing.MockClock, node: Node, client: Client
+) -> None:
+    await node.start()
+    old = await client.join("group", rebalance_timeout_ms=-1)
+    await client.sync(old, assignments={old.member_id: b"all"})
+    heartbeats: list[ErrorCode] = []
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(keep_heartbeating, client, old, heartbeats)
+        start = trio.current_time()
+        newcomer = await client.join("group", rebalance_timeout_ms=0, client_id="newcomer")
+        waited_s = trio.current_time() - start
+    # The old member heartbeats but never rejoins: the session timeout ends the wait.
+    assert waited_s == pytest.approx(SESSION_S, abs=0.01)
+    assert newcomer.error is ErrorCode.NONE
+    assert [joined.member_id for joined in newcomer.members] == [newcomer.member_id]
+    assert heartbeats[-1] is ErrorCode.UNKNOWN_MEMBER_ID

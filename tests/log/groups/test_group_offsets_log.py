@@ -15,7 +15,11 @@ import pytest
 import trio
 
 from eventplatform.log.broker.config import BrokerConfig
-from eventplatform.log.groups.core import MemberIdentity, OffsetCommit
+from eventplatform.log.groups.core import (
+    OFFSET_METADATA_TOO_LARGE,
+    MemberIdentity,
+    OffsetCommit,
+)
 from eventplatform.log.groups.group import GroupState, JoinResult
 from eventplatform.log.groups.records import (
     OFFSETS_TOPIC,
@@ -302,3 +306,67 @@ async def test_groups_written_in_older_formats_load(
     assert await client.committed("legacy") == {PARTITION: 77}
     legacy = JoinResult(ErrorCode.NONE, "legacy-member", generation_id=6)
     assert await client.heartbeat(legacy, "legacy") is ErrorCode.NONE
+
+
+async def test_while_loading_group_requests_are_told_to_retry(
+    autojump_clock: trio.testing.MockClock, node: Node, client: Client
+) -> None:
+    coordinator = await node.start(delayed(node))
+    leader, _ = await form_group(client, node)
+    # Twenty batches of a thousand records: the load yields between them.
+    for batch in range(20):
+        many = {
+            TopicPartition(f"topic-{batch}", index): OffsetCommit(index, -1, "")
+            for index in range(1_000)
+        }
+        committed = await coordinator.commit_offsets(
+            "big", member_id="", group_instance_id=None, generation_id=-1, offsets=many
+        )
+        assert set(committed.values()) == {ErrorCode.NONE}
+    await node.stop()
+
+    coordinator = await node.start(wait_loaded=False)
+    assert coordinator.is_available, "FindCoordinator names the broker while it loads"
+    assert (await client.join("group")).error is ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+    assert await client.heartbeat(leader) is ErrorCode.NONE
+    assert (await client.sync(leader)).error is ErrorCode.REBALANCE_IN_PROGRESS
+    error, _ = await coordinator.fetch_offsets("big", None)
+    assert error is ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+    with trio.fail_after(10):
+        await coordinator.wait_loaded()
+    assert len(await client.committed("big")) == 20_000
+    assert await client.heartbeat(leader) is ErrorCode.NONE
+
+
+async def test_offsets_of_a_deleted_topic_are_forgotten_for_good(
+    autojump_clock: trio.testing.MockClock, node: Node, client: Client
+) -> None:
+    coordinator = await node.start()
+    kept = TopicPartition("kept", 0)
+    await client.commit("first", {PARTITION: 1, kept: 2})
+    await client.commit("second", {TopicPartition("events", 3): 4})
+    coordinator.topic_deleted("events")
+    assert await client.committed("first") == {kept: 2}
+    assert await client.committed("second") == {}
+    await node.restart(crashed=True)
+    assert await client.committed("first") == {kept: 2}
+    assert await client.committed("second") == {}
+
+
+async def test_commit_metadata_over_the_limit_is_refused_per_partition(
+    autojump_clock: trio.testing.MockClock, node: Node, client: Client
+) -> None:
+    coordinator = await node.start()
+    other = TopicPartition("events", 1)
+    results = await coordinator.commit_offsets(
+        "group",
+        member_id="",
+        group_instance_id=None,
+        generation_id=-1,
+        offsets={
+            PARTITION: OffsetCommit(5, -1, "x" * 4097),
+            other: OffsetCommit(6, -1, "y" * 4096),
+        },
+    )
+    assert results == {PARTITION: OFFSET_METADATA_TOO_LARGE, other: ErrorCode.NONE}
+    assert await client.committed("group") == {other: 6}
