@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from eventplatform.log.storage import InvalidConfigError, LogConfig
+from eventplatform.log.storage.config import integer_between
 
 LISTEN_PORT_DEFAULT = 9092
 SOCKET_REQUEST_BYTES_MAX_DEFAULT = 100 * 1024 * 1024
@@ -74,43 +75,31 @@ def _boolean(raw: Any) -> bool:
     return text == "true"
 
 
-def _integer(low: int, high: int = 2**63 - 1) -> Callable[[Any], int]:
-    def parse(raw: Any) -> int:
-        if isinstance(raw, bool):
-            raise ValueError("expected an integer")
-        value = int(raw)
-        if not low <= value <= high:
-            raise ValueError(f"must be between {low} and {high}")
-        return value
-
-    return parse
-
-
 def _text(raw: Any) -> str:
     return str(raw)
 
 
 _PARSERS: dict[str, Callable[[Any], Any]] = {
-    "node.id": _integer(0, 2**31 - 1),
+    "node.id": integer_between(0, 2**31 - 1),
     "cluster.id": _text,
     "auto.create.topics.enable": _boolean,
     "delete.topic.enable": _boolean,
-    "num.partitions": _integer(1, 100_000),
-    "default.replication.factor": _integer(1, 1),
-    "socket.request.max.bytes": _integer(1024, 2**31 - 1),
-    "max.in.flight.requests.per.connection": _integer(1, 10_000),
-    "connections.max.idle.ms": _integer(1),
-    "log.retention.check.interval.ms": _integer(1),
-    "log.cleaner.backoff.ms": _integer(1),
-    "group.min.session.timeout.ms": _integer(1),
-    "group.max.session.timeout.ms": _integer(1),
-    "group.initial.rebalance.delay.ms": _integer(0),
-    "group.max.size": _integer(1, 2**31 - 1),
-    "offsets.topic.num.partitions": _integer(1, 10_000),
-    "offsets.topic.segment.bytes": _integer(1024, 2**31 - 1),
-    "offsets.retention.minutes": _integer(1),
-    "producer.id.expiration.ms": _integer(1),
-    "shutdown.grace.ms": _integer(0),
+    "num.partitions": integer_between(1, 100_000),
+    "default.replication.factor": integer_between(1, 1),
+    "socket.request.max.bytes": integer_between(1024, 2**31 - 1),
+    "max.in.flight.requests.per.connection": integer_between(1, 10_000),
+    "connections.max.idle.ms": integer_between(1),
+    "log.retention.check.interval.ms": integer_between(1),
+    "log.cleaner.backoff.ms": integer_between(1),
+    "group.min.session.timeout.ms": integer_between(1),
+    "group.max.session.timeout.ms": integer_between(1),
+    "group.initial.rebalance.delay.ms": integer_between(0),
+    "group.max.size": integer_between(1, 2**31 - 1),
+    "offsets.topic.num.partitions": integer_between(1, 10_000),
+    "offsets.topic.segment.bytes": integer_between(1024, 2**31 - 1),
+    "offsets.retention.minutes": integer_between(1),
+    "producer.id.expiration.ms": integer_between(1),
+    "shutdown.grace.ms": integer_between(0),
 }
 
 
@@ -184,7 +173,7 @@ class BrokerConfig:
                 log_properties[LOG_KEYS[key]] = raw
             elif key in _LOG_ALIASES:
                 target, scale = _LOG_ALIASES[key]
-                log_properties[target] = _parse(key, _integer(-1), raw) * scale
+                log_properties[target] = _parse(key, integer_between(-1), raw) * scale
             elif key in _PARSERS:
                 changes[key.replace(".", "_")] = _parse(key, _PARSERS[key], raw)
             else:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from eventplatform.log.broker.broker import Broker
+from eventplatform.log.broker.partition import Partition
 from eventplatform.log.protocol import Api, RequestHeader
 from eventplatform.log.protocol.schema import Versions
 
@@ -39,3 +40,29 @@ class Handler:
     api: Api
     versions: Versions
     handle: HandleFunction
+
+
+def answer_partitions(
+    context: RequestContext,
+    topics: list[Body],
+    answer: Callable[[Partition | None, Body], Body],
+    *,
+    topic_key: str = "name",
+    partition_key: str = "partition_index",
+) -> list[Body]:
+    """Answer a request laid out as topics holding partitions, partition by partition.
+
+    ``answer`` gets the broker's partition (None when the topic or partition
+    does not exist) and the request's entry for it; the result keeps the
+    request's topic order and field names.
+    """
+    registry = context.broker.topics
+    results = []
+    for topic_entry in topics:
+        name = topic_entry[topic_key]
+        answers = [
+            answer(registry.partition(name, entry[partition_key]), entry)
+            for entry in topic_entry["partitions"]
+        ]
+        results.append({topic_key: name, "partitions": answers})
+    return results

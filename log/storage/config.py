@@ -94,7 +94,7 @@ class LogConfig:
         return out
 
 
-def _integer(low: int, high: int = INT64_MAX) -> Callable[[Any], int]:
+def integer_between(low: int, high: int = INT64_MAX) -> Callable[[Any], int]:
     def parse(raw: Any) -> int:
         if isinstance(raw, bool):
             raise ValueError("expected an integer")
@@ -107,7 +107,7 @@ def _integer(low: int, high: int = INT64_MAX) -> Callable[[Any], int]:
 
 
 def _optional_integer(low: int) -> Callable[[Any], int | None]:
-    parse_integer = _integer(low)
+    parse_integer = integer_between(low)
 
     def parse(raw: Any) -> int | None:
         if raw is None or raw == "" or str(raw) == str(INT64_MAX):
@@ -139,18 +139,18 @@ def _timestamp_type(raw: Any) -> str:
 
 
 _PARSERS: dict[str, Callable[[Any], Any]] = {
-    "segment.bytes": _integer(SEGMENT_BYTES_MIN, INT32_MAX),
-    "segment.ms": _integer(1),
-    "segment.index.bytes": _integer(4 * 12),
-    "index.interval.bytes": _integer(0, INT32_MAX),
-    "retention.ms": _integer(-1),
-    "retention.bytes": _integer(-1),
+    "segment.bytes": integer_between(SEGMENT_BYTES_MIN, INT32_MAX),
+    "segment.ms": integer_between(1),
+    "segment.index.bytes": integer_between(4 * 12),
+    "index.interval.bytes": integer_between(0, INT32_MAX),
+    "retention.ms": integer_between(-1),
+    "retention.bytes": integer_between(-1),
     "cleanup.policy": _cleanup_policy,
-    "delete.retention.ms": _integer(0),
+    "delete.retention.ms": integer_between(0),
     "min.cleanable.dirty.ratio": _ratio,
-    "max.message.bytes": _integer(0, INT32_MAX),
+    "max.message.bytes": integer_between(0, INT32_MAX),
     "flush.messages": _optional_integer(1),
     "flush.ms": _optional_integer(0),
     "message.timestamp.type": _timestamp_type,
-    "file.delete.delay.ms": _integer(0),
+    "file.delete.delay.ms": integer_between(0),
 }

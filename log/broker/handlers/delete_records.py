@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import trio
 
-from eventplatform.log.broker.context import Body, RequestContext
+from eventplatform.log.broker.context import Body, RequestContext, answer_partitions
+from eventplatform.log.broker.partition import Partition
 from eventplatform.log.protocol import ErrorCode
 from eventplatform.log.protocol.apis import DELETE_RECORDS
 from eventplatform.log.protocol.schema import Versions
@@ -21,26 +22,21 @@ HIGH_WATERMARK = -1
 
 
 async def handle(context: RequestContext, request: Body) -> Body:
-    topics = context.broker.topics
-    results = []
-    for topic_entry in request["topics"]:
-        name = topic_entry["name"]
-        answers = []
-        for entry in topic_entry["partitions"]:
-            index = entry["partition_index"]
-            answer: Body = {"partition_index": index, "low_watermark": -1}
-            partition = topics.partition(name, index)
-            offset = entry["offset"]
-            if partition is None:
-                answer["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-            elif offset == HIGH_WATERMARK or 0 <= offset <= partition.high_watermark:
-                target = partition.high_watermark if offset == HIGH_WATERMARK else offset
-                if target > partition.log_start_offset:
-                    partition.log.advance_log_start_offset(target)
-                answer["low_watermark"] = partition.log_start_offset
-            else:
-                answer["error_code"] = ErrorCode.OFFSET_OUT_OF_RANGE
-            answers.append(answer)
-        results.append({"name": name, "partitions": answers})
+    topics = answer_partitions(context, request["topics"], _answer)
     await trio.lowlevel.checkpoint()
-    return {"topics": results}
+    return {"topics": topics}
+
+
+def _answer(partition: Partition | None, entry: Body) -> Body:
+    answer: Body = {"partition_index": entry["partition_index"], "low_watermark": -1}
+    offset = entry["offset"]
+    if partition is None:
+        answer["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    elif offset == HIGH_WATERMARK or 0 <= offset <= partition.high_watermark:
+        target = partition.high_watermark if offset == HIGH_WATERMARK else offset
+        if target > partition.log_start_offset:
+            partition.log.advance_log_start_offset(target)
+        answer["low_watermark"] = partition.log_start_offset
+    else:
+        answer["error_code"] = ErrorCode.OFFSET_OUT_OF_RANGE
+    return answer

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import trio
 
-from eventplatform.log.broker.context import Body, RequestContext
+from eventplatform.log.broker.context import Body, RequestContext, answer_partitions
 from eventplatform.log.broker.partition import Partition
 from eventplatform.log.protocol import ErrorCode
 from eventplatform.log.protocol.apis import LIST_OFFSETS
@@ -27,17 +27,9 @@ MAX_TIMESTAMP = -3
 
 
 async def handle(context: RequestContext, request: Body) -> Body:
-    topics = context.broker.topics
-    responses = []
-    for topic_entry in request["topics"]:
-        name = topic_entry["name"]
-        answers = []
-        for entry in topic_entry["partitions"]:
-            partition = topics.partition(name, entry["partition_index"])
-            answers.append(_answer(partition, entry))
-        responses.append({"name": name, "partitions": answers})
+    topics = answer_partitions(context, request["topics"], _answer)
     await trio.lowlevel.checkpoint()
-    return {"topics": responses}
+    return {"topics": topics}
 
 
 def _answer(partition: Partition | None, entry: Body) -> Body:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import trio
 
-from eventplatform.log.broker.context import Body, RequestContext
+from eventplatform.log.broker.context import Body, RequestContext, answer_partitions
 from eventplatform.log.broker.partition import Partition
 from eventplatform.log.protocol import ErrorCode
 from eventplatform.log.protocol.apis import OFFSET_FOR_LEADER_EPOCH
@@ -22,17 +22,11 @@ VERSIONS = Versions.parse("2-3")
 
 
 async def handle(context: RequestContext, request: Body) -> Body:
-    topics = context.broker.topics
-    results = []
-    for topic_entry in request["topics"]:
-        name = topic_entry["topic"]
-        answers = [
-            _answer(topics.partition(name, entry["partition"]), entry)
-            for entry in topic_entry["partitions"]
-        ]
-        results.append({"topic": name, "partitions": answers})
+    topics = answer_partitions(
+        context, request["topics"], _answer, topic_key="topic", partition_key="partition"
+    )
     await trio.lowlevel.checkpoint()
-    return {"topics": results}
+    return {"topics": topics}
 
 
 def _answer(partition: Partition | None, entry: Body) -> Body:
