@@ -356,7 +356,12 @@ class Group:
         session_timeout_ms: int,
         callback: JoinCallback | None,
     ) -> None:
-        """A known member rejoins: new protocols and timeouts, a new join callback."""
+        """A known member rejoins: new protocols and timeouts, a new join callback.
+
+        A JoinGroup still held under the same member id (its client gave up
+        and retried) is answered REBALANCE_IN_PROGRESS, so no handler waits
+        for an answer that would go to the newer request.
+        """
         member.protocols = protocols
         member.rebalance_timeout_ms = rebalance_timeout_ms
         member.session_timeout_ms = session_timeout_ms

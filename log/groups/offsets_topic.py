@@ -87,7 +87,12 @@ class OffsetsTopic:
             [Record(index, wall_ms, key, value) for index, (key, value) in enumerate(records)],
             base_offset=0,
         )
-        result = partition.append(batch)
+        try:
+            result = partition.append(batch)
+        except OSError:
+            # The disk failed under the log; the group keeps its state in memory.
+            log.exception("append to %s-%d failed", OFFSETS_TOPIC, partition.index)
+            return ErrorCode.KAFKA_STORAGE_ERROR
         if result.error is not ErrorCode.NONE:
             log.warning(
                 "append to %s-%d failed: %s %s",
