@@ -179,10 +179,10 @@ class Connection:
             return encode_response(api, 0, correlation_id, body)
         if version not in api.versions:
             raise ProtocolError(f"{api.name} v{version} is beyond every known version")
-        body = unsupported_version_response(api, version)
-        if body is None:
+        error_body = unsupported_version_response(api, version)
+        if error_body is None:
             raise ProtocolError(f"{api.name} v{version} is not served and has no error field")
-        return encode_response(api, version, correlation_id, body)
+        return encode_response(api, version, correlation_id, error_body)
 
     async def _write_responses(self, receive: trio.MemoryReceiveChannel[list[Chunk]]) -> None:
         try:

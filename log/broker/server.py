@@ -95,8 +95,14 @@ class BrokerServer:
             self._connections.discard(connection)
 
     def shutdown(self) -> None:
-        """Stop accepting; give busy connections ``shutdown.grace.ms``, close idle ones now."""
+        """Stop accepting; give busy connections ``shutdown.grace.ms``, close idle ones now.
+
+        The group coordinator stops first, so JoinGroup and SyncGroup requests it
+        holds are answered (NOT_COORDINATOR) instead of waiting out the grace.
+        """
         self._accept_scope.cancel()
+        if self.broker is not None and self.broker.groups is not None:
+            self.broker.groups.close()
         self._connections_scope.deadline = (
             trio.current_time() + self.config.shutdown_grace_ms / 1000
         )

@@ -63,11 +63,6 @@ log = logging.getLogger("eventplatform.groups")
 NEW_MEMBER_JOIN_TIMEOUT_MS = 5 * 60 * 1000
 TIMER_PASSES_MAX = 16
 OFFSET_METADATA_BYTES_MAX_DEFAULT = 4096
-OFFSET_METADATA_TOO_LARGE = 12
-"""Kafka's error code for commit metadata over ``offset.metadata.max.bytes``.
-
-``ErrorCode`` does not list it, so commit results are plain ``int`` codes.
-"""
 
 _COORDINATOR_UNAVAILABLE_ERRORS = frozenset(
     {
@@ -898,7 +893,7 @@ class GroupCoordinatorCore:
         for partition, commit in offsets.items():
             metadata = commit.metadata or ""
             if len(metadata.encode()) > self.config.offset_metadata_bytes_max:
-                results[partition] = OFFSET_METADATA_TOO_LARGE
+                results[partition] = ErrorCode.OFFSET_METADATA_TOO_LARGE
                 continue
             accepted[partition] = CommittedOffset(
                 commit.offset, metadata, commit.leader_epoch, wall_ms

@@ -4,7 +4,8 @@ Removes each topic: its partitions are closed and their directories deleted
 (fetch responses already on their way keep reading through their own file
 descriptors). Errors per topic: UNKNOWN_TOPIC_OR_PARTITION,
 TOPIC_DELETION_DISABLED (``delete.topic.enable=false``) and
-INVALID_TOPIC_EXCEPTION for the internal ``__consumer_offsets``.
+INVALID_TOPIC_EXCEPTION for the internal ``__consumer_offsets``. The
+committed offsets of a deleted topic are removed from every group.
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ async def handle(context: RequestContext, request: Body) -> Body:
                     ErrorCode.INVALID_TOPIC_EXCEPTION, f"internal topic {name!r} cannot be deleted"
                 )
             broker.topics.delete(name)
+            if broker.groups is not None:
+                broker.groups.topic_deleted(name)
             responses.append({"name": name, "error_code": 0})
         except TopicError as exc:
             responses.append({"name": name, "error_code": exc.code})

@@ -9,7 +9,8 @@ with its offsets and appended as received, compression included.
 Errors per partition: UNKNOWN_TOPIC_OR_PARTITION, CORRUPT_MESSAGE (CRC,
 magic, framing), MESSAGE_TOO_LARGE (``max.message.bytes``), INVALID_RECORD
 (control batches, more than one batch, keyless records on a compacted
-topic), UNSUPPORTED_COMPRESSION_TYPE, OUT_OF_ORDER_SEQUENCE_NUMBER and
+topic), INVALID_TOPIC_EXCEPTION (internal topics such as
+``__consumer_offsets``), UNSUPPORTED_COMPRESSION_TYPE, OUT_OF_ORDER_SEQUENCE_NUMBER and
 INVALID_PRODUCER_EPOCH (idempotence). A retried batch already in the log is
 answered with its original offset. acks=0 gets no response at all; acks 1
 and -1 are answered after the append (on one node the leader is the whole
@@ -65,6 +66,9 @@ def _append_all(context: RequestContext, request: Body) -> list[Body]:
             records = partition_data["records"]
             if topic is None or not 0 <= index < len(topic.partitions):
                 result = ProduceResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+            elif topic.internal:
+                message = f"clients may not write to the internal topic {name}"
+                result = ProduceResult(ErrorCode.INVALID_TOPIC_EXCEPTION, message=message)
             elif not records:
                 result = ProduceResult(ErrorCode.CORRUPT_MESSAGE, message="no record data")
             else:

@@ -22,6 +22,7 @@ from eventplatform.log.broker.context import RequestContext
 from eventplatform.log.broker.dispatcher import HANDLER_MODULES, build_handlers
 from eventplatform.log.broker.handlers import (
     delete_groups,
+    delete_topics,
     describe_groups,
     find_coordinator,
     heartbeat,
@@ -30,6 +31,7 @@ from eventplatform.log.broker.handlers import (
     list_groups,
     offset_commit,
     offset_fetch,
+    produce,
     sync_group,
 )
 from eventplatform.log.groups.coordinator import GroupCoordinator
@@ -42,6 +44,8 @@ from eventplatform.log.protocol import (
     encode_response,
     flatten,
 )
+from eventplatform.log.storage import Record
+from eventplatform.log.storage.record_batch import encode_batch
 
 GROUP_MODULES = [
     find_coordinator,
@@ -257,6 +261,45 @@ async def test_offset_fetch_with_null_topics_returns_every_committed_offset(
     assert [
         (p["partition_index"], p["committed_offset"]) for p in fetched["topics"][0]["partitions"]
     ] == [(0, 3), (1, 4)]
+
+
+async def test_deleting_a_topic_removes_its_committed_offsets(broker: Broker) -> None:
+    commit = {
+        "group_id": "simple",
+        "generation_id_or_member_epoch": -1,
+        "member_id": "",
+        "topics": [
+            {
+                "name": "events",
+                "partitions": [
+                    {"partition_index": 0, "committed_offset": 3, "committed_metadata": ""}
+                ],
+            }
+        ],
+    }
+    await call(broker, offset_commit, 2, commit)
+    deleted = await call(broker, delete_topics, 3, {"topic_names": ["events"], "timeout_ms": 1000})
+    assert deleted["responses"][0]["error_code"] == ErrorCode.NONE
+    fetched = await call(broker, offset_fetch, 2, {"group_id": "simple", "topics": None})
+    assert fetched["topics"] == []
+
+
+async def test_clients_may_not_write_to_the_offsets_topic(broker: Broker) -> None:
+    record = Record(0, 1_700_000_000_000, b"key", b"value", ())
+    body = {
+        "acks": 1,
+        "timeout_ms": 1000,
+        "topic_data": [
+            {
+                "name": "__consumer_offsets",
+                "partition_data": [{"index": 0, "records": encode_batch([record], base_offset=0)}],
+            }
+        ],
+    }
+    answer = await call(broker, produce, 8, body)
+    partition = answer["responses"][0]["partition_responses"][0]
+    assert partition["error_code"] == ErrorCode.INVALID_TOPIC_EXCEPTION
+    assert broker.topics.partition("__consumer_offsets", 0).log.log_end_offset == 0
 
 
 @pytest.mark.parametrize("module", GROUP_MODULES, ids=lambda module: module.__name__.split(".")[-1])

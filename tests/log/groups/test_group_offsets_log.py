@@ -16,7 +16,6 @@ import trio
 
 from eventplatform.log.broker.config import BrokerConfig
 from eventplatform.log.groups.core import (
-    OFFSET_METADATA_TOO_LARGE,
     MemberIdentity,
     OffsetCommit,
 )
@@ -368,5 +367,5 @@ async def test_commit_metadata_over_the_limit_is_refused_per_partition(
             other: OffsetCommit(6, -1, "y" * 4096),
         },
     )
-    assert results == {PARTITION: OFFSET_METADATA_TOO_LARGE, other: ErrorCode.NONE}
+    assert results == {PARTITION: ErrorCode.OFFSET_METADATA_TOO_LARGE, other: ErrorCode.NONE}
     assert await client.committed("group") == {other: 6}
