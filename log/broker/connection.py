@@ -44,6 +44,7 @@ from eventplatform.log.protocol.apis import API_VERSIONS
 log = logging.getLogger("eventplatform.broker.connection")
 
 RECEIVE_BYTES = 256 * 1024
+RECEIVE_BYTES_MAX = 4 * 1024 * 1024
 SEND_TIMEOUT_S = 30.0
 _connection_ids = itertools.count(1)
 
@@ -79,7 +80,10 @@ class FrameReader:
 
     async def _fill(self, count: int) -> bool:
         while len(self.buffer) < count:
-            data = await self.stream.receive_some(max(RECEIVE_BYTES, count - len(self.buffer)))
+            # recv allocates its whole size up front: a frame that claims 100 MB and
+            # trickles in must not cost 100 MB per call.
+            wanted = min(max(RECEIVE_BYTES, count - len(self.buffer)), RECEIVE_BYTES_MAX)
+            data = await self.stream.receive_some(wanted)
             if not data:
                 return False
             self.buffer += data
