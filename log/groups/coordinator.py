@@ -1,5 +1,9 @@
 """The group coordinator service: the trio shell around ``GroupCoordinatorCore``.
 
+Membership requests go to the core, OffsetCommit and OffsetFetch to its
+``offsets``, and DescribeGroups, ListGroups, DeleteGroups, offset expiry
+and deleted topics to its ``admin``; all three share the core's groups.
+
 ``GroupCoordinator.run`` is a trio task. It creates ``__consumer_offsets``
 when missing, reports itself started, replays the topic into the core
 (meanwhile group requests are answered COORDINATOR_LOAD_IN_PROGRESS, as
@@ -32,10 +36,10 @@ from typing import TYPE_CHECKING, Generic, TypeVar
 
 import trio
 
-from eventplatform.log.groups.core import (
-    NEW_MEMBER_JOIN_TIMEOUT_MS,
+from eventplatform.log.groups.core import NEW_MEMBER_JOIN_TIMEOUT_MS, GroupCoordinatorCore
+from eventplatform.log.groups.group import GroupState, JoinResult, SyncResult
+from eventplatform.log.groups.messages import (
     GroupConfig,
-    GroupCoordinatorCore,
     GroupDescription,
     GroupOverview,
     JoinRequest,
@@ -44,7 +48,6 @@ from eventplatform.log.groups.core import (
     OffsetCommit,
     SyncRequest,
 )
-from eventplatform.log.groups.group import GroupState, JoinResult, SyncResult
 from eventplatform.log.groups.offsets_topic import OffsetsReplay, OffsetsTopic
 from eventplatform.log.groups.records import OFFSETS_TOPIC, CommittedOffset, TopicPartition
 from eventplatform.log.protocol import ErrorCode
@@ -206,7 +209,7 @@ class GroupCoordinator:
             await trio.sleep(OFFSETS_RETENTION_CHECK_INTERVAL_S)
             if self.status is not Status.ACTIVE:
                 continue
-            removed = self.core.expire_offsets()
+            removed = self.core.admin.expire_offsets()
             if removed:
                 log.info("expired %d committed offsets", removed)
             self._poke()
@@ -311,7 +314,7 @@ class GroupCoordinator:
         error = self._status_error(group_id, allow_empty_id=True)
         if error is not ErrorCode.NONE:
             return dict.fromkeys(offsets, error)
-        results = self.core.commit_offsets(
+        results = self.core.offsets.commit_offsets(
             group_id, member_id, group_instance_id, generation_id, offsets, self._now_ms()
         )
         self._poke()
@@ -324,7 +327,7 @@ class GroupCoordinator:
         error = self._status_error(group_id, allow_empty_id=True)
         if error is not ErrorCode.NONE:
             return error, {}
-        return ErrorCode.NONE, self.core.fetch_offsets(group_id, partitions)
+        return ErrorCode.NONE, self.core.offsets.fetch_offsets(group_id, partitions)
 
     def topic_deleted(self, topic: str) -> None:
         """Drop the committed offsets of a deleted topic (Kafka's ``handleDeletedPartitions``).
@@ -333,7 +336,7 @@ class GroupCoordinator:
         """
         if self.status is not Status.ACTIVE:
             return
-        removed = self.core.remove_topic_offsets(topic)
+        removed = self.core.admin.remove_topic_offsets(topic)
         if removed:
             log.info("removed %d committed offsets of deleted topic %s", removed, topic)
 
@@ -349,16 +352,16 @@ class GroupCoordinator:
             if error is not ErrorCode.NONE:
                 described.append((error, GroupDescription(group_id, GroupState.DEAD, "", "", ())))
                 continue
-            described.append((ErrorCode.NONE, self.core.describe_group(group_id)))
+            described.append((ErrorCode.NONE, self.core.admin.describe_group(group_id)))
         return described
 
     async def list_groups(self) -> tuple[ErrorCode, list[GroupOverview]]:
         await trio.lowlevel.checkpoint()
         if self.status is Status.LOADING:
-            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, self.core.list_groups()
+            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, self.core.admin.list_groups()
         if self.status is not Status.ACTIVE:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE, []
-        return ErrorCode.NONE, self.core.list_groups()
+        return ErrorCode.NONE, self.core.admin.list_groups()
 
     async def delete_groups(self, group_ids: Sequence[str]) -> dict[str, ErrorCode]:
         await trio.lowlevel.checkpoint()
@@ -370,6 +373,6 @@ class GroupCoordinator:
                 deletable.append(group_id)
             else:
                 results[group_id] = error
-        results.update(self.core.delete_groups(deletable))
+        results.update(self.core.admin.delete_groups(deletable))
         self._poke()
         return {group_id: results[group_id] for group_id in group_ids}

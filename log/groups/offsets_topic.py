@@ -3,7 +3,7 @@
 ``OffsetsTopic`` creates the compacted internal topic when it is missing
 (``offsets.topic.num.partitions`` partitions, ``cleanup.policy=compact``,
 ``segment.bytes=offsets.topic.segment.bytes``) and appends the records of
-one group as one batch to the group's partition; it is the core's
+one group as one batch to the group's partition; it is the store's
 ``RecordSink``. ``OffsetsReplay`` folds the records of the log, oldest
 first, into what each group had at the end: the last metadata record and
 the last committed offset of each partition, tombstones removing either.

@@ -20,8 +20,8 @@ from __future__ import annotations
 import trio
 
 from eventplatform.log.broker.context import Body, RequestContext
-from eventplatform.log.groups.core import JoinRequest
 from eventplatform.log.groups.group import JoinResult, unique_protocols
+from eventplatform.log.groups.messages import JoinRequest
 from eventplatform.log.protocol import ErrorCode
 from eventplatform.log.protocol.apis import JOIN_GROUP
 from eventplatform.log.protocol.schema import Versions

@@ -14,7 +14,7 @@ from __future__ import annotations
 import trio
 
 from eventplatform.log.broker.context import Body, RequestContext
-from eventplatform.log.groups.core import LeaveResult, MemberIdentity
+from eventplatform.log.groups.messages import LeaveResult, MemberIdentity
 from eventplatform.log.protocol import ErrorCode
 from eventplatform.log.protocol.apis import LEAVE_GROUP
 from eventplatform.log.protocol.schema import Versions

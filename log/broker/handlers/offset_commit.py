@@ -17,7 +17,7 @@ from __future__ import annotations
 import trio
 
 from eventplatform.log.broker.context import Body, RequestContext
-from eventplatform.log.groups.core import OffsetCommit
+from eventplatform.log.groups.messages import OffsetCommit
 from eventplatform.log.groups.records import TopicPartition
 from eventplatform.log.protocol import ErrorCode
 from eventplatform.log.protocol.apis import OFFSET_COMMIT

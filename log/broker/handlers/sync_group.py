@@ -16,8 +16,8 @@ from __future__ import annotations
 import trio
 
 from eventplatform.log.broker.context import Body, RequestContext
-from eventplatform.log.groups.core import SyncRequest
 from eventplatform.log.groups.group import SyncResult
+from eventplatform.log.groups.messages import SyncRequest
 from eventplatform.log.protocol import ErrorCode
 from eventplatform.log.protocol.apis import SYNC_GROUP
 from eventplatform.log.protocol.schema import Versions

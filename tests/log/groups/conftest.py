@@ -25,14 +25,14 @@ from crash_simulation import crash
 from eventplatform.log.broker.config import BrokerConfig
 from eventplatform.log.broker.topics import TopicRegistry
 from eventplatform.log.groups.coordinator import GroupCoordinator
-from eventplatform.log.groups.core import (
+from eventplatform.log.groups.group import JoinResult, SyncResult
+from eventplatform.log.groups.messages import (
     JoinRequest,
     LeaveResult,
     MemberIdentity,
     OffsetCommit,
     SyncRequest,
 )
-from eventplatform.log.groups.group import JoinResult, SyncResult
 from eventplatform.log.groups.records import CommittedOffset, TopicPartition
 from eventplatform.log.protocol import ErrorCode
 from eventplatform.log.storage import LogConfig

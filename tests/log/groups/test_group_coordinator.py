@@ -16,8 +16,8 @@ import trio
 
 from eventplatform.log.broker.topics import TopicRegistry
 from eventplatform.log.groups.coordinator import GroupCoordinator
-from eventplatform.log.groups.core import JoinRequest, MemberIdentity
 from eventplatform.log.groups.group import GroupState, JoinedMember, JoinResult
+from eventplatform.log.groups.messages import JoinRequest, MemberIdentity
 from eventplatform.log.groups.records import TopicPartition
 from eventplatform.log.protocol import ErrorCode
 from eventplatform.log.storage import LogConfig

@@ -15,11 +15,11 @@ import pytest
 import trio
 
 from eventplatform.log.broker.config import BrokerConfig
-from eventplatform.log.groups.core import (
+from eventplatform.log.groups.group import GroupState, JoinResult
+from eventplatform.log.groups.messages import (
     MemberIdentity,
     OffsetCommit,
 )
-from eventplatform.log.groups.group import GroupState, JoinResult
 from eventplatform.log.groups.records import (
     OFFSETS_TOPIC,
     CommittedOffset,
