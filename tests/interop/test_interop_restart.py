@@ -36,6 +36,7 @@ TOPIC = "restart"
 PARTITIONS = 2
 RECORD_COUNT = 3_000
 ACKED_BEFORE_KILL = 500
+PAUSE_AT = 1_000
 DOWN_TIME_S = 1.0
 ADMIN_TIMEOUT_S = 30.0
 DELIVERY_TIMEOUT_S = 90.0
@@ -70,6 +71,8 @@ class ProducerRun:
     delivered: list[Delivery] = field(default_factory=list)
     failed: list[tuple[bytes, KafkaError]] = field(default_factory=list)
     finished: threading.Event = field(default_factory=threading.Event)
+    paused: threading.Event = field(default_factory=threading.Event)
+    resume: threading.Event = field(default_factory=threading.Event)
     error: BaseException | None = None
 
     def start(self) -> threading.Thread:
@@ -106,6 +109,13 @@ class ProducerRun:
                 self.failed.append((message.value(), error))
 
         for index in range(RECORD_COUNT):
+            if index == PAUSE_AT:
+                # Hold here until the test is about to kill the broker, so the kill
+                # lands with most records still to come, however slow the machine.
+                self.paused.set()
+                resume_by = time.monotonic() + 60
+                while not self.resume.is_set() and time.monotonic() < resume_by:
+                    producer.poll(0.01)  # delivery reports arrive only while polling
             # A steady trickle, so the kill lands while batches are in flight.
             producer.produce(
                 TOPIC, key=b"%d" % index, value=b"value-%05d" % index, on_delivery=on_delivery
@@ -182,8 +192,10 @@ def test_acknowledged_records_survive_a_kill_mid_produce(
         create_topic(broker.bootstrap)
         run = ProducerRun(broker.bootstrap, producer_config)
         thread = run.start()
+        assert run.paused.wait(60), "no progress"
         assert wait_until(lambda: run.reported >= ACKED_BEFORE_KILL, 60), "no progress"
         acked_before_kill = len(run.delivered)
+        run.resume.set()
         assert acked_before_kill < RECORD_COUNT, "the kill must land mid-produce"
         kill_and_restart(broker)
         assert run.finished.wait(DELIVERY_TIMEOUT_S + 30)
