@@ -1,0 +1,140 @@
+"""Declarative tables of every Kafka API the codec knows, one ``Api`` each.
+
+Each table lists the request and response fields with their types and the
+versions they exist in (see ``schema``). Field names are the snake_case
+forms of Kafka's own, so a decoded request reads like the protocol
+documentation. The tables cover every version Kafka defines for these APIs;
+which versions the broker accepts is the broker's decision, not the
+table's.
+"""
+
+from __future__ import annotations
+
+from eventplatform.log.protocol.apis.admin import (
+    ALTER_CONFIGS,
+    API_VERSIONS,
+    CREATE_ACLS,
+    CREATE_PARTITIONS,
+    CREATE_TOPICS,
+    DELETE_ACLS,
+    DELETE_TOPICS,
+    DESCRIBE_ACLS,
+    DESCRIBE_CLUSTER,
+    DESCRIBE_CONFIGS,
+    INCREMENTAL_ALTER_CONFIGS,
+    SASL_AUTHENTICATE,
+    SASL_HANDSHAKE,
+)
+from eventplatform.log.protocol.apis.data import (
+    DELETE_RECORDS,
+    FETCH,
+    INIT_PRODUCER_ID,
+    LIST_OFFSETS,
+    METADATA,
+    OFFSET_FOR_LEADER_EPOCH,
+    PRODUCE,
+)
+from eventplatform.log.protocol.apis.groups import (
+    DELETE_GROUPS,
+    DESCRIBE_GROUPS,
+    FIND_COORDINATOR,
+    HEARTBEAT,
+    JOIN_GROUP,
+    LEAVE_GROUP,
+    LIST_GROUPS,
+    OFFSET_COMMIT,
+    OFFSET_DELETE,
+    OFFSET_FETCH,
+    SYNC_GROUP,
+)
+from eventplatform.log.protocol.apis.quorum import (
+    BEGIN_QUORUM_EPOCH,
+    DESCRIBE_QUORUM,
+    END_QUORUM_EPOCH,
+    FETCH_SNAPSHOT,
+    VOTE,
+)
+from eventplatform.log.protocol.schema import Api
+
+APIS: dict[int, Api] = {
+    api.key: api
+    for api in (
+        PRODUCE,
+        FETCH,
+        LIST_OFFSETS,
+        METADATA,
+        OFFSET_COMMIT,
+        OFFSET_FETCH,
+        FIND_COORDINATOR,
+        JOIN_GROUP,
+        HEARTBEAT,
+        LEAVE_GROUP,
+        SYNC_GROUP,
+        DESCRIBE_GROUPS,
+        LIST_GROUPS,
+        SASL_HANDSHAKE,
+        API_VERSIONS,
+        CREATE_TOPICS,
+        DELETE_TOPICS,
+        DELETE_RECORDS,
+        INIT_PRODUCER_ID,
+        OFFSET_FOR_LEADER_EPOCH,
+        DESCRIBE_ACLS,
+        CREATE_ACLS,
+        DELETE_ACLS,
+        DESCRIBE_CONFIGS,
+        ALTER_CONFIGS,
+        SASL_AUTHENTICATE,
+        CREATE_PARTITIONS,
+        DELETE_GROUPS,
+        INCREMENTAL_ALTER_CONFIGS,
+        OFFSET_DELETE,
+        VOTE,
+        BEGIN_QUORUM_EPOCH,
+        END_QUORUM_EPOCH,
+        DESCRIBE_QUORUM,
+        FETCH_SNAPSHOT,
+        DESCRIBE_CLUSTER,
+    )
+}
+"""Every table by API key."""
+
+__all__ = [
+    "ALTER_CONFIGS",
+    "APIS",
+    "API_VERSIONS",
+    "BEGIN_QUORUM_EPOCH",
+    "CREATE_ACLS",
+    "CREATE_PARTITIONS",
+    "CREATE_TOPICS",
+    "DELETE_ACLS",
+    "DELETE_GROUPS",
+    "DELETE_RECORDS",
+    "DELETE_TOPICS",
+    "DESCRIBE_ACLS",
+    "DESCRIBE_CLUSTER",
+    "DESCRIBE_CONFIGS",
+    "DESCRIBE_GROUPS",
+    "DESCRIBE_QUORUM",
+    "END_QUORUM_EPOCH",
+    "FETCH",
+    "FETCH_SNAPSHOT",
+    "FIND_COORDINATOR",
+    "HEARTBEAT",
+    "INCREMENTAL_ALTER_CONFIGS",
+    "INIT_PRODUCER_ID",
+    "JOIN_GROUP",
+    "LEAVE_GROUP",
+    "LIST_GROUPS",
+    "LIST_OFFSETS",
+    "METADATA",
+    "OFFSET_COMMIT",
+    "OFFSET_DELETE",
+    "OFFSET_FETCH",
+    "OFFSET_FOR_LEADER_EPOCH",
+    "PRODUCE",
+    "SASL_AUTHENTICATE",
+    "SASL_HANDSHAKE",
+    "SYNC_GROUP",
+    "VOTE",
+]
