@@ -1,0 +1,208 @@
+"""The envelope's wire form: record key, orjson value and routing headers.
+
+A record carrying an event has
+
+* key: the entity key, UTF-8;
+* value: a JSON object ``{"id", "type", "version", "occurred_at", "key",
+  "correlation_id", "causation_id", "data"}``, where ``data`` is the payload
+  at the version it was written with;
+* headers ``event-type`` and ``event-version`` (UTF-8), so a consumer can
+  route or skip an event without parsing its value;
+* timestamp: ``occurred_at`` in milliseconds (CreateTime).
+
+Decoding goes through an :class:`EventCatalog`, which upcasts old payloads
+to the latest version of their class before validating them.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import orjson
+from pydantic import ValidationError
+
+from eventplatform.events.corrections import Correction
+from eventplatform.events.errors import (
+    DecodeError,
+    EventValidationError,
+    UnknownEventTypeError,
+    UpcastError,
+)
+from eventplatform.events.model import Envelope, Event, Position
+
+TYPE_HEADER = "event-type"
+VERSION_HEADER = "event-version"
+ENVELOPE_FIELDS = ("id", "type", "version", "occurred_at", "key", "data")
+
+Headers = Sequence[tuple[str, bytes | None]]
+
+
+@dataclass(frozen=True, slots=True)
+class EncodedEvent:
+    """One event ready for a producer: where it goes and its bytes."""
+
+    topic: str
+    partition: int | None
+    key: bytes
+    value: bytes
+    headers: list[tuple[str, bytes]]
+    timestamp_ms: int
+
+
+def encode(envelope: Envelope[Event]) -> EncodedEvent:
+    """The record for ``envelope``. A correction goes to its original's partition."""
+    event = envelope.event
+    try:
+        data = event.__pydantic_serializer__.to_json(event)
+    except Exception as exc:
+        raise EventValidationError(f"{event.event_type}: cannot serialize: {exc}") from exc
+    head = orjson.dumps(
+        {
+            "id": str(envelope.event_id),
+            "type": event.event_type,
+            "version": event.event_version,
+            "occurred_at": envelope.occurred_at.isoformat(),
+            "key": envelope.key,
+            "correlation_id": _optional_str(envelope.correlation_id),
+            "causation_id": _optional_str(envelope.causation_id),
+        }
+    )
+    value = head[:-1] + b',"data":' + data + b"}"
+    if isinstance(event, Correction):
+        topic, partition = event.of.topic, event.of.partition
+    else:
+        topic, partition = event.event_topic, None
+    return EncodedEvent(
+        topic=topic,
+        partition=partition,
+        key=envelope.key.encode(),
+        value=value,
+        headers=[
+            (TYPE_HEADER, event.event_type.encode()),
+            (VERSION_HEADER, str(event.event_version).encode()),
+        ],
+        timestamp_ms=int(envelope.occurred_at.timestamp() * 1000),
+    )
+
+
+def header_type(headers: Headers | None) -> str | None:
+    """The event type named in a record's headers, without parsing its value."""
+    for name, value in headers or ():
+        if name == TYPE_HEADER and value is not None:
+            return value.decode("utf-8", "replace")
+    return None
+
+
+class EventCatalog:
+    """The event classes a reader knows, by type name. Always knows corrections.
+
+    The catalog holds the *latest* class of each type. Older payloads reach it
+    through the class's upcasters; a payload newer than the class is refused,
+    because a reader cannot guess fields it was not built with.
+    """
+
+    def __init__(self, classes: Iterable[type[Event]] = ()) -> None:
+        self._classes: dict[str, type[Event]] = {Correction.event_type: Correction}
+        for event_class in classes:
+            self.add(event_class)
+
+    def add(self, event_class: type[Event]) -> None:
+        known = self._classes.get(event_class.event_type)
+        if known is not None and known is not event_class:
+            raise ValueError(
+                f"two classes for {event_class.event_type!r}: "
+                f"{known.__qualname__} and {event_class.__qualname__}"
+            )
+        self._classes[event_class.event_type] = event_class
+
+    def __contains__(self, event_type: object) -> bool:
+        return event_type in self._classes
+
+    def classes(self) -> list[type[Event]]:
+        return list(self._classes.values())
+
+    def event(self, event_type: str, version: int, data: Any) -> Event:
+        """Validate ``data`` (written as ``event_type`` v``version``) as the latest class."""
+        event_class = self._classes.get(event_type)
+        if event_class is None:
+            raise UnknownEventTypeError(f"no event class for type {event_type!r}")
+        data = upcast(event_class, version, data)
+        try:
+            return event_class.model_validate(data)
+        except ValidationError as exc:
+            raise EventValidationError(
+                f"{event_type} v{version}: payload does not validate: {exc}"
+            ) from exc
+
+    def decode(self, value: bytes | None, position: Position | None = None) -> Envelope[Event]:
+        """The envelope in a record value; raises :class:`~.errors.EventError` subclasses."""
+        raw = parse(value)
+        event = self.event(raw["type"], raw["version"], raw["data"])
+        return envelope_of(raw, event, position)
+
+
+def parse(value: bytes | None) -> dict[str, Any]:
+    """The envelope object in a record value, checked for shape but not validated."""
+    if value is None:
+        raise DecodeError("the record has no value")
+    try:
+        raw = orjson.loads(value)
+    except orjson.JSONDecodeError as exc:
+        raise DecodeError(f"the record value is not JSON: {exc}") from exc
+    if not isinstance(raw, dict) or any(name not in raw for name in ENVELOPE_FIELDS):
+        raise DecodeError("the record value is not an event envelope")
+    if not isinstance(raw["type"], str) or type(raw["version"]) is not int:
+        raise DecodeError("the envelope's type or version is malformed")
+    return raw
+
+
+def envelope_of(raw: dict[str, Any], event: Event, position: Position | None) -> Envelope[Event]:
+    try:
+        return Envelope(
+            event,
+            event_id=uuid.UUID(raw["id"]),
+            occurred_at=datetime.fromisoformat(raw["occurred_at"]),
+            key=raw["key"],
+            correlation_id=_optional_uuid(raw.get("correlation_id")),
+            causation_id=_optional_uuid(raw.get("causation_id")),
+            position=position,
+        )
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise DecodeError(f"the envelope's metadata is malformed: {exc}") from exc
+
+
+def upcast(event_class: type[Event], version: int, data: Any) -> Any:
+    """Run ``event_class``'s upcasters from ``version`` up to the class's version."""
+    if version > event_class.event_version:
+        raise UnknownEventTypeError(
+            f"{event_class.event_type} v{version} is newer than this reader's "
+            f"v{event_class.event_version}"
+        )
+    if version < 1:
+        raise DecodeError(f"{event_class.event_type}: version {version} is not >= 1")
+    while version < event_class.event_version:
+        step = event_class.upcasters.get(version)
+        if step is None:
+            raise UpcastError(
+                f"{event_class.event_type}: no upcaster from v{version} to v{version + 1}"
+            )
+        try:
+            data = step(data)
+        except Exception as exc:
+            raise UpcastError(
+                f"{event_class.event_type}: upcaster from v{version} failed: {exc!r}"
+            ) from exc
+        version += 1
+    return data
+
+
+def _optional_str(value: uuid.UUID | None) -> str | None:
+    return None if value is None else str(value)
+
+
+def _optional_uuid(value: Any) -> uuid.UUID | None:
+    return None if value is None else uuid.UUID(value)

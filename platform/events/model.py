@@ -1,0 +1,196 @@
+"""Declaring events: ``Event`` subclasses, their envelope, and log positions.
+
+An event type is a pydantic model with a stable type name and a schema
+version, declared as class keywords::
+
+    class PageViewed(Event, type="activity.page_viewed", version=2, key="user_id"):
+        user_id: str
+        url: str
+
+``key`` names the field whose value is the entity key; the key decides the
+partition, so every event of one entity stays in order. A class may instead
+override :meth:`Event.entity_key`. ``topic`` defaults to the type name's
+first segment (``activity`` above).
+
+Events are immutable (frozen, unknown fields refused). Metadata that is not
+part of the payload (event id, occurred-at time, correlation and causation
+ids, and once consumed the log position) lives in the :class:`Envelope`.
+
+This module is pure: it imports no client, broker or database.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Any, ClassVar, Generic, TypeVar
+
+from pydantic import BaseModel, ConfigDict
+
+from eventplatform.events.errors import EventDefinitionError
+from eventplatform.events.ids import uuid7
+
+TYPE_NAME_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*(\.[A-Za-z][A-Za-z0-9_-]*)+$")
+TOPIC_NAME_PATTERN = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+VERSION_MAX = 1_000_000
+
+Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+class Event(BaseModel):
+    """Base of every event type. Subclasses declare ``type=`` and ``version=``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    event_type: ClassVar[str]
+    event_version: ClassVar[int]
+    event_topic: ClassVar[str]
+    key_field: ClassVar[str | None]
+    upcasters: ClassVar[dict[int, Upcaster]]
+
+    def __init_subclass__(
+        cls,
+        *,
+        type: str | None = None,
+        version: int = 1,
+        key: str | None = None,
+        topic: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init_subclass__(**kwargs)
+        if type is None:
+            return  # an abstract intermediate class: it cannot be appended
+        if not TYPE_NAME_PATTERN.match(type):
+            raise EventDefinitionError(
+                f"{cls.__name__}: type {type!r} must be dotted names, like 'activity.page_viewed'"
+            )
+        if not isinstance(version, int) or not 1 <= version <= VERSION_MAX:
+            raise EventDefinitionError(f"{cls.__name__}: version must be an integer >= 1")
+        event_topic = type.split(".", 1)[0] if topic is None else topic
+        if not TOPIC_NAME_PATTERN.match(event_topic) or event_topic in {".", ".."}:
+            raise EventDefinitionError(f"{cls.__name__}: {event_topic!r} is not a topic name")
+        cls.event_type = type
+        cls.event_version = version
+        cls.event_topic = event_topic
+        cls.key_field = key
+        cls.upcasters = {}
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        super().__pydantic_init_subclass__(**kwargs)
+        if "event_type" not in cls.__dict__:
+            return
+        overrides_key = cls.entity_key is not Event.entity_key
+        if cls.key_field is None and not overrides_key:
+            raise EventDefinitionError(
+                f"{cls.__name__}: declare key='<field>' or override entity_key()"
+            )
+        if cls.key_field is not None and cls.key_field not in cls.model_fields:
+            raise EventDefinitionError(
+                f"{cls.__name__}: key field {cls.key_field!r} is not a field of the event"
+            )
+
+    def entity_key(self) -> str:
+        """The entity key: it decides the partition and orders the entity's events."""
+        value = getattr(self, type(self).key_field or "")
+        return value if isinstance(value, str) else str(value)
+
+
+def upcaster(event_class: type[Event], from_version: int) -> Callable[[Upcaster], Upcaster]:
+    """Register a function that turns a ``from_version`` payload into ``from_version + 1``.
+
+    The function takes and returns the payload as a JSON-shaped ``dict``. A
+    chain v1→v2→…→latest brings every old event up to the class's version, so
+    consumers only ever see the latest version.
+    """
+    if not 1 <= from_version < event_class.event_version:
+        raise EventDefinitionError(
+            f"{event_class.__name__} is version {event_class.event_version}: "
+            f"an upcaster from v{from_version} cannot lead to it"
+        )
+
+    def register(function: Upcaster) -> Upcaster:
+        if from_version in event_class.upcasters:
+            raise EventDefinitionError(
+                f"{event_class.__name__} already has an upcaster from v{from_version}"
+            )
+        event_class.upcasters[from_version] = function
+        return function
+
+    return register
+
+
+@dataclass(frozen=True, order=True, slots=True)
+class Position:
+    """Where a record sits in the log. Positions order by topic, partition, offset."""
+
+    topic: str
+    partition: int
+    offset: int
+
+    def __str__(self) -> str:
+        return f"{self.topic}/{self.partition}@{self.offset}"
+
+
+@dataclass(frozen=True, slots=True)
+class EventRef:
+    """An appended event: its id, entity key and log position.
+
+    ``append`` returns one per event; a :class:`~eventplatform.events.Correction`
+    takes one to name the event it amends.
+    """
+
+    event_id: uuid.UUID
+    key: str
+    position: Position
+
+
+E = TypeVar("E", bound=Event)
+
+
+@dataclass(frozen=True, slots=True)
+class Envelope(Generic[E]):
+    """An event with its metadata. ``position`` is set once the event is in the log."""
+
+    event: E
+    event_id: uuid.UUID = field(default_factory=uuid7)
+    occurred_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+    key: str = ""
+    correlation_id: uuid.UUID | None = None
+    causation_id: uuid.UUID | None = None
+    position: Position | None = None
+
+    def __post_init__(self) -> None:
+        if not self.key:
+            object.__setattr__(self, "key", self.event.entity_key())
+        if self.occurred_at.tzinfo is None:
+            raise ValueError("occurred_at must be timezone-aware")
+
+    @property
+    def event_type(self) -> str:
+        return self.event.event_type
+
+    @property
+    def version(self) -> int:
+        return self.event.event_version
+
+    def ref(self) -> EventRef:
+        """This event's ref; only an event read from (or appended to) the log has one."""
+        if self.position is None:
+            raise ValueError("the event has no log position yet")
+        return EventRef(self.event_id, self.key, self.position)
+
+    def caused(self, event: Event, *, occurred_at: datetime | None = None) -> Envelope[Event]:
+        """A new envelope for an event this one caused: same correlation, causation = self."""
+        return Envelope(
+            event,
+            occurred_at=occurred_at or datetime.now(UTC),
+            correlation_id=self.correlation_id or self.event_id,
+            causation_id=self.event_id,
+        )
+
+    def at(self, position: Position) -> Envelope[E]:
+        return replace(self, position=position)

@@ -1,0 +1,240 @@
+"""The producer facade: append events over confluent-kafka.
+
+``append`` validates and encodes every event first, so an invalid event
+raises before anything is sent. Then it produces them with idempotence on and
+``acks=all`` (librdkafka retries without duplicates or reordering), and
+returns each event's :class:`~eventplatform.events.EventRef`, log position
+included, in the order given.
+
+One background thread serves librdkafka's delivery callbacks, so ``append``
+(blocking), ``submit`` (a ``concurrent.futures.Future``) and
+``append_async`` (awaitable under asyncio or trio) can be mixed freely.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import uuid
+from collections.abc import Iterable, Mapping
+from concurrent.futures import Future
+from typing import Any, Protocol
+
+import confluent_kafka
+import sniffio
+
+from eventplatform.events.codec import EncodedEvent, encode
+from eventplatform.events.errors import AppendError, EventValidationError
+from eventplatform.events.model import Envelope, Event, EventRef, Position
+
+BOOTSTRAP_DEFAULT = "127.0.0.1:9092"
+DELIVERY_TIMEOUT_S_DEFAULT = 30.0
+POLL_INTERVAL_S = 0.05
+QUEUE_FULL_BACKOFF_S = 0.001
+PRODUCER_DEFAULTS: dict[str, Any] = {
+    "enable.idempotence": True,
+    "acks": "all",
+    "linger.ms": 5,
+    "compression.type": "lz4",
+}
+
+
+class SchemaGuard(Protocol):
+    """Checks an event class against the schema registry before its events are sent."""
+
+    def ensure_registered(self, event_class: type[Event]) -> None: ...
+
+
+class EventProducer:
+    """Appends events to the log. Thread-safe; close it (or use ``with``) when done."""
+
+    def __init__(
+        self,
+        bootstrap: str = BOOTSTRAP_DEFAULT,
+        *,
+        config: Mapping[str, Any] | None = None,
+        schemas: SchemaGuard | None = None,
+        delivery_timeout_s: float = DELIVERY_TIMEOUT_S_DEFAULT,
+    ) -> None:
+        settings = {
+            **PRODUCER_DEFAULTS,
+            "bootstrap.servers": bootstrap,
+            "delivery.timeout.ms": int(delivery_timeout_s * 1000),
+            **(config or {}),
+        }
+        self._producer = confluent_kafka.Producer(settings)
+        self._schemas = schemas
+        self._checked: set[type[Event]] = set()
+        self._delivery_timeout_s = delivery_timeout_s
+        self._closing = threading.Event()
+        self._poller = threading.Thread(target=self._poll, name="event-producer", daemon=True)
+        self._poller.start()
+
+    def __enter__(self) -> EventProducer:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def append(
+        self,
+        items: Iterable[Event | Envelope[Any]],
+        *,
+        correlation_id: uuid.UUID | None = None,
+        causation_id: uuid.UUID | None = None,
+    ) -> list[EventRef]:
+        """Append ``items`` and wait for the log to acknowledge all of them."""
+        future = self.submit(items, correlation_id=correlation_id, causation_id=causation_id)
+        return future.result(timeout=self._delivery_timeout_s + 5)
+
+    async def append_async(
+        self,
+        items: Iterable[Event | Envelope[Any]],
+        *,
+        correlation_id: uuid.UUID | None = None,
+        causation_id: uuid.UUID | None = None,
+    ) -> list[EventRef]:
+        """``append`` for asyncio and trio callers: awaits the acknowledgements."""
+        future = self.submit(items, correlation_id=correlation_id, causation_id=causation_id)
+        if sniffio.current_async_library() == "trio":
+            return await _trio_wait(future)
+        return await asyncio.wrap_future(future)
+
+    def submit(
+        self,
+        items: Iterable[Event | Envelope[Any]],
+        *,
+        correlation_id: uuid.UUID | None = None,
+        causation_id: uuid.UUID | None = None,
+    ) -> Future[list[EventRef]]:
+        """Validate and send ``items``; the future resolves once all are acknowledged."""
+        envelopes = [
+            _envelope(item, correlation_id=correlation_id, causation_id=causation_id)
+            for item in items
+        ]
+        self._check_schemas(envelopes)
+        records = [encode(envelope) for envelope in envelopes]
+        return self._send(envelopes, records)
+
+    def flush(self, timeout_s: float = DELIVERY_TIMEOUT_S_DEFAULT) -> None:
+        self._producer.flush(timeout_s)
+
+    def close(self) -> None:
+        if self._closing.is_set():
+            return
+        self._closing.set()
+        self._poller.join(timeout=5)
+        self._producer.flush(self._delivery_timeout_s)
+
+    def _check_schemas(self, envelopes: list[Envelope[Any]]) -> None:
+        if self._schemas is None:
+            return
+        for event_class in {type(envelope.event) for envelope in envelopes}:
+            if event_class not in self._checked:
+                self._schemas.ensure_registered(event_class)
+                self._checked.add(event_class)
+
+    def _send(
+        self, envelopes: list[Envelope[Any]], records: list[EncodedEvent]
+    ) -> Future[list[EventRef]]:
+        batch = _PendingAppend(envelopes)
+        for index, record in enumerate(records):
+            self._produce(record, batch.callback(index))
+        return batch.future
+
+    def _produce(self, record: EncodedEvent, on_delivery: Any) -> None:
+        deadline = time.monotonic() + self._delivery_timeout_s
+        arguments: dict[str, Any] = {
+            "key": record.key,
+            "value": record.value,
+            "headers": record.headers,
+            "timestamp": record.timestamp_ms,
+            "on_delivery": on_delivery,
+        }
+        if record.partition is not None:
+            arguments["partition"] = record.partition
+        while True:
+            try:
+                self._producer.produce(record.topic, **arguments)
+                return
+            except BufferError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(QUEUE_FULL_BACKOFF_S)
+            except confluent_kafka.KafkaException as exc:
+                raise AppendError(f"cannot produce to {record.topic}: {exc}", []) from exc
+
+    def _poll(self) -> None:
+        while not self._closing.is_set():
+            self._producer.poll(POLL_INTERVAL_S)
+
+
+class _PendingAppend:
+    """Collects the delivery reports of one append; resolves its future on the last one."""
+
+    def __init__(self, envelopes: list[Envelope[Any]]) -> None:
+        self.envelopes = envelopes
+        self.refs: list[EventRef | None] = [None] * len(envelopes)
+        self.errors: list[str] = []
+        self.remaining = len(envelopes)
+        self.future: Future[list[EventRef]] = Future()
+        if not envelopes:
+            self.future.set_result([])
+
+    def callback(self, index: int) -> Any:
+        def on_delivery(error: confluent_kafka.KafkaError | None, message: Any) -> None:
+            if error is not None:
+                self.errors.append(f"event {index}: {error.str()}")
+            else:
+                envelope = self.envelopes[index]
+                position = Position(message.topic(), message.partition(), message.offset())
+                self.refs[index] = EventRef(envelope.event_id, envelope.key, position)
+            self.remaining -= 1
+            if self.remaining == 0:
+                self._finish()
+
+        return on_delivery
+
+    def _finish(self) -> None:
+        if self.errors:
+            failed = len(self.errors)
+            self.future.set_exception(
+                AppendError(
+                    f"{failed} of {len(self.refs)} events were not appended: {self.errors[0]}",
+                    list(self.refs),
+                )
+            )
+        else:
+            self.future.set_result([ref for ref in self.refs if ref is not None])
+
+
+def _envelope(
+    item: Event | Envelope[Any],
+    *,
+    correlation_id: uuid.UUID | None,
+    causation_id: uuid.UUID | None,
+) -> Envelope[Any]:
+    if isinstance(item, Envelope):
+        event = item.event
+        envelope = item
+    elif isinstance(item, Event):
+        event = item
+        envelope = None
+    else:
+        raise EventValidationError(f"{type(item).__name__} is not an Event or an Envelope")
+    if "event_type" not in type(event).__dict__:
+        raise EventValidationError(f"{type(event).__name__} declares no type= and version=")
+    if envelope is not None:
+        return envelope
+    return Envelope(event, correlation_id=correlation_id, causation_id=causation_id)
+
+
+async def _trio_wait(future: Future[list[EventRef]]) -> list[EventRef]:
+    import trio
+
+    token = trio.lowlevel.current_trio_token()
+    done = trio.Event()
+    future.add_done_callback(lambda _: token.run_sync_soon(done.set))
+    await done.wait()
+    return future.result()
