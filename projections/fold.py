@@ -1,0 +1,152 @@
+"""The pure fold: contributions into row states, and corrections into history.
+
+A row state is a dict holding every column of a projection table: key
+columns, merge columns, the ``<column>_ep_rank`` columns of ``Latest`` and
+``First`` columns, and ``ep_contributions``. The streaming runner, the
+correction path, Spark's per-key fold and the in-memory :func:`fold` all
+merge through :func:`merge_into`, so every engine computes a row the same way.
+
+Inside a state a ``SetAdd`` column is a ``frozenset``; stores convert it to a
+sorted JSON list and back at their boundary.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable
+from dataclasses import replace
+from typing import Any
+
+from eventplatform.events import Correction, Envelope, Event, EventCatalog, UnknownEventTypeError
+from eventplatform.projections.merge import Ranked, SetAdd
+from eventplatform.projections.model import (
+    CONTRIBUTIONS_COLUMN,
+    RANK_SUFFIX,
+    Contribution,
+    Projection,
+    TablePlan,
+)
+
+RowKey = tuple[Any, ...]
+TableStates = dict[RowKey, dict[str, Any]]
+
+
+def empty_state(plan: TablePlan, key: RowKey) -> dict[str, Any]:
+    state: dict[str, Any] = dict(zip(plan.keys, key, strict=True))
+    for name, merge in plan.merges.items():
+        state[name] = None
+        if merge.ranked:
+            state[name + RANK_SUFFIX] = None
+    state[CONTRIBUTIONS_COLUMN] = 0
+    return state
+
+
+def merge_into(state: dict[str, Any], contribution: Contribution, sign: int = 1) -> None:
+    """Merge one contribution into a row state (``sign=-1`` retracts an invertible one)."""
+    merges = contribution.plan.merges
+    for name, value in contribution.values.items():
+        merge = merges[name]
+        if isinstance(merge, Ranked):
+            rank_column = name + RANK_SUFFIX
+            if merge.wins(state[rank_column], contribution.rank):
+                state[name] = value
+                state[rank_column] = contribution.rank
+        else:
+            incoming = value if sign > 0 else merge.negate(value)
+            state[name] = merge.combine(state[name], incoming)
+    state[CONTRIBUTIONS_COLUMN] += sign
+
+
+def merge_states(plan: TablePlan, stored: dict[str, Any], delta: dict[str, Any]) -> None:
+    """Merge a pre-merged ``delta`` state into ``stored`` (not for ``Fold`` columns)."""
+    for name, merge in plan.merges.items():
+        if isinstance(merge, Ranked):
+            rank_column = name + RANK_SUFFIX
+            rank = delta[rank_column]
+            if rank is not None and merge.wins(stored[rank_column], rank):
+                stored[name] = delta[name]
+                stored[rank_column] = rank
+        elif delta[name] is not None:
+            stored[name] = merge.combine(stored[name], delta[name])
+    stored[CONTRIBUTIONS_COLUMN] += delta[CONTRIBUTIONS_COLUMN]
+
+
+def apply(
+    tables: dict[str, TableStates], contributions: Iterable[Contribution], sign: int = 1
+) -> None:
+    """Merge contributions into in-memory tables, dropping rows left with none."""
+    for contribution in contributions:
+        rows = tables.setdefault(contribution.plan.name, {})
+        state = rows.get(contribution.key)
+        if state is None:
+            state = rows[contribution.key] = empty_state(contribution.plan, contribution.key)
+        merge_into(state, contribution, sign)
+        if state[CONTRIBUTIONS_COLUMN] == 0:
+            del rows[contribution.key]
+
+
+def visible(plan: TablePlan, state: dict[str, Any]) -> dict[str, Any]:
+    """A state as an analyst sees the row: no bookkeeping, sets as sorted lists."""
+    row = {name: state[name] for name in plan.keys}
+    for name, merge in plan.merges.items():
+        value = state[name]
+        row[name] = SetAdd.stored(value) if isinstance(merge, SetAdd) else value
+    return row
+
+
+def corrected_history(
+    envelopes: Iterable[Envelope[Any]], catalog: EventCatalog
+) -> list[Envelope[Any]]:
+    """The history with every correction applied, in the order the originals came.
+
+    ``envelopes`` must be in log order within each partition (corrections
+    always share their original's partition). A corrected event keeps its
+    envelope (id, key, time, position) and takes its chain's latest
+    replacement; a retracted one, or one whose replacement type the catalog
+    does not know, drops out. Corrections naming unknown events are ignored.
+    """
+    roots: list[Envelope[Any]] = []
+    root_of: dict[uuid.UUID, uuid.UUID] = {}
+    effective: dict[uuid.UUID, Event | None] = {}
+    for envelope in envelopes:
+        event = envelope.event
+        if not isinstance(event, Correction):
+            roots.append(envelope)
+            root_of[envelope.event_id] = envelope.event_id
+            continue
+        root = root_of.get(event.of.event_id)
+        if root is None:
+            continue
+        root_of[envelope.event_id] = root
+        effective[root] = replacement_event(event, catalog)
+    history = []
+    for envelope in roots:
+        if envelope.event_id not in effective:
+            history.append(envelope)
+        elif (payload := effective[envelope.event_id]) is not None:
+            history.append(replace(envelope, event=payload))
+    return history
+
+
+def replacement_event(correction: Correction, catalog: EventCatalog) -> Event | None:
+    """The correction's replacement as the latest version of its class, or ``None``.
+
+    ``None`` means the correction retracts, or replaces with a type this
+    catalog does not read (which, for this reader, is the same thing).
+    """
+    replacement = correction.replacement
+    if replacement is None:
+        return None
+    try:
+        return catalog.event(replacement.type, replacement.version, replacement.data)
+    except UnknownEventTypeError:
+        return None
+
+
+def fold(projection: Projection, envelopes: Iterable[Envelope[Any]]) -> dict[str, TableStates]:
+    """The projection's tables computed in memory from a history (corrections applied)."""
+    tables: dict[str, TableStates] = {name: {} for name in projection.plans}
+    for envelope in corrected_history(envelopes, projection.catalog()):
+        assert envelope.position is not None, "a folded event needs its log position"
+        apply(tables, projection.contributions(envelope, projection.rank(envelope.position)))
+    return tables

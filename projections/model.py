@@ -1,0 +1,270 @@
+"""Declaring projections: tables with merge columns, row contributions, handlers.
+
+A projection table is a SQLAlchemy Core ``Table`` (its DDL comes from an
+Alembic migration) whose primary key is the row key and whose other columns
+each merge with one operation from :mod:`.merge`::
+
+    metadata = MetaData()
+    page_stats = projection_table(
+        "activity_page_stats", metadata,
+        Column("url", Text, primary_key=True),
+        merge_column("views", BigInteger, Count()),
+        merge_column("last_seen", DateTime(timezone=True), Max()),
+    )
+
+    page_views = Projection("activity.page_stats", tables=[page_stats])
+
+    @page_views.on(PageViewed)
+    def viewed(envelope: Envelope[PageViewed]) -> Iterator[Row]:
+        yield Row(page_stats, url=envelope.event.url, last_seen=envelope.occurred_at)
+
+``projection_table`` adds the bookkeeping columns the engines need: one
+``<column>_ep_rank`` per ``Latest``/``First`` column (the log rank of the
+value kept) and ``ep_contributions`` (how many contributions the row has, so
+a row whose every contribution is retracted disappears).
+
+Handlers must be pure functions of the envelope: corrections and Spark
+replays call them again and expect the same rows. This module imports no
+engine, client or broker.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from sqlalchemy import BigInteger, Column, MetaData, Table
+
+from eventplatform.events import Correction, Envelope, Event, EventCatalog, Position
+from eventplatform.projections.errors import HandlerError, ProjectionDefinitionError
+from eventplatform.projections.merge import Count, Merge
+
+MERGE_INFO_KEY = "eventplatform.merge"
+CONTRIBUTIONS_COLUMN = "ep_contributions"
+RANK_SUFFIX = "_ep_rank"
+POISON_POLICIES = ("park", "stop")
+
+# A log rank orders positions across a projection's topics and partitions:
+# topic index, partition and offset packed into one BIGINT.
+RANK_TOPIC_BITS = 7
+RANK_PARTITION_BITS = 16
+RANK_OFFSET_BITS = 40
+
+PoisonPolicy = Literal["park", "stop"]
+Handler = Callable[[Envelope[Any]], "Iterable[Row] | Row | None"]
+
+
+def merge_column(name: str, type_: Any, merge: Merge, **column_options: Any) -> Column[Any]:
+    """A non-key projection column that merges contributions with ``merge``."""
+    if not isinstance(merge, Merge):
+        raise ProjectionDefinitionError(f"column {name!r}: {merge!r} is not a merge operation")
+    return Column(name, type_, info={MERGE_INFO_KEY: merge}, **column_options)
+
+
+def projection_table(name: str, metadata: MetaData, *columns: Any, **options: Any) -> Table:
+    """A ``Table`` of key columns and merge columns, plus the engines' bookkeeping columns."""
+    extra: list[Column[Any]] = []
+    for column in columns:
+        merge = column.info.get(MERGE_INFO_KEY) if isinstance(column, Column) else None
+        if merge is not None and merge.ranked:
+            extra.append(Column(column.name + RANK_SUFFIX, BigInteger, nullable=True))
+    extra.append(Column(CONTRIBUTIONS_COLUMN, BigInteger, nullable=False, default=0))
+    table = Table(name, metadata, *columns, *extra, **options)
+    TablePlan.of(table)
+    return table
+
+
+@dataclass(frozen=True)
+class TablePlan:
+    """What the engines need to know about one projection table."""
+
+    table: Table
+    keys: tuple[str, ...]
+    merges: dict[str, Merge]
+
+    @classmethod
+    def of(cls, table: Table) -> TablePlan:
+        keys = tuple(column.name for column in table.primary_key.columns)
+        if not keys:
+            raise ProjectionDefinitionError(f"table {table.name}: declare a primary key")
+        merges: dict[str, Merge] = {}
+        for column in table.columns:
+            merge = column.info.get(MERGE_INFO_KEY)
+            if column.name in keys or _is_bookkeeping(table, column.name):
+                continue
+            if merge is None:
+                raise ProjectionDefinitionError(
+                    f"table {table.name}: column {column.name!r} is neither a key nor a "
+                    "merge_column"
+                )
+            merges[column.name] = merge
+        if CONTRIBUTIONS_COLUMN not in table.columns:
+            raise ProjectionDefinitionError(
+                f"table {table.name}: declare it with projection_table() "
+                f"(it needs the {CONTRIBUTIONS_COLUMN} column)"
+            )
+        return cls(table, keys, merges)
+
+    @property
+    def name(self) -> str:
+        return self.table.name
+
+    @property
+    def invertible(self) -> bool:
+        """Corrections retract by negation (all sums and counts), not by recomputing."""
+        return all(merge.invertible for merge in self.merges.values())
+
+    @property
+    def merged_in_python(self) -> bool:
+        return any(merge.merged_in_python for merge in self.merges.values())
+
+    @property
+    def counts(self) -> tuple[str, ...]:
+        return tuple(name for name, merge in self.merges.items() if isinstance(merge, Count))
+
+    def key_of(self, values: dict[str, Any]) -> tuple[Any, ...]:
+        return tuple(values[name] for name in self.keys)
+
+
+def _is_bookkeeping(table: Table, name: str) -> bool:
+    if name == CONTRIBUTIONS_COLUMN:
+        return True
+    if not name.endswith(RANK_SUFFIX):
+        return False
+    base = table.columns.get(name.removesuffix(RANK_SUFFIX))
+    return base is not None and MERGE_INFO_KEY in base.info
+
+
+class Row:
+    """One contribution: ``Row(table, key=..., column=value, ...)``.
+
+    Every key column must be given; count columns are counted, never given.
+    """
+
+    __slots__ = ("table", "values")
+
+    def __init__(self, table: Table, /, **values: Any) -> None:
+        self.table = table
+        self.values = values
+
+    def __repr__(self) -> str:
+        return f"Row({self.table.name}, {self.values!r})"
+
+
+@dataclass(frozen=True, slots=True)
+class Contribution:
+    """A validated row contribution with the log rank of the event that made it."""
+
+    plan: TablePlan
+    key: tuple[Any, ...]
+    values: dict[str, Any]
+    rank: int
+
+
+class Projection:
+    """A named fold of event types into tables.
+
+    ``on_error`` is the poison-event policy: ``"park"`` moves an event whose
+    handler raises to the dead-letter table and goes on; ``"stop"`` stops the
+    runner before the event, so nothing after it is applied out of order.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        tables: Iterable[Table],
+        on_error: PoisonPolicy = "park",
+        group_id: str | None = None,
+        description: str = "",
+    ) -> None:
+        if on_error not in POISON_POLICIES:
+            raise ProjectionDefinitionError(f"on_error must be one of {POISON_POLICIES}")
+        self.name = name
+        self.on_error: PoisonPolicy = on_error
+        self.group_id = group_id or f"projection.{name}"
+        self.description = description
+        self.plans = {table.name: TablePlan.of(table) for table in tables}
+        self.handlers: dict[str, tuple[type[Event], Handler]] = {}
+        self._topics: tuple[str, ...] = ()
+
+    def on(self, *event_classes: type[Event]) -> Callable[[Handler], Handler]:
+        """Register a handler for ``event_classes``; it returns rows (or yields them)."""
+
+        def register(handler: Handler) -> Handler:
+            for event_class in event_classes:
+                if event_class is Correction or not hasattr(event_class, "event_type"):
+                    raise ProjectionDefinitionError(f"cannot handle {event_class.__name__}")
+                if event_class.event_type in self.handlers:
+                    raise ProjectionDefinitionError(
+                        f"{self.name}: {event_class.event_type} already has a handler"
+                    )
+                self.handlers[event_class.event_type] = (event_class, handler)
+            self._topics = tuple(sorted({cls.event_topic for cls, _ in self.handlers.values()}))
+            return handler
+
+        return register
+
+    @property
+    def topics(self) -> tuple[str, ...]:
+        """The topics the projection reads, sorted (their index is part of the rank)."""
+        return self._topics
+
+    @property
+    def tables(self) -> list[Table]:
+        return [plan.table for plan in self.plans.values()]
+
+    def catalog(self) -> EventCatalog:
+        return EventCatalog(event_class for event_class, _ in self.handlers.values())
+
+    def handles(self, event_type: str | None) -> bool:
+        return event_type in self.handlers or event_type == Correction.event_type
+
+    def rank(self, position: Position) -> int:
+        """The position as one orderable integer (topic index, partition, offset)."""
+        topic_index = self._topics.index(position.topic)
+        if position.partition >> RANK_PARTITION_BITS or position.offset >> RANK_OFFSET_BITS:
+            raise ProjectionDefinitionError(f"{position} is beyond the rank's range")
+        return (
+            topic_index << (RANK_PARTITION_BITS + RANK_OFFSET_BITS)
+            | position.partition << RANK_OFFSET_BITS
+            | position.offset
+        )
+
+    def contributions(self, envelope: Envelope[Any], rank: int) -> list[Contribution]:
+        """The validated contributions of one (non-correction) event; raises HandlerError."""
+        entry = self.handlers.get(envelope.event.event_type)
+        if entry is None:
+            return []
+        try:
+            produced = entry[1](envelope)
+            rows = [produced] if isinstance(produced, Row) else list(produced or ())
+        except Exception as exc:
+            raise HandlerError(f"{self.name}: handler raised {exc!r}") from exc
+        return [self._validate(row, rank) for row in rows]
+
+    def _validate(self, row: Any, rank: int) -> Contribution:
+        if not isinstance(row, Row):
+            raise HandlerError(f"{self.name}: a handler yielded {type(row).__name__}, not Row")
+        plan = self.plans.get(row.table.name)
+        if plan is None or plan.table is not row.table:
+            raise HandlerError(f"{self.name}: table {row.table.name} is not one of its tables")
+        values = row.values
+        missing = [name for name in plan.keys if values.get(name) is None]
+        if missing:
+            raise HandlerError(f"{plan.name}: key column(s) {missing} not given")
+        normalized: dict[str, Any] = {}
+        for name, value in values.items():
+            if name in plan.keys:
+                continue
+            merge = plan.merges.get(name)
+            if merge is None or isinstance(merge, Count):
+                raise HandlerError(f"{plan.name}: {name!r} is not a merge column to give")
+            try:
+                normalized[name] = merge.normalize(value)
+            except (TypeError, ValueError) as exc:
+                raise HandlerError(f"{plan.name}.{name}: {exc}") from exc
+        for name in plan.counts:
+            normalized[name] = 1
+        return Contribution(plan, plan.key_of(values), normalized, rank)
