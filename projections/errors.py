@@ -6,7 +6,8 @@ ProjectionError
 ├── CheckpointConflictError    another runner advanced a partition first (this batch is void)
 ├── ProjectionStoppedError     a poison event stopped a projection whose policy is "stop"
 ├── ApplyTimeoutError          read-your-writes: the projection did not reach the positions
-└── StoreError                 the SQL store failed in a way a retry will not fix
+├── StoreError                 the SQL store failed in a way a retry will not fix
+└── MigrationError             the schema could not be migrated (bad revision, failed DDL)
 """
 
 from __future__ import annotations
@@ -38,3 +39,7 @@ class ApplyTimeoutError(ProjectionError, TimeoutError):
 
 class StoreError(ProjectionError):
     """The SQL store failed in a way a retry will not fix."""
+
+
+class MigrationError(ProjectionError):
+    """The SQL schema could not be migrated: an unknown revision, a broken chain, failed DDL."""

@@ -18,6 +18,7 @@ from dataclasses import replace
 from typing import Any
 
 from eventplatform.events import Correction, Envelope, Event, EventCatalog, UnknownEventTypeError
+from eventplatform.events.corrections import ReplacementEvent
 from eventplatform.projections.merge import Ranked, SetAdd
 from eventplatform.projections.model import (
     CONTRIBUTIONS_COLUMN,
@@ -28,6 +29,15 @@ from eventplatform.projections.model import (
 )
 
 RowKey = tuple[Any, ...]
+
+
+class OpaqueEvent(Event, type="eventplatform.opaque", version=1):
+    """Stands in for an event of a type the reader has no class for."""
+
+    def entity_key(self) -> str:
+        return ""
+
+
 TableStates = dict[RowKey, dict[str, Any]]
 
 
@@ -134,7 +144,12 @@ def replacement_event(correction: Correction, catalog: EventCatalog) -> Event | 
     ``None`` means the correction retracts, or replaces with a type this
     catalog does not read (which, for this reader, is the same thing).
     """
-    replacement = correction.replacement
+    return replacement_content(correction.replacement, catalog)
+
+
+def replacement_content(
+    replacement: ReplacementEvent | None, catalog: EventCatalog
+) -> Event | None:
     if replacement is None:
         return None
     try:

@@ -54,10 +54,20 @@ class EncodedEvent:
 
 
 def encode(envelope: Envelope[Event]) -> EncodedEvent:
-    """The record for ``envelope``. A correction goes to its original's partition."""
+    """The record for ``envelope``. A correction goes to its original's partition.
+
+    The payload is validated again from its JSON, so an event that bypassed
+    validation (``model_construct``) and would not decode is refused here,
+    before it reaches any producer.
+    """
     event = envelope.event
     try:
-        data = event.__pydantic_serializer__.to_json(event)
+        data = event.__pydantic_serializer__.to_json(event, warnings="error")
+        type(event).model_validate_json(data)
+    except ValidationError as exc:
+        raise EventValidationError(
+            f"{event.event_type}: the event does not validate: {exc}"
+        ) from exc
     except Exception as exc:
         raise EventValidationError(f"{event.event_type}: cannot serialize: {exc}") from exc
     head = orjson.dumps(

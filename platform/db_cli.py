@@ -1,0 +1,196 @@
+"""``platform db``: create and upgrade the SQL schema of the platform and its apps.
+
+Every command works on the platform's tables plus the tables of the apps it
+loads: installed apps (entry points of group ``eventplatform.apps``), those
+listed in ``$EVENTPLATFORM_APPS``, and those named with ``--app``. Alembic and
+SQLAlchemy are imported inside the commands, so other ``platform`` commands
+do not pay for them at start-up.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+import click
+
+if TYPE_CHECKING:
+    from eventplatform.projections.apps import App
+    from eventplatform.projections.migrate import MigrationResult
+
+
+def _database_option(command: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option(
+        "--database",
+        default=None,
+        metavar="URL",
+        help="SQLAlchemy URL of the projection database.  "
+        "[default: $EVENTPLATFORM_DATABASE_URL, else sqlite:///.eventplatform/projections.db]",
+    )(command)
+
+
+def _apps_option(command: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option(
+        "--app",
+        "app_references",
+        multiple=True,
+        metavar="REF",
+        help="Also load this app: package.module (its 'app') or package.module:attribute; "
+        "repeatable.",
+    )(command)
+
+
+@click.group()
+def db() -> None:
+    """Create, upgrade and inspect the SQL schema of the platform and its apps."""
+
+
+@db.command("upgrade")
+@click.option(
+    "--revision", default="heads", show_default=True, help="Target revision (or branch@head)."
+)
+@_database_option
+@_apps_option
+def db_upgrade(database: str | None, app_references: tuple[str, ...], revision: str) -> None:
+    """Apply every pending revision.
+
+    Prints each revision applied, then the heads the database is at.
+    """
+    from eventplatform.projections.migrate import upgrade
+
+    with _reported_errors():
+        result = upgrade(_url(database), _apps(app_references), revision)
+    _echo_result("applied", result)
+
+
+@db.command("downgrade")
+@click.argument("revision")
+@_database_option
+@_apps_option
+def db_downgrade(database: str | None, app_references: tuple[str, ...], revision: str) -> None:
+    """Revert to REVISION, dropping tables.
+
+    Revisions that depend on a reverted one are reverted first, so
+    eventplatform@base reverts every branch. The rows of dropped tables are lost.
+    """
+    from eventplatform.projections.migrate import downgrade
+
+    with _reported_errors():
+        result = downgrade(_url(database), _apps(app_references), revision)
+    _echo_result("reverted", result)
+
+
+@db.command("current")
+@_database_option
+def db_current(database: str | None) -> None:
+    """Print the revisions the database is at.
+
+    One per line; a branch whose head another head depends on is not repeated.
+    """
+    from eventplatform.projections.migrate import current
+
+    with _reported_errors():
+        heads = current(_url(database))
+    for head in heads:
+        click.echo(head)
+    if not heads:
+        click.echo("no revision is applied yet", err=True)
+
+
+@db.command("history")
+@_apps_option
+def db_history(app_references: tuple[str, ...]) -> None:
+    """Print all revisions, oldest first."""
+    from eventplatform.projections.migrate import history
+
+    with _reported_errors():
+        revisions = history(_apps(app_references))
+    for revision in revisions:
+        click.echo(f"{revision.id} ({', '.join(revision.branches)}): {revision.description}")
+
+
+@db.command("check")
+@_database_option
+@_apps_option
+def db_check(database: str | None, app_references: tuple[str, ...]) -> None:
+    """Diff the database against declared tables.
+
+    Prints each difference and exits 1 if there is any: a declaration changed
+    without a revision, or the database needs an upgrade.
+    """
+    from eventplatform.projections.migrate import schema_differences
+
+    with _reported_errors():
+        differences = schema_differences(_url(database), _apps(app_references))
+    for difference in differences:
+        click.echo(difference)
+    if differences:
+        raise click.ClickException(
+            f"{len(differences)} difference(s): a table declaration changed without a revision, "
+            "or the database needs 'platform db upgrade'"
+        )
+    click.echo("the database matches the declared tables", err=True)
+
+
+@db.command("revision")
+@click.argument("app_name")
+@click.option("--message", "-m", required=True, help="What the revision changes.")
+@click.option("--empty", is_flag=True, help="Write an empty revision instead of autogenerating.")
+@_database_option
+@_apps_option
+def db_revision(
+    database: str | None,
+    app_references: tuple[str, ...],
+    app_name: str,
+    message: str,
+    empty: bool,
+) -> None:
+    """Write APP_NAME's next revision.
+
+    Autogenerated from what the database (which must be at every head) lacks
+    of the app's tables, unless --empty is given. Review the file before upgrading.
+    """
+    from eventplatform.projections.migrate import new_revision
+
+    with _reported_errors():
+        path = new_revision(
+            _url(database),
+            _apps(app_references),
+            app_name=app_name,
+            message=message,
+            autogenerate=not empty,
+        )
+    click.echo(str(path))
+
+
+def _url(database: str | None) -> str:
+    from eventplatform.projections.database import database_url
+
+    return database_url(database)
+
+
+def _apps(references: Sequence[str]) -> list[App]:
+    from eventplatform.projections.apps import installed_apps
+
+    return installed_apps(references)
+
+
+def _echo_result(verb: str, result: MigrationResult) -> None:
+    for revision in result.revisions:
+        branches = ", ".join(revision.branches)
+        click.echo(f"{verb} {revision.id} ({branches}): {revision.description}")
+    if not result.revisions:
+        click.echo("nothing to do: the database is already there")
+    click.echo(f"heads: {', '.join(result.heads) or '(none)'}")
+
+
+@contextmanager
+def _reported_errors() -> Iterator[None]:
+    """Turn a projection-layer error into click's one-line ``Error: ...`` and exit status 1."""
+    from eventplatform.projections.errors import ProjectionError
+
+    try:
+        yield
+    except ProjectionError as error:
+        raise click.ClickException(str(error)) from error

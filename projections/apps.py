@@ -1,0 +1,150 @@
+"""Installed applications: what an app brings to the platform, and how it is found.
+
+An application is one :class:`App` value naming its projections, its event
+types and the folder of Alembic revisions that create its tables. The
+platform finds apps in three places, in this order:
+
+1. the entry points of group ``eventplatform.apps`` of every installed
+   distribution (``my_app = "my_package.app:app"``), so installing an app is
+   enough to make ``platform db upgrade`` create its tables;
+2. the references in ``$EVENTPLATFORM_APPS``, comma-separated;
+3. the references a caller passes (``--app`` on the command line).
+
+A reference is ``package.module`` (the module's attribute ``app``) or
+``package.module:attribute``. The same app found twice counts once; two
+different apps with one name are refused, because the name is the app's
+Alembic branch label.
+
+An app's first revision declares ``branch_labels = ("<app name>",)`` and
+``depends_on = "eventplatform_0001"`` (the platform's first revision), so
+the app's branch always runs after the platform's tables exist.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from importlib.metadata import entry_points
+from pathlib import Path
+
+from eventplatform.events import Event
+from eventplatform.projections.errors import ProjectionError
+from eventplatform.projections.model import Projection
+
+APPS_ENTRY_POINT_GROUP = "eventplatform.apps"
+APPS_ENV = "EVENTPLATFORM_APPS"
+APP_ATTRIBUTE_DEFAULT = "app"
+
+# The name becomes an Alembic branch label: no "@", no spaces, no leading digit.
+APP_NAME_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
+
+
+class AppError(ProjectionError):
+    """An app reference does not resolve to an :class:`App`, or names collide."""
+
+
+@dataclass(frozen=True, eq=False)
+class App:
+    """An installed application, as the platform sees it.
+
+    ``migrations`` is the folder of the app's Alembic revisions (``None`` for
+    an app without tables of its own). Apps compare by identity: the same
+    object found through an entry point and through ``--app`` is one app.
+    """
+
+    name: str
+    projections: Sequence[Projection] = ()
+    event_types: Sequence[type[Event]] = ()
+    migrations: Path | None = None
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        if not APP_NAME_PATTERN.match(self.name):
+            raise AppError(
+                f"app name {self.name!r} must be letters, digits, '_', '.' or '-', "
+                "not starting with a digit"
+            )
+        for projection in self.projections:
+            if not isinstance(projection, Projection):
+                raise AppError(f"app {self.name}: {projection!r} is not a Projection")
+        for event_type in self.event_types:
+            if not (isinstance(event_type, type) and issubclass(event_type, Event)):
+                raise AppError(f"app {self.name}: {event_type!r} is not an Event class")
+
+
+def installed_apps(extra: Sequence[str] = ()) -> list[App]:
+    """Every app the platform should serve: entry points, ``$EVENTPLATFORM_APPS``, ``extra``."""
+    found = [*_entry_point_apps(), *(load_app(reference) for reference in env_references())]
+    found.extend(load_app(reference) for reference in extra)
+    return _distinct(found)
+
+
+def env_references(environ: dict[str, str] | None = None) -> list[str]:
+    """The app references listed in ``$EVENTPLATFORM_APPS`` (blank entries ignored)."""
+    value = (os.environ if environ is None else environ).get(APPS_ENV, "")
+    return [reference.strip() for reference in value.split(",") if reference.strip()]
+
+
+def load_app(reference: str) -> App:
+    """The app at ``package.module`` (attribute ``app``) or ``package.module:attribute``."""
+    module_name, _, attribute_path = reference.strip().partition(":")
+    if not module_name:
+        raise AppError(f"app reference {reference!r}: expected 'package.module[:attribute]'")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise AppError(f"app reference {reference!r}: cannot import {module_name}: {exc}") from exc
+    target: object = module
+    for attribute in (attribute_path or APP_ATTRIBUTE_DEFAULT).split("."):
+        try:
+            target = getattr(target, attribute)
+        except AttributeError as exc:
+            raise AppError(
+                f"app reference {reference!r}: {module_name} has no attribute "
+                f"{attribute_path or APP_ATTRIBUTE_DEFAULT!r}"
+            ) from exc
+    return _checked(target, f"app reference {reference!r}")
+
+
+def find_projection(name: str, apps: Iterable[App]) -> Projection:
+    """The projection called ``name`` among the apps' projections."""
+    known: list[str] = []
+    for app in apps:
+        for projection in app.projections:
+            if projection.name == name:
+                return projection
+            known.append(projection.name)
+    listing = ", ".join(sorted(known)) if known else "none: no app is installed"
+    raise AppError(f"no projection named {name!r}; known projections: {listing}")
+
+
+def _entry_point_apps() -> list[App]:
+    """Apps from installed distributions, sorted by entry-point name for a stable order."""
+    apps = []
+    for entry_point in sorted(entry_points(group=APPS_ENTRY_POINT_GROUP), key=lambda e: e.name):
+        where = f"entry point {entry_point.name} = {entry_point.value}"
+        try:
+            loaded = entry_point.load()
+        except (ImportError, AttributeError) as exc:
+            raise AppError(f"{where}: cannot load it: {exc}") from exc
+        apps.append(_checked(loaded, where))
+    return apps
+
+
+def _checked(target: object, where: str) -> App:
+    if not isinstance(target, App):
+        raise AppError(f"{where}: resolves to {type(target).__name__}, not an App")
+    return target
+
+
+def _distinct(apps: Iterable[App]) -> list[App]:
+    """``apps`` without repeats; two different apps may not share a name."""
+    by_name: dict[str, App] = {}
+    for app in apps:
+        seen = by_name.setdefault(app.name, app)
+        if seen is not app:
+            raise AppError(f"two different apps are named {app.name!r}")
+    return list(by_name.values())

@@ -1,0 +1,67 @@
+"""Engines for the projection stores: SQLite (embedded default) and PostgreSQL.
+
+SQLite runs in WAL mode with ``synchronous=NORMAL`` and a busy timeout, and
+every transaction starts with ``BEGIN IMMEDIATE``: a runner's transaction
+reads and then writes, and a deferred transaction that tries to upgrade its
+read lock while another connection writes fails at once with "database is
+locked" instead of waiting.
+
+PostgreSQL goes through psycopg 3 (``postgresql+psycopg://``); a plain
+``postgresql://`` URL is taken to mean that driver.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import make_url
+
+DATABASE_URL_ENV = "EVENTPLATFORM_DATABASE_URL"
+DATABASE_URL_DEFAULT = "sqlite:///.eventplatform/projections.db"
+SQLITE_BUSY_TIMEOUT_S = 30.0
+
+
+def database_url(explicit: str | None = None) -> str:
+    """The URL to use: the explicit one, else ``$EVENTPLATFORM_DATABASE_URL``, else SQLite."""
+    return explicit or os.environ.get(DATABASE_URL_ENV) or DATABASE_URL_DEFAULT
+
+
+def create_store_engine(url: str, **options: Any) -> Engine:
+    """An engine configured for projection work on SQLite or PostgreSQL."""
+    parsed = make_url(url)
+    if parsed.drivername in {"postgresql", "postgres"}:
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    if parsed.get_backend_name() == "sqlite":
+        return _sqlite_engine(parsed, **options)
+    return create_engine(parsed, pool_pre_ping=True, **options)
+
+
+def _sqlite_engine(url: Any, **options: Any) -> Engine:
+    if url.database and url.database != ":memory:":
+        Path(url.database).parent.mkdir(parents=True, exist_ok=True)
+    engine = create_engine(
+        url,
+        connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S, "isolation_level": None},
+        **options,
+    )
+
+    @event.listens_for(engine, "connect")
+    def _configure(connection: Any, _record: Any) -> None:
+        cursor = connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute(f"PRAGMA busy_timeout={int(SQLITE_BUSY_TIMEOUT_S * 1000)}")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _begin_immediate(connection: Any) -> None:
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+    return engine
+
+
+def is_postgresql(engine: Engine) -> bool:
+    return engine.dialect.name == "postgresql"

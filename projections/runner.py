@@ -1,0 +1,268 @@
+"""The projection runner: a consumer-group member that folds events into SQL.
+
+Exactly-once effect comes from the store, not from the group: each batch's
+rows and its checkpoints commit in one SQL transaction, checkpoints move only
+by compare-and-set, and on assignment the runner seeks to the stored
+checkpoint rather than to the group's committed offset. A member that lost
+its partitions (a long pause, a rebalance it missed) finds its next
+compare-and-set failing and drops its batch. Offsets are still committed to
+the group after each transaction, so ``platform groups describe`` shows lag.
+
+Revocation needs no special care: confluent-kafka calls the rebalance
+callbacks from inside ``consume``, between batches, so a revoked partition
+never has a batch in flight.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import confluent_kafka
+from sqlalchemy.exc import DBAPIError, OperationalError
+
+from eventplatform.events import EventError, Position
+from eventplatform.projections.batch import BatchPlan, Record, Step, plan_batch
+from eventplatform.projections.corrections import apply_correction
+from eventplatform.projections.errors import (
+    CheckpointConflictError,
+    HandlerError,
+    ProjectionStoppedError,
+)
+from eventplatform.projections.kafka import KafkaEventReader
+from eventplatform.projections.registry import register_projection, set_status
+from eventplatform.projections.store import ProjectionStore, StoreTransaction
+
+log = logging.getLogger(__name__)
+
+BATCH_SIZE_DEFAULT = 1000
+POLL_TIMEOUT_S_DEFAULT = 0.5
+RETRY_BACKOFF_S = 0.5
+RETRY_BACKOFF_S_MAX = 10.0
+TopicPartition = tuple[str, int]
+
+
+@dataclass(slots=True)
+class RunnerStats:
+    batches: int = 0
+    events: int = 0
+    parked: int = 0
+    conflicts: int = 0
+    retries: int = 0
+
+
+class ProjectionRunner:
+    """Runs one projection as a member of its consumer group until told to stop."""
+
+    def __init__(
+        self,
+        store: ProjectionStore,
+        bootstrap: str,
+        *,
+        batch_size: int = BATCH_SIZE_DEFAULT,
+        poll_timeout_s: float = POLL_TIMEOUT_S_DEFAULT,
+        consumer_config: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.store = store
+        self.projection = store.projection
+        self.batch_size = batch_size
+        self.poll_timeout_s = poll_timeout_s
+        self.stats = RunnerStats()
+        self.expected: dict[TopicPartition, int | None] = {}
+        self._idle_since = time.monotonic()
+        self._reader = KafkaEventReader(bootstrap)
+        self._consumer = confluent_kafka.Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": self.projection.group_id,
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+                "enable.partition.eof": False,
+                **(consumer_config or {}),
+            }
+        )
+
+    def run(self, stop: threading.Event | None = None, *, idle_exit_s: float | None = None) -> None:
+        """Consume and apply until ``stop`` is set (or, given ``idle_exit_s``, until idle)."""
+        register_projection(self.store)
+        self._consumer.subscribe(
+            list(self.projection.topics),
+            on_assign=self._assigned,
+            on_revoke=self._revoked,
+            on_lost=self._revoked,
+        )
+        self._idle_since = time.monotonic()
+        try:
+            while stop is None or not stop.is_set():
+                records = self._poll()
+                if records:
+                    self._apply_with_retry(records)
+                    self._idle_since = time.monotonic()
+                elif idle_exit_s is not None and self._idle_for(idle_exit_s):
+                    break
+        finally:
+            set_status(self.store, "stopped")
+            self.close()
+
+    def _idle_for(self, seconds: float) -> bool:
+        """Idle (nothing polled) for ``seconds`` since the last batch or assignment."""
+        return bool(self.expected) and time.monotonic() - self._idle_since > seconds
+
+    def close(self) -> None:
+        try:
+            self._consumer.close()
+        finally:
+            self._reader.close()
+
+    def _poll(self) -> list[Record]:
+        messages = self._consumer.consume(self.batch_size, self.poll_timeout_s)
+        records = []
+        for message in messages:
+            error = message.error()
+            if error is not None:
+                if error.fatal():
+                    raise confluent_kafka.KafkaException(error)
+                log.warning("%s: consumer error: %s", self.projection.name, error)
+                continue
+            position = Position(message.topic(), message.partition(), message.offset())
+            records.append(Record(position, message.value(), message.headers()))
+        return records
+
+    def _assigned(self, consumer: Any, partitions: list[Any]) -> None:
+        checkpoints = self.store.checkpoints((p.topic, p.partition) for p in partitions)
+        for partition in partitions:
+            checkpoint = checkpoints.get((partition.topic, partition.partition))
+            self.expected[(partition.topic, partition.partition)] = checkpoint
+            partition.offset = (
+                confluent_kafka.OFFSET_BEGINNING if checkpoint is None else checkpoint
+            )
+        consumer.assign(partitions)
+        self._idle_since = time.monotonic()
+        log.info("%s: assigned %s", self.projection.name, sorted(self.expected))
+
+    def _revoked(self, consumer: Any, partitions: list[Any]) -> None:
+        for partition in partitions:
+            self.expected.pop((partition.topic, partition.partition), None)
+        consumer.unassign()
+
+    def _apply_with_retry(self, records: list[Record]) -> None:
+        backoff = RETRY_BACKOFF_S
+        while True:
+            try:
+                self.apply(records)
+                return
+            except CheckpointConflictError as exc:
+                self.stats.conflicts += 1
+                log.info("%s: %s; re-reading checkpoints", self.projection.name, exc)
+                self._reseek(records)
+                return
+            except (OperationalError, DBAPIError) as exc:
+                if not _retryable(exc):
+                    raise
+                self.stats.retries += 1
+                log.warning("%s: store error, retrying: %s", self.projection.name, exc)
+                time.sleep(backoff)
+                backoff = min(backoff * 2, RETRY_BACKOFF_S_MAX)
+
+    def apply(self, records: list[Record]) -> None:
+        """Apply one polled batch in one transaction; raise ProjectionStoppedError on poison."""
+        plan = plan_batch(self.projection, records, self.expected)
+        if plan.moves:
+            try:
+                self._commit(plan)
+            except _PoisonStopError as stop:
+                plan = plan_batch(self.projection, _before(records, stop.position), self.expected)
+                self._commit(plan)
+                plan.stop_at = stop.step
+        if plan.stop_at is not None:
+            self._stop(plan.stop_at)
+
+    def _commit(self, plan: BatchPlan) -> None:
+        with self.store.transaction(self._reader) as transaction:
+            transaction.advance(plan.moves)
+            self._run_steps(transaction, plan.steps)
+        for partition, (_, next_offset) in plan.moves.items():
+            self.expected[partition] = next_offset
+        self.stats.batches += 1
+        self.stats.events += len(plan.steps)
+        offsets = [confluent_kafka.TopicPartition(t, p, o) for (t, p), (_, o) in plan.moves.items()]
+        if offsets:
+            self._consumer.commit(offsets=offsets, asynchronous=True)
+
+    def _run_steps(self, transaction: StoreTransaction, steps: list[Step]) -> None:
+        pending: list[Step] = []
+        for step in steps:
+            if step.kind == "apply":
+                pending.append(step)
+                continue
+            self._flush(transaction, pending)
+            pending = []
+            if step.kind == "correct":
+                self._correct(transaction, step)
+            else:
+                self._park(transaction, step)
+        self._flush(transaction, pending)
+
+    def _flush(self, transaction: StoreTransaction, steps: list[Step]) -> None:
+        if steps:
+            transaction.apply([(step.envelope, step.contributions) for step in steps])  # type: ignore[misc]
+
+    def _correct(self, transaction: StoreTransaction, step: Step) -> None:
+        assert step.envelope is not None
+        savepoint = transaction.connection.begin_nested()
+        try:
+            apply_correction(transaction, step.envelope)
+        except (HandlerError, EventError) as exc:
+            savepoint.rollback()
+            step.kind, step.error = "poison", exc
+            if self.projection.on_error == "stop":
+                raise _PoisonStopError(step) from exc
+            self._park(transaction, step)
+        else:
+            savepoint.commit()
+
+    def _park(self, transaction: StoreTransaction, step: Step) -> None:
+        assert step.error is not None
+        log.warning("%s: parked %s: %s", self.projection.name, step.record.position, step.error)
+        transaction.park(step.record.position, step.error, step.record.value, step.event_type)
+        self.stats.parked += 1
+
+    def _stop(self, step: Step) -> None:
+        message = f"poison event at {step.record.position}: {step.error}"
+        set_status(self.store, "failed", error=message)
+        raise ProjectionStoppedError(f"{self.projection.name}: {message}") from step.error
+
+    def _reseek(self, records: list[Record]) -> None:
+        partitions = {(r.position.topic, r.position.partition) for r in records}
+        checkpoints = self.store.checkpoints(partitions)
+        for partition in partitions:
+            if partition not in self.expected:
+                continue
+            checkpoint = checkpoints.get(partition)
+            self.expected[partition] = checkpoint
+            offset = confluent_kafka.OFFSET_BEGINNING if checkpoint is None else checkpoint
+            self._consumer.seek(confluent_kafka.TopicPartition(*partition, offset))
+
+
+class _PoisonStopError(Exception):
+    def __init__(self, step: Step) -> None:
+        super().__init__(str(step.record.position))
+        self.step = step
+        self.position = step.record.position
+
+
+def _before(records: list[Record], position: Position) -> list[Record]:
+    index = next(i for i, record in enumerate(records) if record.position == position)
+    return records[:index]
+
+
+def _retryable(exc: DBAPIError) -> bool:
+    """Connection loss, lock timeouts, deadlocks and serialization failures are retried."""
+    if exc.connection_invalidated or isinstance(exc, OperationalError):
+        return True
+    code = getattr(exc.orig, "sqlstate", None)
+    return code in {"40001", "40P01", "55P03", "57P01", "08006", "08003", "08000"}

@@ -1,0 +1,106 @@
+"""The platform's own tables, shared by every projection.
+
+* ``ep_checkpoints``: per projection and partition, the next offset to apply.
+  It is written in the same transaction as the rows, and only by
+  compare-and-set, so a runner that lost its partition cannot apply a batch
+  twice.
+* ``ep_event_index``: for tables whose merges are not invertible, which
+  events (id and log position) contributed to which row key, so a
+  correction can recompute those rows from their events.
+* ``ep_corrected_events``: per corrected event (the root of a correction
+  chain), the current replacement or the retraction, and the offset of the
+  correction that set it.
+* ``ep_dead_letters``: poison events, with the error, for ``projections retry``.
+* ``ep_projections``: the projection registry: tables, topics, status, last error.
+
+The DDL comes from the Alembic migrations under ``migrations/``.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    Column,
+    DateTime,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+)
+
+metadata = MetaData()
+
+NAME_LENGTH = 200
+TOPIC_LENGTH = 249
+EVENT_ID_LENGTH = 36
+
+checkpoints = Table(
+    "ep_checkpoints",
+    metadata,
+    Column("projection", String(NAME_LENGTH), primary_key=True),
+    Column("topic", String(TOPIC_LENGTH), primary_key=True),
+    Column("partition", Integer, primary_key=True, autoincrement=False),
+    Column("next_offset", BigInteger, nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+)
+
+event_index = Table(
+    "ep_event_index",
+    metadata,
+    Column("projection", String(NAME_LENGTH), primary_key=True),
+    Column("table_name", String(NAME_LENGTH), primary_key=True),
+    Column("row_key", Text, primary_key=True),
+    Column("topic", String(TOPIC_LENGTH), primary_key=True),
+    Column("partition", Integer, primary_key=True, autoincrement=False),
+    Column("offset", BigInteger, primary_key=True, autoincrement=False),
+    Column("event_id", String(EVENT_ID_LENGTH), nullable=False),
+)
+
+corrected_events = Table(
+    "ep_corrected_events",
+    metadata,
+    Column("projection", String(NAME_LENGTH), primary_key=True),
+    Column("topic", String(TOPIC_LENGTH), primary_key=True),
+    Column("partition", Integer, primary_key=True, autoincrement=False),
+    Column("offset", BigInteger, primary_key=True, autoincrement=False),
+    Column("event_id", String(EVENT_ID_LENGTH), nullable=False),
+    Column("correction_offset", BigInteger, nullable=False),
+    Column("replacement", JSON, nullable=True),
+    Column("retracted", Boolean, nullable=False),
+)
+
+dead_letters = Table(
+    "ep_dead_letters",
+    metadata,
+    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True),
+    Column("projection", String(NAME_LENGTH), nullable=False, index=True),
+    Column("topic", String(TOPIC_LENGTH), nullable=False),
+    Column("partition", Integer, nullable=False),
+    Column("offset", BigInteger, nullable=False),
+    Column("event_id", String(EVENT_ID_LENGTH), nullable=True),
+    Column("event_type", String(NAME_LENGTH), nullable=True),
+    Column("error", Text, nullable=False),
+    Column("detail", Text, nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("parked_at", DateTime(timezone=True), nullable=False),
+    Column("retried_at", DateTime(timezone=True), nullable=True),
+)
+
+projections = Table(
+    "ep_projections",
+    metadata,
+    Column("name", String(NAME_LENGTH), primary_key=True),
+    Column("group_id", String(NAME_LENGTH), nullable=False),
+    Column("topics", JSON, nullable=False),
+    Column("tables", JSON, nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("last_error", Text, nullable=True),
+    Column("last_error_at", DateTime(timezone=True), nullable=True),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+)
+
+DEAD_LETTER_PARKED = "parked"
+DEAD_LETTER_RETRIED = "retried"

@@ -1,0 +1,531 @@
+"""The SQL projection store: rows, checkpoints and corrections in one transaction.
+
+A runner opens one :class:`StoreTransaction` per polled batch. In it the
+store
+
+1. moves each partition's checkpoint by compare-and-set: the stored next
+   offset must still be the one the runner started from, or the whole batch
+   is void (:class:`CheckpointConflictError`) because another member applied
+   those events;
+2. merges the batch's contributions: tables of only declarative merges as one
+   multi-row ``INSERT ... ON CONFLICT DO UPDATE`` whose ``SET`` clause is the
+   merge; tables with ``SetAdd`` or ``Fold`` columns by reading the rows,
+   merging in Python and writing them back;
+3. records, for tables whose merges are not invertible, which event
+   contributed to which row (``ep_event_index``);
+4. applies corrections: invertible tables get the negated old contribution
+   and the new one; the others have the affected rows recomputed from their
+   events, read back from the log;
+5. parks poison events in ``ep_dead_letters``.
+
+On PostgreSQL, rows merged in Python and rows recomputed are guarded by a
+``SHARE ROW EXCLUSIVE`` table lock, so another runner cannot slip a
+contribution between the read and the write. On SQLite every transaction
+holds the database's write lock from its start (``BEGIN IMMEDIATE``).
+"""
+
+from __future__ import annotations
+
+import traceback
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import replace
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+from sqlalchemy import Connection, Engine, and_, bindparam, case, delete, or_, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+
+from eventplatform.events import Correction, Envelope, Event, Position
+from eventplatform.events.codec import envelope_of, parse
+from eventplatform.events.corrections import ReplacementEvent
+from eventplatform.projections import schema
+from eventplatform.projections.errors import CheckpointConflictError
+from eventplatform.projections.fold import (
+    OpaqueEvent,
+    apply,
+    empty_state,
+    merge_into,
+    replacement_content,
+)
+from eventplatform.projections.merge import Count, Max, Min, Ranked, SetAdd, Sum
+from eventplatform.projections.model import (
+    CONTRIBUTIONS_COLUMN,
+    RANK_SUFFIX,
+    Contribution,
+    Projection,
+    TablePlan,
+)
+
+TopicPartition = tuple[str, int]
+EventReader = Callable[[Sequence[Position]], dict[Position, bytes]]
+"""Reads the record values at some log positions (a correction's history)."""
+
+KEYS_PER_STATEMENT = 500
+OPAQUE = OpaqueEvent()
+
+
+class ProjectionStore:
+    """One projection's view of a SQL database."""
+
+    def __init__(self, engine: Engine, projection: Projection) -> None:
+        self.engine = engine
+        self.projection = projection
+        self.catalog = projection.catalog()
+        self.postgresql = engine.dialect.name == "postgresql"
+        self._upserts = {
+            name: _upsert(plan, self.postgresql)
+            for name, plan in projection.plans.items()
+            if not plan.merged_in_python
+        }
+
+    def checkpoints(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        """The next offset to apply for each partition that has a checkpoint."""
+        wanted = set(partitions)
+        table = schema.checkpoints
+        query = select(table.c.topic, table.c.partition, table.c.next_offset).where(
+            table.c.projection == self.projection.name
+        )
+        with self.engine.connect() as connection:
+            rows = connection.execute(query).all()
+        return {(t, p): offset for t, p, offset in rows if (t, p) in wanted}
+
+    @contextmanager
+    def transaction(self, reader: EventReader) -> Iterator[StoreTransaction]:
+        with self.engine.begin() as connection:
+            yield StoreTransaction(self, connection, reader)
+
+    def upsert(self, plan: TablePlan) -> Any:
+        return self._upserts[plan.name]
+
+
+class StoreTransaction:
+    """The writes of one batch. Any exception rolls all of them back."""
+
+    def __init__(self, store: ProjectionStore, connection: Connection, reader: EventReader):
+        self.store = store
+        self.projection = store.projection
+        self.connection = connection
+        self.reader = reader
+        self._locked: set[str] = set()
+
+    def advance(self, moves: dict[TopicPartition, tuple[int | None, int]]) -> None:
+        """Compare-and-set each partition's checkpoint from ``expected`` to ``next``."""
+        table = schema.checkpoints
+        now = datetime.now(UTC)
+        for (topic, partition), (expected, next_offset) in sorted(moves.items()):
+            if expected is None:
+                inserted = self._insert_checkpoint(topic, partition, next_offset, now)
+                if not inserted:
+                    raise CheckpointConflictError(f"{topic}/{partition}: checkpoint appeared")
+                continue
+            result = self.connection.execute(
+                update(table)
+                .where(
+                    table.c.projection == self.projection.name,
+                    table.c.topic == topic,
+                    table.c.partition == partition,
+                    table.c.next_offset == expected,
+                )
+                .values(next_offset=next_offset, updated_at=now)
+            )
+            if result.rowcount != 1:
+                raise CheckpointConflictError(f"{topic}/{partition}: checkpoint moved")
+
+    def _insert_checkpoint(self, topic: str, partition: int, offset: int, now: datetime) -> bool:
+        table = schema.checkpoints
+        dialect_insert = postgresql.insert if self.store.postgresql else sqlite.insert
+        statement = (
+            dialect_insert(table)
+            .values(
+                projection=self.projection.name,
+                topic=topic,
+                partition=partition,
+                next_offset=offset,
+                updated_at=now,
+            )
+            .on_conflict_do_nothing()
+        )
+        return self.connection.execute(statement).rowcount == 1
+
+    def apply(self, applied: Sequence[tuple[Envelope[Any], list[Contribution]]]) -> None:
+        """Merge the contributions of events applied in log order, and index them."""
+        by_plan: dict[str, list[Contribution]] = {}
+        index_rows: list[dict[str, Any]] = []
+        for envelope, contributions in applied:
+            for contribution in contributions:
+                by_plan.setdefault(contribution.plan.name, []).append(contribution)
+                if not contribution.plan.invertible:
+                    index_rows.append(self._index_row(contribution, envelope))
+        for name, contributions in by_plan.items():
+            self._merge(self.projection.plans[name], contributions, sign=1)
+        if index_rows:
+            self._insert_index(index_rows)
+
+    def _merge(self, plan: TablePlan, contributions: list[Contribution], sign: int) -> None:
+        if plan.merged_in_python:
+            self._merge_in_python(plan, contributions, sign)
+            return
+        deltas: dict[tuple[Any, ...], dict[str, Any]] = {}
+        for contribution in contributions:
+            state = deltas.get(contribution.key)
+            if state is None:
+                state = deltas[contribution.key] = empty_state(plan, contribution.key)
+            merge_into(state, contribution, sign)
+        self.connection.execute(self.store.upsert(plan), list(deltas.values()))
+        if sign < 0:
+            self._delete_empty(plan, deltas)
+
+    def _merge_in_python(self, plan: TablePlan, contributions: list[Contribution], sign: int):
+        self._lock(plan)
+        keys = list(dict.fromkeys(contribution.key for contribution in contributions))
+        stored = self._read_rows(plan, keys)
+        states = {key: dict(stored[key]) if key in stored else None for key in keys}
+        for contribution in contributions:
+            state = states[contribution.key]
+            if state is None:
+                state = states[contribution.key] = empty_state(plan, contribution.key)
+            merge_into(state, contribution, sign)
+        self._write_rows(plan, stored, states)
+
+    def _write_rows(
+        self,
+        plan: TablePlan,
+        stored: dict[tuple[Any, ...], dict[str, Any]],
+        states: dict[tuple[Any, ...], dict[str, Any] | None],
+    ) -> None:
+        table = plan.table
+        gone = [key for key, state in states.items() if state is None or _empty(state)]
+        if any(key in stored for key in gone):
+            self.connection.execute(
+                delete(table).where(_key_match(plan)),
+                [_key_params(plan, key) for key in gone if key in stored],
+            )
+        changed = {key: state for key, state in states.items() if key not in gone and state}
+        updates = [_stored_form(plan, s) for k, s in changed.items() if k in stored]
+        inserts = [_stored_form(plan, s) for k, s in changed.items() if k not in stored]
+        if updates:
+            values = {
+                column.name: bindparam(f"v_{column.name}")
+                for column in table.columns
+                if column.name not in plan.keys
+            }
+            statement = update(table).where(_key_match(plan)).values(values)
+            self.connection.execute(statement, [_update_params(plan, row) for row in updates])
+        if inserts:
+            self.connection.execute(table.insert(), inserts)
+
+    def _read_rows(
+        self, plan: TablePlan, keys: Sequence[tuple[Any, ...]]
+    ) -> dict[tuple[Any, ...], dict[str, Any]]:
+        table = plan.table
+        rows: dict[tuple[Any, ...], dict[str, Any]] = {}
+        key_columns = [table.c[name] for name in plan.keys]
+        for start in range(0, len(keys), KEYS_PER_STATEMENT):
+            chunk = keys[start : start + KEYS_PER_STATEMENT]
+            condition = or_(*(_key_equals(key_columns, key) for key in chunk))
+            for row in self.connection.execute(select(table).where(condition)).mappings():
+                state = dict(row)
+                for name, merge in plan.merges.items():
+                    if isinstance(merge, SetAdd) and state[name] is not None:
+                        state[name] = frozenset(state[name])
+                rows[plan.key_of(state)] = state
+        return rows
+
+    def _delete_empty(self, plan: TablePlan, deltas: dict[tuple[Any, ...], Any]) -> None:
+        table = plan.table
+        statement = delete(table).where(_key_match(plan), table.c[CONTRIBUTIONS_COLUMN] <= 0)
+        self.connection.execute(statement, [_key_params(plan, key) for key in deltas])
+
+    def _lock(self, plan: TablePlan) -> None:
+        if self.store.postgresql and plan.name not in self._locked:
+            self.connection.exec_driver_sql(f'LOCK TABLE "{plan.name}" IN SHARE ROW EXCLUSIVE MODE')
+            self._locked.add(plan.name)
+
+    def _index_row(self, contribution: Contribution, envelope: Envelope[Any]) -> dict[str, Any]:
+        position = envelope.position
+        assert position is not None, "an applied event has a log position"
+        return {
+            "projection": self.projection.name,
+            "table_name": contribution.plan.name,
+            "row_key": row_key_text(contribution.key),
+            "topic": position.topic,
+            "partition": position.partition,
+            "offset": position.offset,
+            "event_id": str(envelope.event_id),
+        }
+
+    def _insert_index(self, rows: list[dict[str, Any]]) -> None:
+        dialect_insert = postgresql.insert if self.store.postgresql else sqlite.insert
+        statement = dialect_insert(schema.event_index).on_conflict_do_nothing()
+        self.connection.execute(statement, rows)
+
+    def park(
+        self, position: Position, error: BaseException, value: bytes | None, event_type: str | None
+    ) -> None:
+        """Move a poison event to the dead-letter table."""
+        event_id = _event_id_of(value)
+        self.connection.execute(
+            schema.dead_letters.insert().values(
+                projection=self.projection.name,
+                topic=position.topic,
+                partition=position.partition,
+                offset=position.offset,
+                event_id=event_id,
+                event_type=event_type,
+                error=str(error),
+                detail="".join(traceback.format_exception(error)),
+                status=schema.DEAD_LETTER_PARKED,
+                parked_at=datetime.now(UTC),
+            )
+        )
+
+    def resolve(self, dead_letter_id: int) -> None:
+        table = schema.dead_letters
+        self.connection.execute(
+            update(table)
+            .where(table.c.id == dead_letter_id)
+            .values(status=schema.DEAD_LETTER_RETRIED, retried_at=datetime.now(UTC))
+        )
+
+    # corrections ---------------------------------------------------------
+
+    def read_envelopes(self, positions: Sequence[Position]) -> dict[Position, Envelope[Any]]:
+        """The raw (uncorrected) events at ``positions``, read back from the log."""
+        values = self.reader(positions)
+        envelopes = {}
+        for position in positions:
+            value = values.get(position)
+            if value is None:
+                continue
+            raw = parse(value)
+            if raw["type"] == Correction.event_type or raw["type"] in self.projection.handlers:
+                envelopes[position] = self.store.catalog.decode(value, position)
+            else:
+                envelopes[position] = envelope_of(raw, OPAQUE, position)
+        return envelopes
+
+    def effective(self, roots: Sequence[Envelope[Any]]) -> dict[Position, Event | None]:
+        """Each root's current content: its latest correction's outcome, or itself."""
+        result: dict[Position, Event | None] = {}
+        corrected = self._corrected_rows([root.position for root in roots if root.position])
+        for root in roots:
+            assert root.position is not None
+            row = corrected.get(root.position)
+            if row is None:
+                result[root.position] = root.event
+            elif row["retracted"] or row["replacement"] is None:
+                result[root.position] = None
+            else:
+                replacement = ReplacementEvent.model_validate(row["replacement"])
+                result[root.position] = replacement_content(replacement, self.store.catalog)
+        return result
+
+    def _corrected_rows(self, positions: Sequence[Position]) -> dict[Position, Any]:
+        table = schema.corrected_events
+        found: dict[Position, Any] = {}
+        for start in range(0, len(positions), KEYS_PER_STATEMENT):
+            chunk = positions[start : start + KEYS_PER_STATEMENT]
+            condition = or_(
+                *(
+                    and_(
+                        table.c.topic == p.topic,
+                        table.c.partition == p.partition,
+                        table.c.offset == p.offset,
+                    )
+                    for p in chunk
+                )
+            )
+            query = select(table).where(table.c.projection == self.projection.name, condition)
+            for row in self.connection.execute(query).mappings():
+                found[Position(row["topic"], row["partition"], row["offset"])] = row
+        return found
+
+    def contributions_of(self, root: Envelope[Any], content: Event | None) -> list[Contribution]:
+        if content is None:
+            return []
+        assert root.position is not None
+        envelope = replace(root, event=content)
+        return self.projection.contributions(envelope, self.projection.rank(root.position))
+
+    def recompute(self, plan: TablePlan, keys: Iterable[tuple[Any, ...]]) -> None:
+        """Rebuild rows of a non-invertible table from the events indexed for them."""
+        wanted = set(keys)
+        if not wanted:
+            return
+        self._lock(plan)
+        positions = self._indexed_positions(plan, wanted)
+        roots = self.read_envelopes(positions)
+        ordered = sorted(roots.values(), key=lambda e: self.projection.rank(e.position))
+        contents = self.effective(ordered)
+        tables: dict[str, dict[tuple[Any, ...], dict[str, Any]]] = {plan.name: {}}
+        for root in ordered:
+            assert root.position is not None
+            relevant = [
+                c
+                for c in self.contributions_of(root, contents[root.position])
+                if c.plan is plan and c.key in wanted
+            ]
+            apply(tables, relevant)
+        stored = self._read_rows(plan, list(wanted))
+        states: dict[tuple[Any, ...], dict[str, Any] | None] = {
+            key: tables[plan.name].get(key) for key in wanted
+        }
+        self._write_rows(plan, stored, states)
+
+    def _indexed_positions(self, plan: TablePlan, keys: set[tuple[Any, ...]]) -> list[Position]:
+        table = schema.event_index
+        texts = [row_key_text(key) for key in keys]
+        positions: list[Position] = []
+        for start in range(0, len(texts), KEYS_PER_STATEMENT):
+            query = select(table.c.topic, table.c.partition, table.c.offset).where(
+                table.c.projection == self.projection.name,
+                table.c.table_name == plan.name,
+                table.c.row_key.in_(texts[start : start + KEYS_PER_STATEMENT]),
+            )
+            positions.extend(Position(*row) for row in self.connection.execute(query))
+        return sorted(set(positions))
+
+    def reindex(
+        self,
+        root: Envelope[Any],
+        removed: Sequence[Contribution],
+        added: Sequence[Contribution],
+    ) -> None:
+        """Move a corrected root's index entries from its old rows to its new ones."""
+        assert root.position is not None
+        table = schema.event_index
+        old = {(c.plan.name, row_key_text(c.key)) for c in removed if not c.plan.invertible}
+        if old:
+            self.connection.execute(
+                delete(table).where(
+                    table.c.projection == self.projection.name,
+                    table.c.table_name == bindparam("t"),
+                    table.c.row_key == bindparam("k"),
+                    table.c.topic == root.position.topic,
+                    table.c.partition == root.position.partition,
+                    table.c.offset == root.position.offset,
+                ),
+                [{"t": name, "k": key} for name, key in sorted(old)],
+            )
+        new = [self._index_row(c, root) for c in added if not c.plan.invertible]
+        if new:
+            self._insert_index(new)
+
+    def record_correction(self, root: Envelope[Any], correction: Envelope[Correction]) -> None:
+        """Remember the root's new effective content (upsert by root position)."""
+        assert root.position is not None and correction.position is not None
+        payload = correction.event.replacement
+        values = {
+            "projection": self.projection.name,
+            "topic": root.position.topic,
+            "partition": root.position.partition,
+            "offset": root.position.offset,
+            "event_id": str(root.event_id),
+            "correction_offset": correction.position.offset,
+            "replacement": None if payload is None else payload.model_dump(mode="json"),
+            "retracted": payload is None,
+        }
+        dialect_insert = postgresql.insert if self.store.postgresql else sqlite.insert
+        statement = dialect_insert(schema.corrected_events).values(values)
+        statement = statement.on_conflict_do_update(
+            index_elements=["projection", "topic", "partition", "offset"],
+            set_={
+                name: statement.excluded[name]
+                for name in ("correction_offset", "replacement", "retracted")
+            },
+        )
+        self.connection.execute(statement)
+
+    def retract_and_apply(
+        self, removed: Sequence[Contribution], added: Sequence[Contribution]
+    ) -> set[tuple[str, tuple[Any, ...]]]:
+        """Negate and re-apply invertible contributions; return the other affected rows."""
+        for plan in self.projection.plans.values():
+            if not plan.invertible:
+                continue
+            old = [c for c in removed if c.plan is plan]
+            new = [c for c in added if c.plan is plan]
+            if old:
+                self._merge(plan, old, sign=-1)
+            if new:
+                self._merge(plan, new, sign=1)
+        return {(c.plan.name, c.key) for c in (*removed, *added) if not c.plan.invertible}
+
+
+def row_key_text(key: tuple[Any, ...]) -> str:
+    """A row key as index text: a JSON list (dates as ISO strings)."""
+    return orjson.dumps(list(key), default=str).decode()
+
+
+def _upsert(plan: TablePlan, postgres: bool) -> Any:
+    table = plan.table
+    statement = (postgresql.insert if postgres else sqlite.insert)(table)
+    excluded = statement.excluded
+    updates: dict[str, Any] = {}
+    for name, merge in plan.merges.items():
+        current, incoming = table.c[name], excluded[name]
+        if isinstance(merge, Sum | Count):
+            updates[name] = case(
+                (incoming.is_(None), current),
+                (current.is_(None), incoming),
+                else_=current + incoming,
+            )
+        elif isinstance(merge, Min | Max):
+            better = incoming < current if isinstance(merge, Min) else incoming > current
+            updates[name] = case(
+                (incoming.is_(None), current),
+                (or_(current.is_(None), better), incoming),
+                else_=current,
+            )
+        elif isinstance(merge, Ranked):
+            rank, incoming_rank = table.c[name + RANK_SUFFIX], excluded[name + RANK_SUFFIX]
+            wins = incoming_rank > rank if merge.wins(0, 1) else incoming_rank < rank
+            take = and_(incoming_rank.is_not(None), or_(rank.is_(None), wins))
+            updates[name] = case((take, incoming), else_=current)
+            updates[name + RANK_SUFFIX] = case((take, incoming_rank), else_=rank)
+        else:
+            raise AssertionError(f"{merge!r} is merged in Python")
+    contributions = table.c[CONTRIBUTIONS_COLUMN]
+    updates[CONTRIBUTIONS_COLUMN] = contributions + excluded[CONTRIBUTIONS_COLUMN]
+    return statement.on_conflict_do_update(index_elements=list(plan.keys), set_=updates)
+
+
+def _key_match(plan: TablePlan) -> Any:
+    return and_(*(plan.table.c[name] == bindparam(f"k_{name}") for name in plan.keys))
+
+
+def _key_params(plan: TablePlan, key: tuple[Any, ...]) -> dict[str, Any]:
+    return {f"k_{name}": value for name, value in zip(plan.keys, key, strict=True)}
+
+
+def _key_equals(columns: Sequence[Any], key: tuple[Any, ...]) -> Any:
+    return and_(*(column == value for column, value in zip(columns, key, strict=True)))
+
+
+def _update_params(plan: TablePlan, row: dict[str, Any]) -> dict[str, Any]:
+    params = _key_params(plan, plan.key_of(row))
+    params.update({f"v_{name}": value for name, value in row.items() if name not in plan.keys})
+    return params
+
+
+def _stored_form(plan: TablePlan, state: dict[str, Any]) -> dict[str, Any]:
+    row = dict(state)
+    for name, merge in plan.merges.items():
+        if isinstance(merge, SetAdd) and row[name] is not None:
+            row[name] = SetAdd.stored(row[name])
+    return row
+
+
+def _empty(state: dict[str, Any]) -> bool:
+    contributions: int = state[CONTRIBUTIONS_COLUMN]
+    return contributions <= 0
+
+
+def _event_id_of(value: bytes | None) -> str | None:
+    try:
+        identifier = parse(value)["id"]
+    except Exception:
+        return None
+    return identifier if isinstance(identifier, str) and len(identifier) <= 36 else None

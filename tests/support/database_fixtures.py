@@ -1,0 +1,30 @@
+"""Fresh PostgreSQL databases for tests, on the local server (trust auth)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import psycopg
+
+POSTGRES_ADMIN_URL = os.environ.get(
+    "EVENTPLATFORM_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test"
+)
+
+
+def _server_url(database: str) -> str:
+    base, _, _ = POSTGRES_ADMIN_URL.rpartition("/")
+    return f"{base}/{database}"
+
+
+@contextmanager
+def fresh_postgres_database(name: str) -> Iterator[str]:
+    """Create database ``name``, yield its SQLAlchemy URL, then drop it."""
+    with psycopg.connect(POSTGRES_ADMIN_URL, autocommit=True, connect_timeout=10) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield _server_url(name).replace("postgresql://", "postgresql+psycopg://", 1)
+    finally:
+        with psycopg.connect(POSTGRES_ADMIN_URL, autocommit=True, connect_timeout=10) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
