@@ -25,7 +25,7 @@ from __future__ import annotations
 import importlib
 import os
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -82,7 +82,7 @@ def installed_apps(extra: Sequence[str] = ()) -> list[App]:
     return _distinct(found)
 
 
-def env_references(environ: dict[str, str] | None = None) -> list[str]:
+def env_references(environ: Mapping[str, str] | None = None) -> list[str]:
     """The app references listed in ``$EVENTPLATFORM_APPS`` (blank entries ignored)."""
     value = (os.environ if environ is None else environ).get(APPS_ENV, "")
     return [reference.strip() for reference in value.split(",") if reference.strip()]

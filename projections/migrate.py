@@ -101,7 +101,12 @@ def downgrade(target: Target, apps: Sequence[App], revision: str) -> MigrationRe
 
 
 def current(target: Target) -> list[str]:
-    """The revisions the database is at: one head per branch applied, sorted."""
+    """The revisions the database is at, sorted.
+
+    A head that another head depends on is implied by it and not listed: with
+    the platform at its first revision and one app applied, only the app's
+    head shows.
+    """
     with _translated_errors(), _engine(target) as engine, engine.connect() as connection:
         return sorted(_heads(connection))
 
@@ -250,6 +255,7 @@ def locked_connection(target: Target) -> Iterator[Connection]:
 def _migrate(target: Target, apps: Sequence[App], run: Callable[[Config], None]) -> MigrationResult:
     ran: list[str] = []
 
+    # Alembic calls this after each revision, passing every argument by keyword.
     def record(
         *,
         ctx: MigrationContext,
@@ -380,7 +386,11 @@ def _declared_tables(apps: Iterable[App]) -> Iterator[tuple[str, Table]]:
 
 def _app_metadata_tables(app: App) -> list[Table]:
     """Every table of every ``MetaData`` that holds one of the app's projection tables."""
-    metadatas = {id(table.metadata): table.metadata for p in app.projections for table in p.tables}
+    metadatas = {
+        id(table.metadata): table.metadata
+        for projection in app.projections
+        for table in projection.tables
+    }
     return [table for metadata in metadatas.values() for table in metadata.sorted_tables]
 
 

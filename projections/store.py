@@ -129,8 +129,9 @@ class StoreTransaction:
                     table.c.next_offset == expected,
                 )
                 .values(next_offset=next_offset, updated_at=now)
+                .returning(table.c.next_offset)
             )
-            if result.rowcount != 1:
+            if result.first() is None:
                 raise CheckpointConflictError(f"{topic}/{partition}: checkpoint moved")
 
     def _insert_checkpoint(self, topic: str, partition: int, offset: int, now: datetime) -> bool:
@@ -146,8 +147,9 @@ class StoreTransaction:
                 updated_at=now,
             )
             .on_conflict_do_nothing()
+            .returning(table.c.next_offset)
         )
-        return self.connection.execute(statement).rowcount == 1
+        return self.connection.execute(statement).first() is not None
 
     def apply(self, applied: Sequence[tuple[Envelope[Any], list[Contribution]]]) -> None:
         """Merge the contributions of events applied in log order, and index them."""

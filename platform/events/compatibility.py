@@ -45,6 +45,10 @@ tighten or add a constraint, a format    **breaks**   compatible
 a default; a field typed ``T | None`` with no default is still required.
 Default *values* do not matter, only whether there is one.
 
+Schemas cannot show upcasters. An upcaster that fills in a new required
+field makes the change readable in practice, but the check still calls it
+breaking: give the field a default, or set the type's mode to ``NONE``.
+
 The same rules apply inside nested models (``$defs`` / ``$ref``, recursive
 ones included), list items, tuple positions, dictionary values and union
 members. A field is named by its dotted path: ``address.city`` for a nested

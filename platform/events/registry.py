@@ -15,7 +15,12 @@ A null value (a tombstone) removes its key's record. Compaction keeps the
 latest record of every key, and the latest record of a key is also what
 reading the log in order leaves in the catalog, so the state is the same
 before and after compaction. Records with other key prefixes are skipped,
-so later kinds of record do not break older readers.
+so later kinds of record do not break older readers; malformed records are
+skipped and logged, so one bad record written by hand stops no producer.
+
+``EventProducer(..., schemas=SchemaRegistry(...))`` registers each event
+class on its first append and refuses the whole append if the class is
+incompatible, so an event whose schema breaks its type's rule is never sent.
 
 A new version must be higher than every registered version of its type, and
 is checked against the highest registered lower version under the type's
@@ -61,8 +66,16 @@ SCHEMAS_TOPIC = "_schemas"
 BOOTSTRAP_DEFAULT = "127.0.0.1:9092"
 TIMEOUT_S_DEFAULT = 10.0
 RESULT_MARGIN_S = 5.0
-CONSUME_BATCH_RECORDS = 500
 CONSUME_POLL_S = 0.5
+NOT_READY_BACKOFF_S = 0.1
+# Answers a topic gives while it is being created or moving its leader.
+NOT_READY_ERRORS = frozenset(
+    {
+        KafkaError.UNKNOWN_TOPIC_OR_PART,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+    }
+)
 CLIENT_ID = "eventplatform-schema-registry"
 CONSUMER_GROUP = "eventplatform-schema-registry"
 BROKER_DEFAULT_REPLICATION = -1
@@ -431,9 +444,7 @@ class SchemaRegistry:
         )
         try:
             with self._translated(f"cannot read topic {self._topic!r}"):
-                low, high = consumer.get_watermark_offsets(
-                    TopicPartition(self._topic, 0), timeout=self._timeout_s, cached=False
-                )
+                low, high = self._watermarks(consumer)
                 if high < self._catalog.next_offset:
                     self._catalog = SchemaCatalog()  # the topic was deleted and created again
                 start = max(low, self._catalog.next_offset)
@@ -442,6 +453,21 @@ class SchemaRegistry:
                     self._consume_until(consumer, high)
         finally:
             consumer.close()
+
+    def _watermarks(self, consumer: Consumer) -> tuple[int, int]:
+        """The partition's first and next offsets; retried while a new topic gets a leader."""
+        deadline = time.monotonic() + self._timeout_s
+        partition = TopicPartition(self._topic, 0)
+        while True:
+            try:
+                low, high = consumer.get_watermark_offsets(
+                    partition, timeout=self._timeout_s, cached=False
+                )
+                return low, high
+            except KafkaException as exc:
+                if _error_code(exc) not in NOT_READY_ERRORS or time.monotonic() > deadline:
+                    raise
+            time.sleep(NOT_READY_BACKOFF_S)
 
     def _consume_until(self, consumer: Consumer, high: int) -> None:
         """Apply records until offset ``high`` (or the partition's end) or time out."""
@@ -453,14 +479,14 @@ class SchemaRegistry:
                     f"reading topic {self._topic!r} timed out after {self._timeout_s:g}s "
                     f"at offset {self._catalog.next_offset} of {high}"
                 )
-            for message in consumer.consume(
-                CONSUME_BATCH_RECORDS, timeout=min(remaining_s, CONSUME_POLL_S)
-            ):
-                if self._at_end(message):
-                    return
-                offset = message.offset()
-                if offset is not None:
-                    self._apply(offset, message.key(), message.value())
+            message = consumer.poll(min(remaining_s, CONSUME_POLL_S))
+            if message is None:
+                continue
+            if self._at_end(message):
+                return
+            offset = message.offset()
+            if offset is not None:
+                self._apply(offset, message.key(), message.value())
 
     def _apply(self, offset: int, key: bytes | None, value: bytes | None) -> None:
         skipped = len(self._catalog.skipped)
@@ -482,8 +508,11 @@ class SchemaRegistry:
             self._producer = Producer(
                 {
                     **self._settings,
+                    # One record at a time, flushed before the next: a retried
+                    # duplicate is the same key and value, so idempotence (and
+                    # its producer-id handshake) buys nothing here.
                     "acks": "all",
-                    "enable.idempotence": True,
+                    "enable.idempotence": False,
                     "delivery.timeout.ms": int(self._timeout_s * 1000),
                 }
             )

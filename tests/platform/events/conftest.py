@@ -46,9 +46,9 @@ class Log:
         while time.monotonic() < deadline:
             metadata = self.admin.list_topics(topic, timeout=REQUEST_TIMEOUT_S)
             described = metadata.topics.get(topic)
-            if described is not None and described.error is None:
-                if len(described.partitions) == partitions:
-                    return
+            ready = described is not None and described.error is None
+            if ready and len(described.partitions) == partitions:
+                return
             time.sleep(0.05)
         raise AssertionError(f"topic {topic} did not show {partitions} partitions")
 

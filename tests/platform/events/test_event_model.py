@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import uuid
 from datetime import UTC, datetime, timedelta
 
@@ -200,7 +201,7 @@ def test_uuid7_carries_the_current_millisecond() -> None:
 
 def test_uuid7_is_strictly_increasing_within_a_process() -> None:
     values = [uuid7() for _ in range(20_000)]
-    assert all(earlier < later for earlier, later in zip(values, values[1:], strict=False))
+    assert all(earlier < later for earlier, later in itertools.pairwise(values))
     assert len(set(values)) == len(values)
 
 
@@ -260,9 +261,7 @@ def test_a_correction_needs_exactly_one_of_replacement_and_retract() -> None:
     with pytest.raises(ValidationError, match="either replacement"):
         Correction(of=original_ref())
     with pytest.raises(ValidationError, match="either replacement"):
-        Correction(
-            of=original_ref(), replacement=PageViewed(user_id="u1", url="/"), retract=True
-        )
+        Correction(of=original_ref(), replacement=PageViewed(user_id="u1", url="/"), retract=True)
 
 
 def test_a_replacement_must_keep_the_entity_key() -> None:

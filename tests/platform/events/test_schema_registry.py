@@ -182,9 +182,7 @@ def registry(broker: BrokerProcess, registry_topic: str) -> Iterator[SchemaRegis
         yield opened
 
 
-def test_register_stores_the_schema_under_its_version(
-    registry: SchemaRegistry, log: Log
-) -> None:
+def test_register_stores_the_schema_under_its_version(registry: SchemaRegistry, log: Log) -> None:
     assert registry.register(PageViewedV1) == 1
     assert registry.register(PageViewedV2) == 2
     assert registry.versions("activity.page_viewed") == [1, 2]
@@ -297,9 +295,11 @@ def test_a_fresh_registry_checks_against_what_others_registered(
     broker: BrokerProcess, registry: SchemaRegistry
 ) -> None:
     registry.register(PageViewedV2)
-    with SchemaRegistry(broker.bootstrap, topic=registry.topic, timeout_s=TIMEOUT_S) as other:
-        with pytest.raises(IncompatibleSchemaError, match="'referrer'"):
-            other.register(PageViewedV3Required)
+    with (
+        SchemaRegistry(broker.bootstrap, topic=registry.topic, timeout_s=TIMEOUT_S) as other,
+        pytest.raises(IncompatibleSchemaError, match="'referrer'"),
+    ):
+        other.register(PageViewedV3Required)
 
 
 def test_queries_answer_from_the_last_refresh(
@@ -336,7 +336,7 @@ def test_a_topic_that_is_not_compacted_is_refused(
     log.create_topic(registry_topic, config={"cleanup.policy": "delete"})
     with (
         SchemaRegistry(broker.bootstrap, topic=registry_topic, timeout_s=TIMEOUT_S) as registry,
-        pytest.raises(RegistryError, match="cleanup.policy='delete'"),
+        pytest.raises(RegistryError, match=r"cleanup\.policy='delete'"),
     ):
         registry.register(SignedUp)
 
