@@ -28,7 +28,7 @@ TYPECHECK_TREE := build/typecheck
 typecheck: $(STAMP)
 	rm -rf $(TYPECHECK_TREE) && mkdir -p $(TYPECHECK_TREE)/eventplatform
 	for entry in platform/*; do ln -s "$(CURDIR)/$$entry" $(TYPECHECK_TREE)/eventplatform/; done
-	for package in log projections spark_projections apps; do ln -s "$(CURDIR)/$$package" $(TYPECHECK_TREE)/eventplatform/$$package; done
+	for package in log projections spark_projections apps migrations; do ln -s "$(CURDIR)/$$package" $(TYPECHECK_TREE)/eventplatform/$$package; done
 	cd $(TYPECHECK_TREE) && $(abspath $(BIN))/mypy --config-file $(CURDIR)/pyproject.toml -p eventplatform
 
 pytest: $(STAMP)

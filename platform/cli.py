@@ -485,3 +485,14 @@ def groups_reset_offsets(
             dry_run=dry_run,
             echo=click.echo,
         )
+
+
+def _register_subcommands() -> None:
+    from eventplatform.db_cli import db
+    from eventplatform.projections_cli import projections
+
+    main.add_command(db)
+    main.add_command(projections)
+
+
+_register_subcommands()

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from eventplatform.projections.migrate import MigrationResult
 
 
-def _database_option(command: Callable[..., Any]) -> Callable[..., Any]:
+def database_option(command: Callable[..., Any]) -> Callable[..., Any]:
     return click.option(
         "--database",
         default=None,
@@ -30,7 +30,7 @@ def _database_option(command: Callable[..., Any]) -> Callable[..., Any]:
     )(command)
 
 
-def _apps_option(command: Callable[..., Any]) -> Callable[..., Any]:
+def apps_option(command: Callable[..., Any]) -> Callable[..., Any]:
     return click.option(
         "--app",
         "app_references",
@@ -50,8 +50,8 @@ def db() -> None:
 @click.option(
     "--revision", default="heads", show_default=True, help="Target revision (or branch@head)."
 )
-@_database_option
-@_apps_option
+@database_option
+@apps_option
 def db_upgrade(database: str | None, app_references: tuple[str, ...], revision: str) -> None:
     """Apply every pending revision.
 
@@ -59,15 +59,15 @@ def db_upgrade(database: str | None, app_references: tuple[str, ...], revision: 
     """
     from eventplatform.projections.migrate import upgrade
 
-    with _reported_errors():
-        result = upgrade(_url(database), _apps(app_references), revision)
+    with reported_errors():
+        result = upgrade(database_url_of(database), load_apps(app_references), revision)
     _echo_result("applied", result)
 
 
 @db.command("downgrade")
 @click.argument("revision")
-@_database_option
-@_apps_option
+@database_option
+@apps_option
 def db_downgrade(database: str | None, app_references: tuple[str, ...], revision: str) -> None:
     """Revert to REVISION, dropping tables.
 
@@ -76,13 +76,13 @@ def db_downgrade(database: str | None, app_references: tuple[str, ...], revision
     """
     from eventplatform.projections.migrate import downgrade
 
-    with _reported_errors():
-        result = downgrade(_url(database), _apps(app_references), revision)
+    with reported_errors():
+        result = downgrade(database_url_of(database), load_apps(app_references), revision)
     _echo_result("reverted", result)
 
 
 @db.command("current")
-@_database_option
+@database_option
 def db_current(database: str | None) -> None:
     """Print the revisions the database is at.
 
@@ -90,8 +90,8 @@ def db_current(database: str | None) -> None:
     """
     from eventplatform.projections.migrate import current
 
-    with _reported_errors():
-        heads = current(_url(database))
+    with reported_errors():
+        heads = current(database_url_of(database))
     for head in heads:
         click.echo(head)
     if not heads:
@@ -99,20 +99,20 @@ def db_current(database: str | None) -> None:
 
 
 @db.command("history")
-@_apps_option
+@apps_option
 def db_history(app_references: tuple[str, ...]) -> None:
     """Print all revisions, oldest first."""
     from eventplatform.projections.migrate import history
 
-    with _reported_errors():
-        revisions = history(_apps(app_references))
+    with reported_errors():
+        revisions = history(load_apps(app_references))
     for revision in revisions:
         click.echo(f"{revision.id} ({', '.join(revision.branches)}): {revision.description}")
 
 
 @db.command("check")
-@_database_option
-@_apps_option
+@database_option
+@apps_option
 def db_check(database: str | None, app_references: tuple[str, ...]) -> None:
     """Diff the database against declared tables.
 
@@ -121,8 +121,8 @@ def db_check(database: str | None, app_references: tuple[str, ...]) -> None:
     """
     from eventplatform.projections.migrate import schema_differences
 
-    with _reported_errors():
-        differences = schema_differences(_url(database), _apps(app_references))
+    with reported_errors():
+        differences = schema_differences(database_url_of(database), load_apps(app_references))
     for difference in differences:
         click.echo(difference)
     if differences:
@@ -137,8 +137,8 @@ def db_check(database: str | None, app_references: tuple[str, ...]) -> None:
 @click.argument("app_name")
 @click.option("--message", "-m", required=True, help="What the revision changes.")
 @click.option("--empty", is_flag=True, help="Write an empty revision instead of autogenerating.")
-@_database_option
-@_apps_option
+@database_option
+@apps_option
 def db_revision(
     database: str | None,
     app_references: tuple[str, ...],
@@ -153,10 +153,10 @@ def db_revision(
     """
     from eventplatform.projections.migrate import new_revision
 
-    with _reported_errors():
+    with reported_errors():
         path = new_revision(
-            _url(database),
-            _apps(app_references),
+            database_url_of(database),
+            load_apps(app_references),
             app_name=app_name,
             message=message,
             autogenerate=not empty,
@@ -164,13 +164,13 @@ def db_revision(
     click.echo(str(path))
 
 
-def _url(database: str | None) -> str:
+def database_url_of(database: str | None) -> str:
     from eventplatform.projections.database import database_url
 
     return database_url(database)
 
 
-def _apps(references: Sequence[str]) -> list[App]:
+def load_apps(references: Sequence[str]) -> list[App]:
     from eventplatform.projections.apps import installed_apps
 
     return installed_apps(references)
@@ -186,7 +186,7 @@ def _echo_result(verb: str, result: MigrationResult) -> None:
 
 
 @contextmanager
-def _reported_errors() -> Iterator[None]:
+def reported_errors() -> Iterator[None]:
     """Turn a projection-layer error into click's one-line ``Error: ...`` and exit status 1."""
     from eventplatform.projections.errors import ProjectionError
 

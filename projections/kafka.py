@@ -25,6 +25,29 @@ class LogReadError(ProjectionError):
     """Records a correction needs could not be read back from the log."""
 
 
+def log_ends(bootstrap: str, topics: Sequence[str]) -> dict[tuple[str, int], tuple[int, int]]:
+    """Each partition's log start and end offsets, for the given topics."""
+    consumer = confluent_kafka.Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": "eventplatform.status"}
+    )
+    try:
+        metadata = consumer.list_topics(timeout=READ_TIMEOUT_S)
+        ends: dict[tuple[str, int], tuple[int, int]] = {}
+        for topic in topics:
+            described = metadata.topics.get(topic)
+            if described is None or described.error is not None:
+                continue
+            for partition in described.partitions:
+                watermarks = consumer.get_watermark_offsets(
+                    confluent_kafka.TopicPartition(topic, partition), timeout=READ_TIMEOUT_S
+                )
+                if watermarks is not None:
+                    ends[(topic, partition)] = (watermarks[0], watermarks[1])
+        return ends
+    finally:
+        consumer.close()
+
+
 class KafkaEventReader:
     """Reads record values at given positions, for corrections' recomputations.
 
@@ -45,6 +68,17 @@ class KafkaEventReader:
 
     def close(self) -> None:
         self._consumer.close()
+
+    def timestamps(self, offsets: Mapping[tuple[str, int], int]) -> dict[tuple[str, int], int]:
+        """The timestamp (ms) of the record at each partition's given offset."""
+        stamps: dict[tuple[str, int], int] = {}
+        for (topic, partition), offset in offsets.items():
+            self._consumer.assign([confluent_kafka.TopicPartition(topic, partition, offset)])
+            message = self._consumer.poll(READ_TIMEOUT_S)
+            if message is not None and message.error() is None:
+                stamps[(topic, partition)] = message.timestamp()[1]
+        self._consumer.unassign()
+        return stamps
 
     def __call__(self, positions: Sequence[Position]) -> dict[Position, bytes]:
         wanted: dict[tuple[str, int], list[int]] = defaultdict(list)
@@ -93,10 +127,13 @@ class KafkaEventReader:
             if message.error() is not None:
                 raise LogReadError(f"{topic}/{partition}: {message.error()}")
             offset = message.offset()
+            value = message.value()
+            if offset is None or value is None:
+                continue
             while index < len(pending) and pending[index] < offset:
                 index += 1  # compacted away or a control record: nothing to read
             if index < len(pending) and pending[index] == offset:
-                found[Position(topic, partition, offset)] = message.value()
+                found[Position(topic, partition, offset)] = value
                 index += 1
             if index < len(pending) and pending[index] - offset > SCAN_GAP_RECORDS:
                 return index

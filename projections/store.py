@@ -179,7 +179,9 @@ class StoreTransaction:
         if sign < 0:
             self._delete_empty(plan, deltas)
 
-    def _merge_in_python(self, plan: TablePlan, contributions: list[Contribution], sign: int):
+    def _merge_in_python(
+        self, plan: TablePlan, contributions: list[Contribution], sign: int
+    ) -> None:
         self._lock(plan)
         keys = list(dict.fromkeys(contribution.key for contribution in contributions))
         stored = self._read_rows(plan, keys)
@@ -208,7 +210,7 @@ class StoreTransaction:
         updates = [_stored_form(plan, s) for k, s in changed.items() if k in stored]
         inserts = [_stored_form(plan, s) for k, s in changed.items() if k not in stored]
         if updates:
-            values = {
+            values: dict[str, Any] = {
                 column.name: bindparam(f"v_{column.name}")
                 for column in table.columns
                 if column.name not in plan.keys
@@ -359,7 +361,7 @@ class StoreTransaction:
         self._lock(plan)
         positions = self._indexed_positions(plan, wanted)
         roots = self.read_envelopes(positions)
-        ordered = sorted(roots.values(), key=lambda e: self.projection.rank(e.position))
+        ordered = [roots[position] for position in sorted(roots, key=self.projection.rank)]
         contents = self.effective(ordered)
         tables: dict[str, dict[tuple[Any, ...], dict[str, Any]]] = {plan.name: {}}
         for root in ordered:

@@ -1,0 +1,175 @@
+"""``platform projections``: run projections, report their status, retry dead letters."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from typing import Any
+
+import click
+
+from eventplatform.db_cli import (
+    apps_option,
+    database_option,
+    database_url_of,
+    load_apps,
+    reported_errors,
+)
+
+BOOTSTRAP_ENV = "EVENTPLATFORM_BOOTSTRAP"
+BOOTSTRAP_DEFAULT = "127.0.0.1:9092"
+
+
+def _bootstrap_option(command: Any) -> Any:
+    return click.option(
+        "--bootstrap",
+        default=lambda: os.environ.get(BOOTSTRAP_ENV, BOOTSTRAP_DEFAULT),
+        show_default=f"${BOOTSTRAP_ENV}, else {BOOTSTRAP_DEFAULT}",
+        metavar="HOST:PORT[,...]",
+        help="Brokers of the log the projections read.",
+    )(command)
+
+
+@click.group()
+def projections() -> None:
+    """Run SQL projections and inspect them."""
+
+
+@projections.command("run")
+@click.argument("name")
+@click.option(
+    "--batch-size",
+    type=click.IntRange(1, 100_000),
+    default=1000,
+    show_default=True,
+    help="Most events applied in one SQL transaction.",
+)
+@click.option(
+    "--consumer",
+    "-c",
+    "consumer_settings",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="A librdkafka consumer setting, e.g. session.timeout.ms=10000; repeatable.",
+)
+@_bootstrap_option
+@database_option
+@apps_option
+def projections_run(
+    name: str,
+    batch_size: int,
+    consumer_settings: tuple[str, ...],
+    bootstrap: str,
+    database: str | None,
+    app_references: tuple[str, ...],
+) -> None:
+    """Run projection NAME as a member of its consumer group until SIGINT or SIGTERM."""
+    from eventplatform.projections.operations import run_projection
+
+    stop = threading.Event()
+    for signal_number in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signal_number, lambda *_: stop.set())
+    with reported_errors():
+        runner = run_projection(
+            name,
+            load_apps(app_references),
+            database_url=database_url_of(database),
+            bootstrap=bootstrap,
+            batch_size=batch_size,
+            consumer_config=_settings(consumer_settings),
+            stop=stop,
+        )
+    stats = runner.stats
+    click.echo(
+        f"{name}: stopped after {stats.events} events in {stats.batches} batches "
+        f"({stats.parked} parked, {stats.conflicts} checkpoint conflicts)"
+    )
+
+
+@projections.command("list")
+@database_option
+@apps_option
+def projections_list(database: str | None, app_references: tuple[str, ...]) -> None:
+    """List installed and registered projections with their status."""
+    from eventplatform.projections.operations import projection_status
+
+    with reported_errors():
+        statuses = projection_status(
+            load_apps(app_references), database_url=database_url_of(database), bootstrap=None
+        )
+    for status in statuses:
+        tables = ", ".join(status.rows) or "-"
+        click.echo(f"{status.name}\t{status.status}\tgroup {status.group_id}\ttables {tables}")
+
+
+@projections.command("status")
+@click.argument("name", required=False)
+@_bootstrap_option
+@database_option
+@apps_option
+def projections_status(
+    name: str | None, bootstrap: str, database: str | None, app_references: tuple[str, ...]
+) -> None:
+    """Lag in events and seconds, last error, parked events and rows per table."""
+    from eventplatform.projections.operations import projection_status
+
+    with reported_errors():
+        statuses = projection_status(
+            load_apps(app_references),
+            database_url=database_url_of(database),
+            bootstrap=bootstrap,
+            name=name,
+        )
+    for status in statuses:
+        seconds = "-" if status.lag_seconds is None else f"{status.lag_seconds:.1f}s"
+        click.echo(f"{status.name}: {status.status}")
+        click.echo(f"  lag: {status.lag_events} events, {seconds}")
+        for partition in status.partitions:
+            click.echo(
+                f"    {partition.topic}/{partition.partition}: next {partition.next_offset}, "
+                f"end {partition.end_offset}, lag {partition.lag_events}"
+            )
+        click.echo(f"  parked events: {status.parked}")
+        click.echo(f"  last error: {status.last_error or '-'}")
+        for table, count in status.rows.items():
+            click.echo(f"  rows {table}: {count}")
+
+
+@projections.command("retry")
+@click.argument("name")
+@click.option(
+    "--id", "ids", type=int, multiple=True, help="Retry only this dead letter; repeatable."
+)
+@_bootstrap_option
+@database_option
+@apps_option
+def projections_retry(
+    name: str,
+    ids: tuple[int, ...],
+    bootstrap: str,
+    database: str | None,
+    app_references: tuple[str, ...],
+) -> None:
+    """Apply NAME's parked events again; the ones that still fail stay parked."""
+    from eventplatform.projections.operations import retry_dead_letters
+
+    with reported_errors():
+        outcome = retry_dead_letters(
+            name,
+            load_apps(app_references),
+            database_url=database_url_of(database),
+            bootstrap=bootstrap,
+            ids=ids,
+        )
+    click.echo(f"{name}: {outcome.retried} applied, {outcome.still_parked} still parked")
+
+
+def _settings(pairs: tuple[str, ...]) -> dict[str, str]:
+    settings = {}
+    for pair in pairs:
+        key, separator, value = pair.partition("=")
+        if not separator or not key:
+            raise click.BadParameter(f"{pair!r} is not KEY=VALUE", param_hint="--consumer")
+        settings[key.strip()] = value.strip()
+    return settings

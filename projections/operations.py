@@ -1,0 +1,263 @@
+"""Application functions behind ``platform projections``: run, status, retry, wait.
+
+Each takes plain settings (a database URL, bootstrap servers, loaded apps)
+and builds its adapters, so the CLI stays a thin parser and tests and apps
+can call the same functions.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Engine, select
+
+from eventplatform.events import EventError, EventRef, Position
+from eventplatform.projections import schema
+from eventplatform.projections.apps import App, find_projection
+from eventplatform.projections.batch import Record, plan_batch
+from eventplatform.projections.corrections import apply_correction
+from eventplatform.projections.database import create_store_engine
+from eventplatform.projections.errors import ApplyTimeoutError, HandlerError
+from eventplatform.projections.kafka import KafkaEventReader, log_ends
+from eventplatform.projections.model import Projection
+from eventplatform.projections.registry import (
+    checkpoints_of,
+    parked_count,
+    registered,
+    row_counts,
+)
+from eventplatform.projections.runner import ProjectionRunner
+from eventplatform.projections.store import ProjectionStore
+
+WAIT_POLL_S_MIN = 0.005
+WAIT_POLL_S_MAX = 0.2
+
+
+def run_projection(
+    name: str,
+    apps: Sequence[App],
+    *,
+    database_url: str,
+    bootstrap: str,
+    batch_size: int,
+    consumer_config: Mapping[str, Any] | None = None,
+    stop: threading.Event | None = None,
+    idle_exit_s: float | None = None,
+) -> ProjectionRunner:
+    """Run projection ``name`` as a group member until ``stop`` (or idle, if asked)."""
+    projection = find_projection(name, apps)
+    engine = create_store_engine(database_url)
+    try:
+        runner = ProjectionRunner(
+            ProjectionStore(engine, projection),
+            bootstrap,
+            batch_size=batch_size,
+            consumer_config=consumer_config,
+        )
+        runner.run(stop, idle_exit_s=idle_exit_s)
+        return runner
+    finally:
+        engine.dispose()
+
+
+@dataclass(frozen=True)
+class PartitionLag:
+    topic: str
+    partition: int
+    next_offset: int | None
+    end_offset: int
+    lag_events: int
+    lag_seconds: float | None
+
+
+@dataclass(frozen=True)
+class ProjectionStatus:
+    name: str
+    status: str
+    group_id: str
+    partitions: list[PartitionLag]
+    rows: dict[str, int]
+    parked: int
+    last_error: str | None
+    last_error_at: datetime | None
+    updated_at: datetime | None
+
+    @property
+    def lag_events(self) -> int:
+        return sum(partition.lag_events for partition in self.partitions)
+
+    @property
+    def lag_seconds(self) -> float | None:
+        ages = [p.lag_seconds for p in self.partitions if p.lag_seconds is not None]
+        return max(ages) if ages else None
+
+
+def projection_status(
+    apps: Sequence[App], *, database_url: str, bootstrap: str | None, name: str | None = None
+) -> list[ProjectionStatus]:
+    """Status of every known projection (installed or registered), or of one."""
+    engine = create_store_engine(database_url)
+    try:
+        with engine.connect() as connection:
+            known = {row.name: row for row in registered(connection)}
+            declared = {p.name: p for app in apps for p in app.projections}
+            names = [name] if name else sorted(set(known) | set(declared))
+            result = []
+            for each in names:
+                if each not in known and each not in declared:
+                    find_projection(each, apps)  # raises, naming the known projections
+                row, projection = known.get(each), declared.get(each)
+                result.append(_status(connection, each, projection, row, bootstrap))
+            return result
+    finally:
+        engine.dispose()
+
+
+def _status(
+    connection: Any, name: str, projection: Projection | None, row: Any, bootstrap: str | None
+) -> ProjectionStatus:
+    checkpoints = checkpoints_of(connection, name)
+    topics = list(projection.topics) if projection else list(row.topics if row else [])
+    partitions = _lags(bootstrap, topics, checkpoints) if bootstrap else []
+    return ProjectionStatus(
+        name=name,
+        status=row.status if row else "never run",
+        group_id=projection.group_id if projection else row.group_id,
+        partitions=partitions,
+        rows=row_counts(connection, projection.tables) if projection else {},
+        parked=parked_count(connection, name),
+        last_error=row.last_error if row else None,
+        last_error_at=row.last_error_at if row else None,
+        updated_at=row.updated_at if row else None,
+    )
+
+
+def _lags(
+    bootstrap: str, topics: list[str], checkpoints: dict[tuple[str, int], int]
+) -> list[PartitionLag]:
+    ends = log_ends(bootstrap, topics)
+    behind = {
+        partition: checkpoints.get(partition, start)
+        for partition, (start, end) in ends.items()
+        if checkpoints.get(partition, start) < end
+    }
+    times = KafkaEventReader(bootstrap).timestamps(behind) if behind else {}
+    now_ms = time.time() * 1000
+    lags = []
+    for (topic, partition), (start, end) in sorted(ends.items()):
+        next_offset = checkpoints.get((topic, partition))
+        lag = end - max(next_offset if next_offset is not None else start, start)
+        stamp = times.get((topic, partition))
+        seconds = max(0.0, (now_ms - stamp) / 1000) if stamp is not None and lag else None
+        lags.append(PartitionLag(topic, partition, next_offset, end, lag, seconds))
+    return lags
+
+
+def wait_until_applied(
+    target: Engine | str,
+    projection: str,
+    refs: Iterable[EventRef | Position],
+    *,
+    timeout_s: float = 30.0,
+) -> None:
+    """Block until ``projection`` has applied every given position (read-your-writes)."""
+    wanted: dict[tuple[str, int], int] = {}
+    for ref in refs:
+        position = ref.position if isinstance(ref, EventRef) else ref
+        key = (position.topic, position.partition)
+        wanted[key] = max(wanted.get(key, -1), position.offset)
+    engine = create_store_engine(target) if isinstance(target, str) else target
+    deadline = time.monotonic() + timeout_s
+    pause = WAIT_POLL_S_MIN
+    try:
+        while True:
+            with engine.connect() as connection:
+                checkpoints = checkpoints_of(connection, projection)
+            if all(checkpoints.get(key, 0) > offset for key, offset in wanted.items()):
+                return
+            if time.monotonic() >= deadline:
+                raise ApplyTimeoutError(
+                    f"{projection} did not apply {len(wanted)} partition position(s) "
+                    f"within {timeout_s}s"
+                )
+            time.sleep(pause)
+            pause = min(pause * 2, WAIT_POLL_S_MAX)
+    finally:
+        if isinstance(target, str):
+            engine.dispose()
+
+
+@dataclass(frozen=True)
+class RetryOutcome:
+    retried: int
+    still_parked: int
+
+
+def retry_dead_letters(
+    name: str,
+    apps: Sequence[App],
+    *,
+    database_url: str,
+    bootstrap: str,
+    ids: Sequence[int] = (),
+) -> RetryOutcome:
+    """Apply parked events again (the handler may have been fixed); mark the ones that pass."""
+    projection = find_projection(name, apps)
+    engine = create_store_engine(database_url)
+    reader = KafkaEventReader(bootstrap)
+    store = ProjectionStore(engine, projection)
+    retried = still = 0
+    try:
+        for letter_id, position in _parked(engine, name, ids):
+            if _retry_one(store, reader, letter_id, position):
+                retried += 1
+            else:
+                still += 1
+        return RetryOutcome(retried, still)
+    finally:
+        reader.close()
+        engine.dispose()
+
+
+def _retry_one(
+    store: ProjectionStore, reader: KafkaEventReader, letter_id: int, position: Position
+) -> bool:
+    """Apply one parked event in its own transaction; False if it is poison still."""
+    record = Record(position, reader([position]).get(position), None)
+    plan = plan_batch(store.projection, [record], {(position.topic, position.partition): None})
+    try:
+        with store.transaction(reader) as transaction:
+            for step in plan.steps:
+                if step.kind == "poison":
+                    raise _StillPoisonError(str(step.error))
+                if step.kind == "apply":
+                    assert step.envelope is not None
+                    transaction.apply([(step.envelope, step.contributions)])
+                else:
+                    assert step.envelope is not None
+                    apply_correction(transaction, step.envelope)
+            transaction.resolve(letter_id)
+    except (_StillPoisonError, HandlerError, EventError):
+        return False
+    return True
+
+
+class _StillPoisonError(Exception):
+    pass
+
+
+def _parked(engine: Engine, name: str, ids: Sequence[int]) -> list[tuple[int, Position]]:
+    table = schema.dead_letters
+    query = select(table.c.id, table.c.topic, table.c.partition, table.c.offset).where(
+        table.c.projection == name, table.c.status == schema.DEAD_LETTER_PARKED
+    )
+    if ids:
+        query = query.where(table.c.id.in_(list(ids)))
+    with engine.connect() as connection:
+        rows = connection.execute(query.order_by(table.c.id)).all()
+    return [(row.id, Position(row.topic, row.partition, row.offset)) for row in rows]
