@@ -1,1 +1,74 @@
-"""SQL projections: the projection model, the consumer-group runner and the SQL stores."""
+"""SQL projections: declare them, run them as consumer-group members, query them.
+
+    from eventplatform.projections import Projection, Row, Count, Max, merge_column, ...
+
+See ``docs/projections.md``. The declaration (``model``, ``merge``, ``fold``)
+is engine-neutral; the streaming runner and the Spark jobs both run it.
+"""
+
+from eventplatform.projections.apps import App, installed_apps
+from eventplatform.projections.errors import (
+    ApplyTimeoutError,
+    CheckpointConflictError,
+    HandlerError,
+    ProjectionDefinitionError,
+    ProjectionError,
+    ProjectionStoppedError,
+)
+from eventplatform.projections.fold import corrected_history, fold, visible
+from eventplatform.projections.merge import (
+    Count,
+    First,
+    Fold,
+    Latest,
+    Max,
+    Merge,
+    Min,
+    SetAdd,
+    Sum,
+)
+from eventplatform.projections.model import (
+    Projection,
+    Row,
+    TablePlan,
+    merge_column,
+    projection_table,
+)
+from eventplatform.projections.operations import (
+    projection_status,
+    retry_dead_letters,
+    run_projection,
+    wait_until_applied,
+)
+
+__all__ = [
+    "App",
+    "ApplyTimeoutError",
+    "CheckpointConflictError",
+    "Count",
+    "First",
+    "Fold",
+    "HandlerError",
+    "Latest",
+    "Max",
+    "Merge",
+    "Min",
+    "Projection",
+    "ProjectionDefinitionError",
+    "ProjectionError",
+    "ProjectionStoppedError",
+    "Row",
+    "SetAdd",
+    "Sum",
+    "TablePlan",
+    "corrected_history",
+    "fold",
+    "installed_apps",
+    "merge_column",
+    "projection_status",
+    "projection_table",
+    "retry_dead_letters",
+    "run_projection",
+    "visible",
+    "wait_until_applied",
+]

@@ -12,6 +12,7 @@ with EventProducer("127.0.0.1:9092") as producer:
 """
 
 from eventplatform.events.codec import TYPE_HEADER, VERSION_HEADER, EventCatalog, encode
+from eventplatform.events.compatibility import Compatibility
 from eventplatform.events.corrections import CORRECTION_TYPE, Correction
 from eventplatform.events.errors import (
     AppendError,
@@ -27,12 +28,14 @@ from eventplatform.events.errors import (
 from eventplatform.events.ids import uuid7
 from eventplatform.events.model import Envelope, Event, EventRef, Position, upcaster
 from eventplatform.events.producer import EventProducer
+from eventplatform.events.registry import SchemaRegistry
 
 __all__ = [
     "CORRECTION_TYPE",
     "TYPE_HEADER",
     "VERSION_HEADER",
     "AppendError",
+    "Compatibility",
     "Correction",
     "DecodeError",
     "Envelope",
@@ -46,6 +49,7 @@ __all__ = [
     "IncompatibleSchemaError",
     "Position",
     "RegistryError",
+    "SchemaRegistry",
     "UnknownEventTypeError",
     "UpcastError",
     "encode",
