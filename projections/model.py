@@ -30,6 +30,7 @@ engine, client or broker.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -75,7 +76,7 @@ def projection_table(name: str, metadata: MetaData, *columns: Any, **options: An
     return table
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class TablePlan:
     """What the engines need to know about one projection table."""
 
@@ -106,22 +107,36 @@ class TablePlan:
             )
         return cls(table, keys, merges)
 
-    @property
+    @functools.cached_property
     def name(self) -> str:
-        return self.table.name
+        return str(self.table.name)  # a plain str: drivers adapt it without lookups
 
-    @property
+    @functools.cached_property
     def invertible(self) -> bool:
         """Corrections retract by negation (all sums and counts), not by recomputing."""
         return all(merge.invertible for merge in self.merges.values())
 
     @property
+    def indexed(self) -> bool:
+        """Its rows are recomputed on correction, so contributions go to the event index."""
+        return not self.invertible
+
+    @functools.cached_property
     def merged_in_python(self) -> bool:
         return any(merge.merged_in_python for merge in self.merges.values())
 
-    @property
+    @functools.cached_property
     def counts(self) -> tuple[str, ...]:
         return tuple(name for name, merge in self.merges.items() if isinstance(merge, Count))
+
+    @functools.cached_property
+    def givable(self) -> dict[str, Merge | None]:
+        """Columns a row may give: the merge to normalize with, or None for identity."""
+        return {
+            name: merge if type(merge).normalize is not Merge.normalize else None
+            for name, merge in self.merges.items()
+            if not isinstance(merge, Count)
+        }
 
     def key_of(self, values: dict[str, Any]) -> tuple[Any, ...]:
         return tuple(values[name] for name in self.keys)
@@ -185,7 +200,8 @@ class Projection:
         self.on_error: PoisonPolicy = on_error
         self.group_id = group_id or f"projection.{name}"
         self.description = description
-        self.plans = {table.name: TablePlan.of(table) for table in tables}
+        self.plans = {str(table.name): TablePlan.of(table) for table in tables}
+        self._plan_of = {id(plan.table): plan for plan in self.plans.values()}
         self.handlers: dict[str, tuple[type[Event], Handler]] = {}
         self._topics: tuple[str, ...] = ()
 
@@ -247,24 +263,30 @@ class Projection:
     def _validate(self, row: Any, rank: int) -> Contribution:
         if not isinstance(row, Row):
             raise HandlerError(f"{self.name}: a handler yielded {type(row).__name__}, not Row")
-        plan = self.plans.get(row.table.name)
-        if plan is None or plan.table is not row.table:
+        plan = self._plan_of.get(id(row.table))
+        if plan is None:
             raise HandlerError(f"{self.name}: table {row.table.name} is not one of its tables")
         values = row.values
-        missing = [name for name in plan.keys if values.get(name) is None]
-        if missing:
+        keys = plan.keys
+        key = (values.get(keys[0]),) if len(keys) == 1 else tuple(map(values.get, keys))
+        if None in key:
+            missing = [name for name, value in zip(plan.keys, key, strict=True) if value is None]
             raise HandlerError(f"{plan.name}: key column(s) {missing} not given")
+        givable = plan.givable
         normalized: dict[str, Any] = {}
         for name, value in values.items():
-            if name in plan.keys:
-                continue
-            merge = plan.merges.get(name)
-            if merge is None or isinstance(merge, Count):
+            if name in givable:
+                merge = givable[name]
+                normalized[name] = value if merge is None else _normalized(plan, name, merge, value)
+            elif name not in plan.keys:
                 raise HandlerError(f"{plan.name}: {name!r} is not a merge column to give")
-            try:
-                normalized[name] = merge.normalize(value)
-            except (TypeError, ValueError) as exc:
-                raise HandlerError(f"{plan.name}.{name}: {exc}") from exc
         for name in plan.counts:
             normalized[name] = 1
-        return Contribution(plan, plan.key_of(values), normalized, rank)
+        return Contribution(plan, key, normalized, rank)
+
+
+def _normalized(plan: TablePlan, name: str, merge: Merge, value: Any) -> Any:
+    try:
+        return merge.normalize(value)
+    except (TypeError, ValueError) as exc:
+        raise HandlerError(f"{plan.name}.{name}: {exc}") from exc

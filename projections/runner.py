@@ -15,6 +15,7 @@ never has a batch in flight.
 
 from __future__ import annotations
 
+import gc
 import logging
 import threading
 import time
@@ -89,6 +90,7 @@ class ProjectionRunner:
     def run(self, stop: threading.Event | None = None, *, idle_exit_s: float | None = None) -> None:
         """Consume and apply until ``stop`` is set (or, given ``idle_exit_s``, until idle)."""
         register_projection(self.store)
+        gc.freeze()  # what exists now lives for the whole run: keep it out of collections
         self._consumer.subscribe(
             list(self.projection.topics),
             on_assign=self._assigned,

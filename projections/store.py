@@ -34,7 +34,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import orjson
-from sqlalchemy import Connection, Engine, and_, bindparam, case, delete, or_, select, update
+from sqlalchemy import Connection, Engine, and_, bindparam, case, delete, func, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from eventplatform.events import Correction, Envelope, Event, Position
@@ -63,6 +63,9 @@ EventReader = Callable[[Sequence[Position]], dict[Position, bytes]]
 """Reads the record values at some log positions (a correction's history)."""
 
 KEYS_PER_STATEMENT = 500
+ROWS_PER_STATEMENT = 1000
+PARAMETERS_MAX = 65_535
+MULTIROW_SHAPES_MAX = 64
 OPAQUE = OpaqueEvent()
 
 
@@ -75,10 +78,13 @@ class ProjectionStore:
         self.catalog = projection.catalog()
         self.postgresql = engine.dialect.name == "postgresql"
         self._upserts = {
-            name: _upsert(plan, self.postgresql)
+            name: DriverStatement(_upsert(plan, self.postgresql), plan.table, engine.dialect)
             for name, plan in projection.plans.items()
             if not plan.merged_in_python
         }
+        self.index_insert = DriverStatement(
+            schema.event_index.insert(), schema.event_index, engine.dialect
+        )
 
     def checkpoints(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
         """The next offset to apply for each partition that has a checkpoint."""
@@ -96,7 +102,7 @@ class ProjectionStore:
         with self.engine.begin() as connection:
             yield StoreTransaction(self, connection, reader)
 
-    def upsert(self, plan: TablePlan) -> Any:
+    def upsert(self, plan: TablePlan) -> DriverStatement:
         return self._upserts[plan.name]
 
 
@@ -154,16 +160,23 @@ class StoreTransaction:
     def apply(self, applied: Sequence[tuple[Envelope[Any], list[Contribution]]]) -> None:
         """Merge the contributions of events applied in log order, and index them."""
         by_plan: dict[str, list[Contribution]] = {}
-        index_rows: list[dict[str, Any]] = []
+        index_rows: dict[tuple[Any, ...], None] = {}
+        name = self.projection.name
         for envelope, contributions in applied:
+            position = envelope.position
+            assert position is not None, "an applied event has a log position"
             for contribution in contributions:
-                by_plan.setdefault(contribution.plan.name, []).append(contribution)
-                if not contribution.plan.invertible:
-                    index_rows.append(self._index_row(contribution, envelope))
-        for name, contributions in by_plan.items():
-            self._merge(self.projection.plans[name], contributions, sign=1)
+                plan = contribution.plan
+                by_plan.setdefault(plan.name, []).append(contribution)
+                if plan.indexed:
+                    row = (name, plan.name, row_key_text(contribution.key), position.topic)
+                    index_rows[
+                        (*row, position.partition, position.offset, str(envelope.event_id))
+                    ] = None
+        for table_name, contributions in by_plan.items():
+            self._merge(self.projection.plans[table_name], contributions, sign=1)
         if index_rows:
-            self._insert_index(index_rows)
+            self._append_index(list(index_rows))
 
     def _merge(self, plan: TablePlan, contributions: list[Contribution], sign: int) -> None:
         if plan.merged_in_python:
@@ -175,7 +188,7 @@ class StoreTransaction:
             if state is None:
                 state = deltas[contribution.key] = empty_state(plan, contribution.key)
             merge_into(state, contribution, sign)
-        self.connection.execute(self.store.upsert(plan), list(deltas.values()))
+        self.store.upsert(plan).execute_many(self.connection, list(deltas.values()))
         if sign < 0:
             self._delete_empty(plan, deltas)
 
@@ -259,6 +272,17 @@ class StoreTransaction:
             "offset": position.offset,
             "event_id": str(envelope.event_id),
         }
+
+    def _append_index(self, rows: list[tuple[Any, ...]]) -> None:
+        """Add new index entries: COPY on PostgreSQL, one executemany on SQLite."""
+        if not self.store.postgresql:
+            self.connection.exec_driver_sql(self.store.index_insert.sql, rows)
+            return
+        columns = ", ".join(f'"{column.name}"' for column in schema.event_index.columns)
+        cursor = self.connection.connection.driver_connection.cursor()  # type: ignore[union-attr]
+        with cursor.copy(f"COPY ep_event_index ({columns}) FROM STDIN") as copy:
+            for row in rows:
+                copy.write_row(row)
 
     def _insert_index(self, rows: list[dict[str, Any]]) -> None:
         dialect_insert = postgresql.insert if self.store.postgresql else sqlite.insert
@@ -458,6 +482,72 @@ class StoreTransaction:
         return {(c.plan.name, c.key) for c in (*removed, *added) if not c.plan.invertible}
 
 
+class DriverStatement:
+    """A statement compiled once to the driver's SQL, for many rows at a time.
+
+    Going around SQLAlchemy's per-row parameter handling matters on the hot
+    path; the column types' bind processors (dates on SQLite, JSON) still run.
+    SQLite takes the rows through ``executemany`` (no round trips: the
+    database is in-process). PostgreSQL gets multi-row ``VALUES`` statements,
+    each a single round trip and a single plan for up to ``ROWS_PER_STATEMENT``
+    rows; an upsert's rows must then have distinct keys, which pre-merging
+    guarantees.
+    """
+
+    def __init__(self, statement: Any, table: Any, dialect: Any) -> None:
+        self.multirow = dialect.name == "postgresql"
+        if self.multirow:
+            dialect = postgresql.psycopg.dialect(paramstyle="format")  # type: ignore[no-untyped-call]
+        compiled = statement.compile(dialect=dialect)
+        self.sql: str = compiled.string
+        self.names: list[str] = list(compiled.positiontup or ())
+        assert compiled.positional, "driver statements are compiled with positional parameters"
+        self.processors = {
+            column.name: processor
+            for column in table.columns
+            if (processor := column.type.dialect_impl(dialect).bind_processor(dialect))
+            and column.name in self.names
+        }
+        self.rows_per_statement = max(1, min(ROWS_PER_STATEMENT, PARAMETERS_MAX // len(self.names)))
+        self._multirow_sql: dict[int, str] = {}
+
+    def execute_many(self, connection: Connection, rows: list[dict[str, Any]]) -> None:
+        names, processors = self.names, self.processors
+        if processors:
+            rows = [
+                {**row, **{n: f(row[n]) for n, f in processors.items() if row[n] is not None}}
+                for row in rows
+            ]
+        if not self.multirow:
+            connection.exec_driver_sql(self.sql, [tuple(row[n] for n in names) for row in rows])
+            return
+        step = self.rows_per_statement
+        for start in range(0, len(rows), step):
+            chunk = rows[start : start + step]
+            flat = tuple(row[n] for row in chunk for n in names)
+            connection.exec_driver_sql(self._sql_for(len(chunk)), flat)
+
+    def _sql_for(self, count: int) -> str:
+        sql = self._multirow_sql.get(count)
+        if sql is None:
+            head, values, tail = _values_clause(self.sql)
+            sql = head + ", ".join([values] * count) + tail
+            if len(self._multirow_sql) < MULTIROW_SHAPES_MAX:
+                self._multirow_sql[count] = sql
+        return sql
+
+
+def _values_clause(sql: str) -> tuple[str, str, str]:
+    """Split ``INSERT ... VALUES (row) [tail]`` into its head, row and tail."""
+    start = sql.index(" VALUES (") + len(" VALUES ")
+    depth = 0
+    for index in range(start, len(sql)):
+        depth += {"(": 1, ")": -1}.get(sql[index], 0)
+        if depth == 0:
+            return sql[:start], sql[start : index + 1], sql[index + 1 :]
+    raise AssertionError(f"no VALUES row in {sql!r}")
+
+
 def row_key_text(key: tuple[Any, ...]) -> str:
     """A row key as index text: a JSON list (dates as ISO strings)."""
     return orjson.dumps(list(key), default=str).decode()
@@ -471,10 +561,11 @@ def _upsert(plan: TablePlan, postgres: bool) -> Any:
     for name, merge in plan.merges.items():
         current, incoming = table.c[name], excluded[name]
         if isinstance(merge, Sum | Count):
-            updates[name] = case(
-                (incoming.is_(None), current),
-                (current.is_(None), incoming),
-                else_=current + incoming,
+            updates[name] = current + incoming  # never NULL: both start at 0
+        elif isinstance(merge, Min | Max) and postgres:
+            # LEAST and GREATEST ignore NULLs on PostgreSQL.
+            updates[name] = (func.least if isinstance(merge, Min) else func.greatest)(
+                current, incoming
             )
         elif isinstance(merge, Min | Max):
             better = incoming < current if isinstance(merge, Min) else incoming > current
