@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PACKAGES := platform log projections spark_projections apps
 
-.PHONY: demo test lint typecheck pytest venv bench-storage bench-broker clean
+.PHONY: demo test lint typecheck pytest venv bench-storage bench-broker bench-projections clean
 
 venv: $(STAMP)
 
@@ -41,6 +41,15 @@ bench-storage: $(STAMP)
 
 bench-broker: $(STAMP)
 	$(BIN)/python bench/broker.py
+
+# The projection benchmark also runs the eventsourcing library, from the bench extra.
+BENCH_STAMP := $(VENV)/.installed-bench
+$(BENCH_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
+	touch $(BENCH_STAMP)
+
+bench-projections: $(BENCH_STAMP)
+	$(BIN)/python bench/projections.py
 
 clean:
 	rm -rf $(VENV) .eventplatform .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -1,0 +1,531 @@
+"""The projection store's contract, run on SQLite and on PostgreSQL.
+
+Every test drives :class:`ProjectionStore` transactions directly, with an
+in-memory log standing in for the broker when a correction reads events back.
+Two projections are under test: the shared test app's (``pt_totals`` merges in
+Python, ``pt_label_totals`` is invertible) and a local one whose tables merge
+min, max, latest and first in SQL upserts.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import orjson
+import projection_test_app
+import pytest
+from projection_test_app import Tick, totals_projection
+from sqlalchemy import BigInteger, Column, Engine, MetaData, String, Table, event, select, text
+
+from eventplatform.events import Correction, Envelope, Event, Position, encode
+from eventplatform.projections import migrate, schema
+from eventplatform.projections.corrections import InvalidCorrectionError, apply_correction
+from eventplatform.projections.database import SQLITE_BUSY_TIMEOUT_S, create_store_engine
+from eventplatform.projections.errors import CheckpointConflictError, HandlerError
+from eventplatform.projections.merge import Count, First, Latest, Max, Min, Sum
+from eventplatform.projections.model import (
+    CONTRIBUTIONS_COLUMN,
+    Projection,
+    Row,
+    merge_column,
+    projection_table,
+)
+from eventplatform.projections.store import ProjectionStore, StoreTransaction
+
+PT = Tick.event_topic
+BIG_BATCH_EVENTS = 1000
+STATEMENTS_PER_BATCH_MAX = 12
+HOLD_S = 0.5
+THREAD_TIMEOUT_S = 30.0
+
+
+class Reading(Event, type="storetest.reading", version=1, key="sensor"):
+    sensor: str
+    zone: str
+    value: int | None
+
+
+READINGS_METADATA = MetaData()
+readings = projection_table(
+    "st_readings",
+    READINGS_METADATA,
+    Column("sensor", String(20), primary_key=True),
+    merge_column("total", BigInteger, Sum()),
+    merge_column("n", BigInteger, Count()),
+    merge_column("low", BigInteger, Min()),
+    merge_column("high", BigInteger, Max()),
+    merge_column("last", BigInteger, Latest()),
+    merge_column("first", BigInteger, First()),
+)
+zones = projection_table(
+    "st_zones",
+    READINGS_METADATA,
+    Column("zone", String(20), primary_key=True),
+    merge_column("low", BigInteger, Min()),
+    merge_column("last_sensor", String(20), Latest()),
+)
+readings_projection = Projection("storetest.readings", tables=[readings, zones])
+
+
+@readings_projection.on(Reading)
+def reading_rows(envelope: Envelope[Reading]) -> Iterator[Row]:
+    reading = envelope.event
+    value = reading.value
+    yield Row(
+        readings, sensor=reading.sensor, total=value, low=value, high=value, last=value, first=value
+    )
+    yield Row(zones, zone=reading.zone, low=value, last_sensor=reading.sensor)
+
+
+class MemoryLog:
+    """Appended records by position: the reader a correction reads its chain with."""
+
+    def __init__(self) -> None:
+        self.values: dict[Position, bytes] = {}
+        self.ends: dict[tuple[str, int], int] = defaultdict(int)
+
+    def append(self, event: Event, partition: int = 0) -> Envelope[Any]:
+        if isinstance(event, Correction):
+            topic, partition = event.of.topic, event.of.partition
+        else:
+            topic = event.event_topic
+        offset = self.ends[(topic, partition)]
+        self.ends[(topic, partition)] = offset + 1
+        envelope = Envelope(event, position=Position(topic, partition, offset))
+        self.values[envelope.ref().position] = encode(envelope).value
+        return envelope
+
+    def __call__(self, positions: Sequence[Position]) -> dict[Position, bytes]:
+        return {
+            position: self.values[position] for position in positions if position in self.values
+        }
+
+
+@pytest.fixture
+def engine(database_url: str) -> Iterator[Engine]:
+    engine = create_store_engine(database_url)
+    migrate.upgrade(engine, [projection_test_app.app])
+    READINGS_METADATA.create_all(engine)
+    try:
+        yield engine
+    finally:
+        engine.dispose()
+
+
+@pytest.fixture
+def log() -> MemoryLog:
+    return MemoryLog()
+
+
+@pytest.fixture
+def totals_store(engine: Engine) -> ProjectionStore:
+    return ProjectionStore(engine, totals_projection)
+
+
+@pytest.fixture
+def readings_store(engine: Engine) -> ProjectionStore:
+    return ProjectionStore(engine, readings_projection)
+
+
+def apply_events(transaction: StoreTransaction, envelopes: Sequence[Envelope[Any]]) -> None:
+    """Apply events and corrections in order, the way a runner applies a batch."""
+    projection = transaction.projection
+    pending: list[tuple[Envelope[Any], Any]] = []
+    for envelope in envelopes:
+        if isinstance(envelope.event, Correction):
+            if pending:
+                transaction.apply(pending)
+                pending = []
+            apply_correction(transaction, envelope)
+            continue
+        assert envelope.position is not None
+        rank = projection.rank(envelope.position)
+        pending.append((envelope, projection.contributions(envelope, rank)))
+    if pending:
+        transaction.apply(pending)
+
+
+def write(store: ProjectionStore, log: MemoryLog, *envelopes: Envelope[Any]) -> None:
+    with store.transaction(log) as transaction:
+        apply_events(transaction, envelopes)
+
+
+def rows(engine: Engine, table: Table) -> dict[Any, dict[str, Any]]:
+    """The table's rows by key, bookkeeping columns included."""
+    keys = [column.name for column in table.primary_key.columns]
+    with engine.connect() as connection:
+        found = connection.execute(select(table)).mappings().all()
+    return {tuple(row[name] for name in keys): dict(row) for row in found}
+
+
+def tick(entity: str, amount: int, label: str) -> Tick:
+    return Tick(entity=entity, amount=amount, label=label)
+
+
+def reading(sensor: str, value: int | None, zone: str = "north") -> Reading:
+    return Reading(sensor=sensor, zone=zone, value=value)
+
+
+# Merging ------------------------------------------------------------------
+
+
+def test_sums_and_counts_merge_with_existing_rows(
+    engine: Engine, totals_store: ProjectionStore, log: MemoryLog
+) -> None:
+    write(totals_store, log, log.append(tick("a", 5, "x")), log.append(tick("b", 1, "x")))
+    write(totals_store, log, log.append(tick("a", -2, "y")), log.append(tick("a", 4, "x")))
+
+    labels = rows(engine, projection_test_app.label_totals)
+    assert {key: (row["total"], row["ticks"]) for key, row in labels.items()} == {
+        ("x",): (10, 3),
+        ("y",): (-2, 1),
+    }
+    entity_a = rows(engine, projection_test_app.totals)[("a",)]
+    assert (entity_a["total"], entity_a["ticks"], entity_a[CONTRIBUTIONS_COLUMN]) == (7, 3, 3)
+    assert (entity_a["smallest"], entity_a["largest"]) == (-2, 5)
+
+
+def test_sql_merges_handle_null_values(
+    engine: Engine, readings_store: ProjectionStore, log: MemoryLog
+) -> None:
+    write(readings_store, log, log.append(reading("s", None)))
+    [row] = rows(engine, readings).values()
+    assert (row["total"], row["n"], row["low"], row["high"]) == (0, 1, None, None)
+    assert (row["last"], row["first"]) == (None, None)
+
+    write(readings_store, log, log.append(reading("s", 5)))
+    [row] = rows(engine, readings).values()
+    assert (row["total"], row["n"], row["low"], row["high"]) == (5, 2, 5, 5)
+    assert (row["last"], row["first"]) == (5, None)
+
+    write(readings_store, log, log.append(reading("s", None)), log.append(reading("s", 3)))
+    write(readings_store, log, log.append(reading("s", None)))
+    [row] = rows(engine, readings).values()
+    assert (row["total"], row["n"], row["low"], row["high"]) == (8, 5, 3, 5)
+    assert (row["last"], row["first"]) == (None, None)
+
+
+def test_latest_and_first_follow_the_log_rank_not_the_apply_order(
+    engine: Engine, readings_store: ProjectionStore, log: MemoryLog
+) -> None:
+    late = log.append(reading("s", 20, zone="z"), partition=1)
+    later = log.append(reading("t", 30, zone="z"), partition=1)
+    early = log.append(reading("s", 10, zone="z"), partition=0)
+    write(readings_store, log, later, late)
+    write(readings_store, log, early)
+
+    row = rows(engine, readings)[("s",)]
+    assert (row["last"], row["first"]) == (20, 10)
+    assert row["last_ep_rank"] == readings_projection.rank(late.ref().position)
+    assert row["first_ep_rank"] == readings_projection.rank(early.ref().position)
+    assert rows(engine, zones)[("z",)]["last_sensor"] == "t"
+
+
+def test_python_merged_latest_first_and_fold_follow_the_log_rank(
+    engine: Engine, totals_store: ProjectionStore, log: MemoryLog
+) -> None:
+    first = log.append(tick("a", 1, "p"))
+    second = log.append(tick("a", 2, "q"))
+    third = log.append(tick("a", 3, "r"))
+    write(totals_store, log, first)
+    write(totals_store, log, second, third)
+
+    row = rows(engine, projection_test_app.totals)[("a",)]
+    assert (row["first_label"], row["last_label"]) == ("p", "r")
+    assert row["trail"] == "p|q|r"
+
+
+def test_set_add_is_stored_as_a_sorted_json_list(
+    engine: Engine, totals_store: ProjectionStore, log: MemoryLog
+) -> None:
+    write(totals_store, log, log.append(tick("a", 1, "pear")), log.append(tick("a", 1, "apple")))
+    write(totals_store, log, log.append(tick("a", 1, "fig")), log.append(tick("a", 1, "apple")))
+
+    with engine.connect() as connection:
+        stored = connection.execute(text("SELECT labels FROM pt_totals")).scalar_one()
+    listed = orjson.loads(stored) if isinstance(stored, str | bytes) else stored
+    assert listed == ["apple", "fig", "pear"]
+
+
+# Checkpoints --------------------------------------------------------------
+
+
+def advance(store: ProjectionStore, log: MemoryLog, moves: dict[Any, Any]) -> None:
+    with store.transaction(log) as transaction:
+        transaction.advance(moves)
+
+
+def test_checkpoints_move_by_compare_and_set(totals_store: ProjectionStore, log: MemoryLog) -> None:
+    advance(totals_store, log, {(PT, 0): (None, 5), (PT, 1): (None, 2)})
+    advance(totals_store, log, {(PT, 0): (5, 9)})
+
+    assert totals_store.checkpoints([(PT, 0), (PT, 1), (PT, 2)]) == {(PT, 0): 9, (PT, 1): 2}
+    assert totals_store.checkpoints([(PT, 1)]) == {(PT, 1): 2}
+    with pytest.raises(CheckpointConflictError):
+        advance(totals_store, log, {(PT, 0): (5, 12)})
+    with pytest.raises(CheckpointConflictError):
+        advance(totals_store, log, {(PT, 1): (None, 4)})
+    with pytest.raises(CheckpointConflictError):
+        advance(totals_store, log, {(PT, 2): (3, 4)})
+    assert totals_store.checkpoints([(PT, 0), (PT, 1), (PT, 2)]) == {(PT, 0): 9, (PT, 1): 2}
+
+
+def test_a_stale_checkpoint_voids_the_whole_batch(
+    engine: Engine, totals_store: ProjectionStore, log: MemoryLog
+) -> None:
+    advance(totals_store, log, {(PT, 0): (None, 1), (PT, 1): (None, 1)})
+    with pytest.raises(CheckpointConflictError), totals_store.transaction(log) as transaction:
+        apply_events(transaction, [log.append(tick("a", 1, "x"))])
+        transaction.advance({(PT, 0): (1, 2), (PT, 1): (0, 2)})
+
+    assert rows(engine, projection_test_app.totals) == {}
+    assert rows(engine, projection_test_app.label_totals) == {}
+    assert totals_store.checkpoints([(PT, 0), (PT, 1)]) == {(PT, 0): 1, (PT, 1): 1}
+    with engine.connect() as connection:
+        assert connection.execute(select(schema.event_index)).all() == []
+
+
+def test_checkpoints_belong_to_one_projection(
+    totals_store: ProjectionStore, readings_store: ProjectionStore, log: MemoryLog
+) -> None:
+    advance(totals_store, log, {(PT, 0): (None, 3)})
+    advance(readings_store, log, {(PT, 0): (None, 7)})
+    assert totals_store.checkpoints([(PT, 0)]) == {(PT, 0): 3}
+    assert readings_store.checkpoints([(PT, 0)]) == {(PT, 0): 7}
+
+
+# The event index and dead letters ------------------------------------------
+
+
+def index_entries(engine: Engine) -> list[tuple[str, str, int]]:
+    table = schema.event_index
+    query = select(table.c.table_name, table.c.row_key, table.c.offset).order_by(
+        table.c.table_name, table.c.offset
+    )
+    with engine.connect() as connection:
+        return [tuple(row) for row in connection.execute(query)]
+
+
+def test_the_event_index_covers_only_non_invertible_tables(
+    engine: Engine, totals_store: ProjectionStore, log: MemoryLog
+) -> None:
+    first = log.append(tick("a", 1, "x"))
+    second = log.append(tick("b", 1, "x"))
+    write(totals_store, log, first, second)
+
+    assert index_entries(engine) == [("pt_totals", '["a"]', 0), ("pt_totals", '["b"]', 1)]
+    table = schema.event_index
+    with engine.connect() as connection:
+        ids = set(connection.execute(select(table.c.event_id)).scalars())
+    assert ids == {str(first.event_id), str(second.event_id)}
+
+
+def test_poison_events_are_parked_with_their_error(
+    engine: Engine, totals_store: ProjectionStore, log: MemoryLog
+) -> None:
+    poison = log.append(tick("a", 1, "poison"))
+    position = poison.ref().position
+    with pytest.raises(HandlerError) as raised:
+        totals_projection.contributions(poison, totals_projection.rank(position))
+    error = raised.value
+    with totals_store.transaction(log) as transaction:
+        transaction.park(position, error, log.values[position], "pt.tick")
+        transaction.park(Position(PT, 0, 1), ValueError("not json"), b"\xff garbage", None)
+
+    table = schema.dead_letters
+    with engine.connect() as connection:
+        parked = connection.execute(select(table).order_by(table.c.offset)).mappings().all()
+    assert [row["status"] for row in parked] == [schema.DEAD_LETTER_PARKED] * 2
+    assert parked[0]["projection"] == totals_projection.name
+    assert (parked[0]["topic"], parked[0]["partition"], parked[0]["offset"]) == (PT, 0, 0)
+    assert parked[0]["event_id"] == str(poison.event_id)
+    assert parked[0]["event_type"] == "pt.tick"
+    assert "poison" in parked[0]["error"]
+    assert "ValueError" in parked[0]["detail"]
+    assert parked[1]["event_id"] is None
+    assert parked[1]["error"] == "not json"
+
+
+# Corrections --------------------------------------------------------------
+
+
+def test_rows_whose_contributions_are_all_retracted_disappear(
+    engine: Engine, totals_store: ProjectionStore, log: MemoryLog
+) -> None:
+    kept = log.append(tick("a", 0, "x"))
+    dropped = log.append(tick("b", 4, "y"))
+    write(totals_store, log, kept, dropped)
+    write(totals_store, log, log.append(Correction(of=dropped, retract=True)))
+
+    assert set(rows(engine, projection_test_app.totals)) == {("a",)}
+    assert set(rows(engine, projection_test_app.label_totals)) == {("x",)}
+    assert rows(engine, projection_test_app.label_totals)[("x",)]["total"] == 0
+    assert index_entries(engine) == [("pt_totals", '["a"]', 0)]
+
+
+def test_a_replacement_moves_contributions_between_rows(
+    engine: Engine, totals_store: ProjectionStore, log: MemoryLog
+) -> None:
+    first = log.append(tick("a", 5, "x"))
+    second = log.append(tick("a", 2, "y"))
+    write(totals_store, log, first, second)
+    write(totals_store, log, log.append(Correction(of=first, replacement=tick("a", 1, "z"))))
+
+    row = rows(engine, projection_test_app.totals)[("a",)]
+    assert (row["total"], row["ticks"], row["smallest"], row["largest"]) == (3, 2, 1, 2)
+    assert (row["first_label"], row["last_label"], row["trail"]) == ("z", "y", "z|y")
+    assert row["labels"] == ["y", "z"]
+    labels = rows(engine, projection_test_app.label_totals)
+    assert {key: row["total"] for key, row in labels.items()} == {("y",): 2, ("z",): 1}
+
+
+def test_a_replacement_recomputes_sql_merged_rows_and_moves_the_index(
+    engine: Engine, readings_store: ProjectionStore, log: MemoryLog
+) -> None:
+    low = log.append(reading("s", 1, zone="north"))
+    high = log.append(reading("t", 9, zone="north"))
+    write(readings_store, log, low, high)
+    replacement = reading("s", 4, zone="south")
+    write(readings_store, log, log.append(Correction(of=low, replacement=replacement)))
+
+    assert rows(engine, readings)[("s",)]["low"] == 4
+    zone_rows = rows(engine, zones)
+    assert {key: (row["low"], row["last_sensor"]) for key, row in zone_rows.items()} == {
+        ("north",): (9, "t"),
+        ("south",): (4, "s"),
+    }
+    assert index_entries(engine) == [
+        ("st_readings", '["s"]', 0),
+        ("st_readings", '["t"]', 1),
+        ("st_zones", '["south"]', 0),
+        ("st_zones", '["north"]', 1),
+    ]
+
+
+def test_the_latest_correction_of_a_chain_wins(
+    engine: Engine, totals_store: ProjectionStore, log: MemoryLog
+) -> None:
+    root = log.append(tick("a", 5, "x"))
+    write(totals_store, log, root, log.append(tick("a", 1, "w")))
+    replaced = log.append(Correction(of=root, replacement=tick("a", 10, "y")))
+    retracted = log.append(Correction(of=replaced, retract=True))
+    write(totals_store, log, replaced, retracted)
+    assert rows(engine, projection_test_app.totals)[("a",)]["total"] == 1
+
+    revived = log.append(Correction(of=retracted, replacement=tick("a", 7, "z")))
+    write(totals_store, log, revived)
+
+    row = rows(engine, projection_test_app.totals)[("a",)]
+    assert (row["total"], row["ticks"], row["trail"]) == (8, 2, "z|w")
+    labels = rows(engine, projection_test_app.label_totals)
+    assert {key: row["total"] for key, row in labels.items()} == {("w",): 1, ("z",): 7}
+    table = schema.corrected_events
+    with engine.connect() as connection:
+        [recorded] = connection.execute(select(table)).mappings().all()
+    assert (recorded["offset"], recorded["correction_offset"]) == (0, 4)
+    assert recorded["retracted"] is False
+
+
+def test_correcting_a_parked_event_applies_only_the_replacement(
+    engine: Engine, totals_store: ProjectionStore, log: MemoryLog
+) -> None:
+    poison = log.append(tick("a", 5, "poison"))
+    position = poison.ref().position
+    with totals_store.transaction(log) as transaction:
+        transaction.park(position, HandlerError("poison"), log.values[position], "pt.tick")
+    write(totals_store, log, log.append(Correction(of=poison, replacement=tick("a", 3, "x"))))
+
+    row = rows(engine, projection_test_app.totals)[("a",)]
+    assert (row["total"], row["ticks"], row[CONTRIBUTIONS_COLUMN]) == (3, 1, 1)
+    assert rows(engine, projection_test_app.label_totals)[("x",)]["ticks"] == 1
+
+
+def test_a_correction_naming_the_wrong_event_is_refused(
+    engine: Engine, totals_store: ProjectionStore, log: MemoryLog
+) -> None:
+    root = log.append(tick("a", 5, "x"))
+    write(totals_store, log, root)
+    impostor = Envelope(tick("a", 1, "x"), position=root.ref().position)
+    bad = log.append(Correction(of=impostor, retract=True))
+    with pytest.raises(InvalidCorrectionError):
+        write(totals_store, log, bad)
+    assert rows(engine, projection_test_app.totals)[("a",)]["total"] == 5
+
+
+# Concurrency and statements -------------------------------------------------
+
+
+def test_two_concurrent_writers_wait_and_lose_no_update(
+    engine: Engine, totals_store: ProjectionStore, log: MemoryLog
+) -> None:
+    first = log.append(tick("a", 1, "x"))
+    second = log.append(tick("a", 2, "y"))
+    holding = threading.Event()
+    released_after: list[float] = []
+    failures: list[BaseException] = []
+
+    def hold_then_commit() -> None:
+        try:
+            with totals_store.transaction(log) as transaction:
+                apply_events(transaction, [first])
+                holding.set()
+                time.sleep(HOLD_S)
+                released_after.append(time.monotonic())
+        except BaseException as exc:
+            failures.append(exc)
+            holding.set()
+
+    holder = threading.Thread(target=hold_then_commit)
+    holder.start()
+    assert holding.wait(THREAD_TIMEOUT_S)
+    write(totals_store, log, second)
+    written_at = time.monotonic()
+    holder.join(THREAD_TIMEOUT_S)
+
+    assert not failures
+    assert written_at > released_after[0]
+    row = rows(engine, projection_test_app.totals)[("a",)]
+    assert (row["total"], row["ticks"], row["trail"]) == (3, 2, "x|y")
+
+
+def test_a_big_batch_is_a_few_multi_row_statements(
+    engine: Engine, totals_store: ProjectionStore, log: MemoryLog
+) -> None:
+    batch = [
+        log.append(tick(f"entity-{number}", number, f"label-{number % 7}"))
+        for number in range(BIG_BATCH_EVENTS)
+    ]
+    statements: list[str] = []
+
+    def count(_connection: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        statements.append(statement)
+
+    event.listen(engine, "before_cursor_execute", count)
+    try:
+        with totals_store.transaction(log) as transaction:
+            transaction.advance({(PT, 0): (None, BIG_BATCH_EVENTS)})
+            apply_events(transaction, batch)
+    finally:
+        event.remove(engine, "before_cursor_execute", count)
+
+    assert len(statements) <= STATEMENTS_PER_BATCH_MAX, statements
+    assert len(rows(engine, projection_test_app.totals)) == BIG_BATCH_EVENTS
+    assert len(index_entries(engine)) == BIG_BATCH_EVENTS
+
+
+# SQLite -------------------------------------------------------------------
+
+
+def test_sqlite_runs_in_wal_mode_with_a_busy_timeout(sqlite_url: str) -> None:
+    engine = create_store_engine(sqlite_url)
+    try:
+        with engine.connect() as connection:
+            assert connection.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+            timeout_ms = connection.exec_driver_sql("PRAGMA busy_timeout").scalar()
+            assert timeout_ms == int(SQLITE_BUSY_TIMEOUT_S * 1000)
+    finally:
+        engine.dispose()
