@@ -6,7 +6,7 @@ from the log and checking that the id at the named position is the one the
 correction names and that it sits earlier in the same partition. Then:
 
 1. the root's previous content is its last correction's outcome, or the
-   root itself (nothing, if the root was parked as poison);
+   root itself (nothing, if the root was parked as poison and never corrected);
 2. the new content is this correction's replacement (nothing if it retracts);
 3. the root's new content is recorded, so later recomputations see it;
 4. invertible tables get the previous contributions negated and the new
@@ -42,8 +42,9 @@ class InvalidCorrectionError(HandlerError):
 def apply_correction(transaction: StoreTransaction, correction: Envelope[Correction]) -> None:
     """Apply ``correction`` in ``transaction`` (raises HandlerError for a poison correction)."""
     root = find_root(transaction, correction)
-    previous = None if is_parked(transaction, root) else transaction.effective([root])
-    previous_content: Event | None = None if previous is None else previous[_at(root)]
+    previous_content: Event | None = transaction.effective([root])[_at(root)]
+    if not transaction.is_corrected(root) and is_parked(transaction, root):
+        previous_content = None  # a parked event never contributed
     new_content = replacement_event(correction.event, transaction.store.catalog)
     transaction.record_correction(root, correction)
     removed = transaction.contributions_of(root, previous_content)

@@ -18,6 +18,8 @@ from eventplatform.projections.errors import ProjectionError
 
 READ_TIMEOUT_S = 30.0
 SCAN_GAP_RECORDS = 500
+# A point read must not sit out a long-poll fetch for data that is already there.
+READER_FETCH_WAIT_MS = 10
 POLL_S = 0.2
 
 
@@ -62,6 +64,7 @@ class KafkaEventReader:
                 "group.id": "eventplatform.reader",
                 "enable.auto.commit": False,
                 "enable.partition.eof": False,
+                "fetch.wait.max.ms": READER_FETCH_WAIT_MS,
                 **(config or {}),
             }
         )

@@ -32,7 +32,7 @@ from eventplatform.projections.registry import (
     row_counts,
 )
 from eventplatform.projections.runner import ProjectionRunner
-from eventplatform.projections.store import ProjectionStore
+from eventplatform.projections.store import ProjectionStore, StoreTransaction
 
 WAIT_POLL_S_MIN = 0.005
 WAIT_POLL_S_MAX = 0.2
@@ -228,6 +228,12 @@ def _retry_one(
     store: ProjectionStore, reader: KafkaEventReader, letter_id: int, position: Position
 ) -> bool:
     """Apply one parked event in its own transaction; False if it is poison still."""
+    if _corrected_since(store, position):
+        # The correction applied the event's current content; applying the
+        # original as well would count it twice.
+        with store.engine.begin() as connection:
+            StoreTransaction(store, connection, reader).resolve(letter_id)
+        return True
     record = Record(position, reader([position]).get(position), None)
     plan = plan_batch(store.projection, [record], {(position.topic, position.partition): None})
     try:
@@ -245,6 +251,18 @@ def _retry_one(
     except (_StillPoisonError, HandlerError, EventError):
         return False
     return True
+
+
+def _corrected_since(store: ProjectionStore, position: Position) -> bool:
+    table = schema.corrected_events
+    query = select(table.c.offset).where(
+        table.c.projection == store.projection.name,
+        table.c.topic == position.topic,
+        table.c.partition == position.partition,
+        table.c.offset == position.offset,
+    )
+    with store.engine.connect() as connection:
+        return connection.execute(query).first() is not None
 
 
 class _StillPoisonError(Exception):

@@ -106,8 +106,14 @@ class ProjectionRunner:
                     self._idle_since = time.monotonic()
                 elif idle_exit_s is not None and self._idle_for(idle_exit_s):
                     break
-        finally:
+        except ProjectionStoppedError:
+            raise  # its status ("failed", with the error) is already recorded
+        except BaseException as exc:
+            set_status(self.store, "failed", error=repr(exc))
+            raise
+        else:
             set_status(self.store, "stopped")
+        finally:
             self.close()
 
     def _idle_for(self, seconds: float) -> bool:

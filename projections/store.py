@@ -350,6 +350,10 @@ class StoreTransaction:
                 result[root.position] = replacement_content(replacement, self.store.catalog)
         return result
 
+    def is_corrected(self, root: Envelope[Any]) -> bool:
+        assert root.position is not None
+        return bool(self._corrected_rows([root.position]))
+
     def _corrected_rows(self, positions: Sequence[Position]) -> dict[Position, Any]:
         table = schema.corrected_events
         found: dict[Position, Any] = {}

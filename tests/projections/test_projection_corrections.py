@@ -21,7 +21,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,10 +33,8 @@ from sqlalchemy import JSON, BigInteger, Column, Engine, MetaData, String, Table
 
 from eventplatform.events import Correction, Envelope, Event, EventProducer, EventRef, Position
 from eventplatform.projections import migrate, schema
-from eventplatform.projections import runner as runner_module
 from eventplatform.projections.database import create_store_engine
 from eventplatform.projections.errors import ApplyTimeoutError
-from eventplatform.projections.kafka import KafkaEventReader
 from eventplatform.projections.merge import Count, First, Fold, Latest, Max, Min, SetAdd, Sum
 from eventplatform.projections.model import Projection, Row, merge_column, projection_table
 from eventplatform.projections.operations import wait_until_applied
@@ -55,7 +53,6 @@ APPLY_TIMEOUT_S = 60.0
 APPLY_POLL_S = 0.5
 STOP_TIMEOUT_S = 30.0
 RUNNER_POLL_TIMEOUT_S = 0.1
-READER_FETCH_WAIT_MS = 10
 TRAIL_SEPARATOR = "|"
 CONTRIBUTIONS = "ep_contributions"
 
@@ -413,25 +410,6 @@ def parked_events(engine: Engine, name: str) -> list[str]:
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     with running_broker(tmp_path_factory.mktemp("broker"), BROKER_OVERRIDES) as process:
         yield process
-
-
-class PointReader(KafkaEventReader):
-    """The runner's log reader with a short fetch wait.
-
-    A point read lists the partition's offsets on the connection where the
-    reader's previous fetch may still be long-polling, so each read would wait
-    out ``fetch.wait.max.ms`` (500 ms by default) for nothing.
-    """
-
-    def __init__(self, bootstrap: str, config: Mapping[str, Any] | None = None) -> None:
-        super().__init__(bootstrap, {"fetch.wait.max.ms": READER_FETCH_WAIT_MS, **(config or {})})
-
-
-@pytest.fixture(scope="module", autouse=True)
-def quick_point_reads() -> Iterator[None]:
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(runner_module, "KafkaEventReader", PointReader)
-        yield
 
 
 @pytest.fixture

@@ -82,6 +82,7 @@ KILL_WHILE_REBALANCING_DELAY_S = (0.2, 1.5)
 SHARING_WAIT_S = 45.0
 STREAM_TIMEOUT_S = 600.0
 APPLY_WAIT_S = 150.0
+APPLY_POLL_S = 1.0
 SAMPLE_INTERVAL_S = 0.25
 ADMIN_TIMEOUT_S = 30.0
 DESCRIBE_TIMEOUT_S = 5.0
@@ -502,6 +503,35 @@ def running_thread(thread: TickStream | GroupMonitor) -> Iterator[None]:
         thread.join(JOIN_TIMEOUT_S)
 
 
+def wait_until_all_applied(
+    database_url: str,
+    refs: Sequence[EventRef],
+    runners: Sequence[RunnerProcess],
+    monitor: GroupMonitor,
+) -> None:
+    """Wait for the checkpoints to pass every appended event, failing early if a runner dies."""
+    last: dict[int, EventRef] = {}
+    for ref in refs:
+        known = last.get(ref.position.partition)
+        if known is None or known.position.offset < ref.position.offset:
+            last[ref.position.partition] = ref
+    engine = create_store_engine(database_url)
+    deadline = time.monotonic() + APPLY_WAIT_S
+    try:
+        while True:
+            assert_running(runners, monitor)
+            try:
+                wait_until_applied(engine, PROJECTION.name, last.values(), timeout_s=APPLY_POLL_S)
+                return
+            except ApplyTimeoutError as exc:
+                if time.monotonic() > deadline:
+                    pytest.fail(
+                        f"{exc} (waited {APPLY_WAIT_S} s)\n" + failure_detail(runners, monitor)
+                    )
+    finally:
+        engine.dispose()
+
+
 def stop_runners(
     runners: Sequence[RunnerProcess], monitor: GroupMonitor
 ) -> dict[str, RunnerSummary]:
@@ -542,10 +572,7 @@ def test_sigkilled_runners_apply_every_event_exactly_once(
             f"the stream stopped at {stream.appended} events: {stream.error!r}"
         )
         timings["stream"] = (stream.finished_at or time.monotonic()) - started
-        try:
-            wait_until_applied(database_url, PROJECTION.name, stream.refs, timeout_s=APPLY_WAIT_S)
-        except ApplyTimeoutError as exc:
-            pytest.fail(f"{exc}\n" + failure_detail(runners, monitor))
+        wait_until_all_applied(database_url, stream.refs, runners, monitor)
         timings["applied"] = time.monotonic() - started
         summaries = stop_runners(runners, monitor)
         samples = list(monitor.samples)

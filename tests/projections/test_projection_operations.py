@@ -219,10 +219,6 @@ def test_stop_halts_right_before_a_poison_event(
     assert status.lag_events == 2
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="ProjectionRunner.run's finally clause overwrites the 'failed' status with 'stopped'",
-)
 def test_a_stopped_projection_shows_as_failed(
     sqlite_url: str, broker: BrokerProcess, producer: EventProducer
 ) -> None:
@@ -287,11 +283,6 @@ def test_retry_applies_parked_events_once_the_handler_is_fixed(
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="retry_dead_letters applies a parked event's original content even when a "
-    "correction has since replaced it",
-)
 def test_retrying_a_parked_event_that_was_corrected_since_applies_its_correction_only(
     url: str, broker: BrokerProcess, producer: EventProducer, monkeypatch: pytest.MonkeyPatch
 ) -> None:

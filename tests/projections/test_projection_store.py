@@ -81,6 +81,16 @@ def reading_rows(envelope: Envelope[Reading]) -> Iterator[Row]:
     yield Row(zones, zone=reading.zone, low=value, last_sensor=reading.sensor)
 
 
+twice_projection = Projection("storetest.twice", tables=[zones])
+
+
+@twice_projection.on(Reading)
+def two_rows_for_one_zone(envelope: Envelope[Reading]) -> Iterator[Row]:
+    reading = envelope.event
+    yield Row(zones, zone=reading.zone, low=reading.value)
+    yield Row(zones, zone=reading.zone, last_sensor=reading.sensor)
+
+
 class MemoryLog:
     """Appended records by position: the reader a correction reads its chain with."""
 
@@ -322,6 +332,21 @@ def test_the_event_index_covers_only_non_invertible_tables(
     with engine.connect() as connection:
         ids = set(connection.execute(select(table.c.event_id)).scalars())
     assert ids == {str(first.event_id), str(second.event_id)}
+
+
+def test_an_event_with_two_rows_for_one_key_is_indexed_once(engine: Engine, log: MemoryLog) -> None:
+    store = ProjectionStore(engine, twice_projection)
+    first = log.append(reading("s", 4, zone="z"))
+    write(store, log, first, log.append(reading("t", 2, zone="z")))
+
+    row = rows(engine, zones)[("z",)]
+    assert (row["low"], row["last_sensor"], row[CONTRIBUTIONS_COLUMN]) == (2, "t", 4)
+    assert index_entries(engine) == [("st_zones", '["z"]', 0), ("st_zones", '["z"]', 1)]
+
+    write(store, log, log.append(Correction(of=first, retract=True)))
+    row = rows(engine, zones)[("z",)]
+    assert (row["low"], row["last_sensor"], row[CONTRIBUTIONS_COLUMN]) == (2, "t", 2)
+    assert index_entries(engine) == [("st_zones", '["z"]', 1)]
 
 
 def test_poison_events_are_parked_with_their_error(
