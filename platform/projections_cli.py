@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import threading
@@ -53,6 +54,12 @@ def projections() -> None:
     metavar="KEY=VALUE",
     help="A librdkafka consumer setting, e.g. session.timeout.ms=10000; repeatable.",
 )
+@click.option(
+    "--log-level",
+    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
+    default="INFO",
+    show_default=True,
+)
 @_bootstrap_option
 @database_option
 @apps_option
@@ -60,6 +67,7 @@ def projections_run(
     name: str,
     batch_size: int,
     consumer_settings: tuple[str, ...],
+    log_level: str,
     bootstrap: str,
     database: str | None,
     app_references: tuple[str, ...],
@@ -67,6 +75,9 @@ def projections_run(
     """Run projection NAME as a member of its consumer group until SIGINT or SIGTERM."""
     from eventplatform.projections.operations import run_projection
 
+    logging.basicConfig(
+        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     stop = threading.Event()
     for signal_number in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signal_number, lambda *_: stop.set())

@@ -118,7 +118,7 @@ def make_ticks(rng: random.Random) -> list[Tick]:
 
 
 class TickStream(threading.Thread):
-    """Appends the ticks in chunks, at most ``RATE_PER_S_MAX`` a second.
+    """Appends the ticks in chunks, paced to ``RATE_PER_S_MAX`` a second on average.
 
     It never runs further ahead than ``allow`` lets it: after ``k`` kills,
     ``k + 1`` shares of ``KILLS + 1``. The refs come back in the order given.
@@ -206,7 +206,7 @@ class GroupMonitor(threading.Thread):
 
     def __init__(self, bootstrap: str, database_url: str) -> None:
         super().__init__(name="group-monitor", daemon=True)
-        self.admin = AdminClient({"bootstrap.servers": bootstrap})
+        self.bootstrap = bootstrap
         self.database_url = database_url
         self.samples: list[Sample] = []
         self.describe_errors = 0
@@ -223,18 +223,19 @@ class GroupMonitor(threading.Thread):
         return sum(latest.checkpoints.values()) if latest else 0
 
     def run(self) -> None:
+        admin = AdminClient({"bootstrap.servers": self.bootstrap})
         engine = create_store_engine(self.database_url)
         try:
             while not self.stop.wait(SAMPLE_INTERVAL_S):
-                self._sample(engine)
+                self._sample(admin, engine)
         except BaseException as exc:
             self.error = exc
         finally:
             engine.dispose()
 
-    def _sample(self, engine: Engine) -> None:
+    def _sample(self, admin: AdminClient, engine: Engine) -> None:
         try:
-            future = self.admin.describe_consumer_groups(
+            future = admin.describe_consumer_groups(
                 [PROJECTION.group_id], request_timeout=DESCRIBE_TIMEOUT_S
             )[PROJECTION.group_id]
             description = future.result(timeout=DESCRIBE_TIMEOUT_S * 2)
@@ -433,7 +434,7 @@ def differences(
         if want == got:
             continue
         if want is None or got is None:
-            found.append(f"{key}: expected {want and want.get('ticks')} ticks, got {got}")
+            found.append(f"{key}: expected {ticks_of(want)}, got {ticks_of(got)}")
             continue
         columns = [name for name in want if want[name] != got.get(name)]
         details = []
@@ -444,6 +445,10 @@ def differences(
                 details.append(f"{name} expected {want[name]!r}, got {got[name]!r}")
         found.append(f"{key}: " + "; ".join(details))
     return found
+
+
+def ticks_of(row: dict[str, Any] | None) -> str:
+    return "no row" if row is None else f"a row of {row['ticks']} ticks"
 
 
 def trail_difference(expected: str, actual: str | None) -> str:
@@ -592,7 +597,8 @@ def test_sigkilled_runners_apply_every_event_exactly_once(
         f"timings {timings}; slowest settle {max(settled, default=0):.1f} s; "
         f"applied by slot {dict(events_applied_by_slot(samples))}; "
         f"handovers {handovers(samples)}; final runners {summaries}; "
-        f"describe errors {monitor.describe_errors}"
+        f"describe errors {monitor.describe_errors}; kills with events still to apply "
+        f"{sum(kill.applied < kill.appended for kill in kill_log.kills)} of {KILLS}"
     )
 
 
