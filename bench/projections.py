@@ -26,8 +26,9 @@ is one transaction per event, so it applies only the first
 ``--events-single`` events.
 
 The peer is the ``eventsourcing`` library (``pip install -e '.[bench]'``) on
-the same PostgreSQL server in the same run: the same events are recorded
-once as domain events of per-user aggregates in its PostgreSQL event store,
+the same PostgreSQL server in the same run: the first ``--peer-events`` of the
+same events are recorded once as domain events of per-user aggregates in its
+PostgreSQL event store,
 and its ``ProjectionRunner`` folds them into the same two tables (hand-written
 upserts in a ``PostgresTrackingRecorder`` view, which commits the rows and
 its tracking record in one transaction per event, as that library's
