@@ -12,10 +12,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import func, select
-from sqlalchemy.dialects import postgresql, sqlite
 
 from eventplatform.projections import schema
-from eventplatform.projections.store import ProjectionStore
+from eventplatform.projections.store import ProjectionStore, upsert_insert
 
 STATUS_RUNNING = "running"
 
@@ -31,8 +30,7 @@ def register_projection(store: ProjectionStore, status: str = STATUS_RUNNING) ->
         "status": status,
         "updated_at": datetime.now(UTC),
     }
-    dialect_insert = postgresql.insert if store.postgresql else sqlite.insert
-    statement = dialect_insert(schema.projections).values(values)
+    statement = upsert_insert(schema.projections, store.postgresql).values(values)
     statement = statement.on_conflict_do_update(
         index_elements=["name"],
         set_={name: statement.excluded[name] for name in values if name != "name"},

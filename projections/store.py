@@ -142,9 +142,8 @@ class StoreTransaction:
 
     def _insert_checkpoint(self, topic: str, partition: int, offset: int, now: datetime) -> bool:
         table = schema.checkpoints
-        dialect_insert = postgresql.insert if self.store.postgresql else sqlite.insert
         statement = (
-            dialect_insert(table)
+            upsert_insert(table, self.store.postgresql)
             .values(
                 projection=self.projection.name,
                 topic=topic,
@@ -285,8 +284,8 @@ class StoreTransaction:
                 copy.write_row(row)
 
     def _insert_index(self, rows: list[dict[str, Any]]) -> None:
-        dialect_insert = postgresql.insert if self.store.postgresql else sqlite.insert
-        statement = dialect_insert(schema.event_index).on_conflict_do_nothing()
+        statement = upsert_insert(schema.event_index, self.store.postgresql)
+        statement = statement.on_conflict_do_nothing()
         self.connection.execute(statement, rows)
 
     def park(
@@ -459,8 +458,7 @@ class StoreTransaction:
             "replacement": None if payload is None else payload.model_dump(mode="json"),
             "retracted": payload is None,
         }
-        dialect_insert = postgresql.insert if self.store.postgresql else sqlite.insert
-        statement = dialect_insert(schema.corrected_events).values(values)
+        statement = upsert_insert(schema.corrected_events, self.store.postgresql).values(values)
         statement = statement.on_conflict_do_update(
             index_elements=["projection", "topic", "partition", "offset"],
             set_={
@@ -552,6 +550,11 @@ def _values_clause(sql: str) -> tuple[str, str, str]:
     raise AssertionError(f"no VALUES row in {sql!r}")
 
 
+def upsert_insert(table: Any, postgres: bool) -> Any:
+    """An ``INSERT`` that takes ``ON CONFLICT`` clauses, for either store."""
+    return (postgresql.insert if postgres else sqlite.insert)(table)
+
+
 def row_key_text(key: tuple[Any, ...]) -> str:
     """A row key as index text: a JSON list (dates as ISO strings)."""
     return orjson.dumps(list(key), default=str).decode()
@@ -559,7 +562,7 @@ def row_key_text(key: tuple[Any, ...]) -> str:
 
 def _upsert(plan: TablePlan, postgres: bool) -> Any:
     table = plan.table
-    statement = (postgresql.insert if postgres else sqlite.insert)(table)
+    statement = upsert_insert(table, postgres)
     excluded = statement.excluded
     updates: dict[str, Any] = {}
     for name, merge in plan.merges.items():
