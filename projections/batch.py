@@ -1,9 +1,11 @@
-"""Turning polled records into a batch plan: pure, no IO.
+"""Turning polled records into a batch plan: no IO.
 
-Each record becomes one step: an event to apply (with its contributions), a
-correction to apply, a record to skip (a type the projection does not read),
-or a poison record (it does not decode, or its handler raised). The plan
-also says where each partition's checkpoint moves.
+The plan is a sequence of steps in log order. Runs of applied events become
+one :class:`~.premerge.BatchDelta` each: their rows pre-merged per table and
+row key, ready for one upsert per table. Between runs stand the records that
+need a step of their own: a correction to apply, or a poison record (it does
+not decode, or its handler raised). Records of types the projection does not
+read are skipped. The plan also says where each partition's checkpoint moves.
 """
 
 from __future__ import annotations
@@ -13,9 +15,10 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from eventplatform.events import Correction, Envelope, EventError, Position
-from eventplatform.events.codec import envelope_of, header_type, parse
+from eventplatform.events.codec import header_type, parse
 from eventplatform.projections.errors import HandlerError
-from eventplatform.projections.model import Contribution, Projection
+from eventplatform.projections.model import Contribution, Projection, Row
+from eventplatform.projections.premerge import BatchDelta, Premerger
 
 StepKind = Literal["apply", "correct", "poison"]
 
@@ -41,15 +44,21 @@ class Step:
 
 @dataclass(slots=True)
 class BatchPlan:
-    steps: list[Step]
+    steps: list[Step | BatchDelta]
     moves: dict[tuple[str, int], tuple[int | None, int]]
     stop_at: Step | None = None
+
+    @property
+    def events(self) -> int:
+        """How many records the plan applies, corrects or parks."""
+        return sum(s.events if isinstance(s, BatchDelta) else 1 for s in self.steps)
 
 
 def plan_batch(
     projection: Projection,
     records: Iterable[Record],
     expected: dict[tuple[str, int], int | None],
+    premerger: Premerger | None = None,
 ) -> BatchPlan:
     """Plan the records of one poll. Records of partitions not in ``expected`` are dropped.
 
@@ -57,42 +66,69 @@ def plan_batch(
     consumer re-delivered it) and is dropped too. With the ``stop`` policy the
     plan ends before the first poison record.
     """
-    catalog = projection.catalog()
-    steps: list[Step] = []
+    premerger = premerger or Premerger(projection)
+    catalog = projection.decoding_catalog()
+    handlers = projection.handlers
+    rank_of = projection.rank
+    stop = projection.on_error == "stop"
+    steps: list[Step | BatchDelta] = []
     moves: dict[tuple[str, int], tuple[int | None, int]] = {}
+    delta = premerger.delta()
+    add = premerger.adder(delta)
     for record in records:
-        partition = (record.position.topic, record.position.partition)
-        if partition not in expected:
+        position = record.position
+        partition = (position.topic, position.partition)
+        start = expected.get(partition, -1)
+        if start == -1 or (start is not None and position.offset < start):
             continue
-        start = expected[partition]
-        if start is not None and record.position.offset < start:
-            continue
-        step = _step(projection, catalog, record)
-        if step is not None and step.kind == "poison" and projection.on_error == "stop":
-            return BatchPlan(steps, moves, stop_at=step)
+        step: Step | None = None
+        event_type = header_type(record.headers) or _value_type(record.value)
+        if event_type is None or projection.handles(event_type):
+            try:
+                envelope = catalog.decode(record.value, position, event_type)
+            except EventError as exc:
+                step = Step("poison", record, error=exc, event_type=event_type)
+            else:
+                event = envelope.event
+                entry = handlers.get(event.event_type)
+                if entry is not None:
+                    try:
+                        add(_rows(projection, entry[1], envelope), rank_of(position))
+                    except HandlerError as exc:
+                        step = Step("poison", record, envelope, error=exc, event_type=event_type)
+                elif isinstance(event, Correction):
+                    step = Step("correct", record, envelope, event_type=event_type)
         if step is not None:
+            if stop and step.kind == "poison":
+                break_at = step
+                _close(steps, delta)
+                return BatchPlan(steps, moves, stop_at=break_at)
+            if delta:
+                steps.append(delta)
+                delta = premerger.delta()
+                add = premerger.adder(delta)
             steps.append(step)
-        moves[partition] = (start, record.position.offset + 1)
+        moves[partition] = (start, position.offset + 1)
+    _close(steps, delta)
     return BatchPlan(steps, moves)
 
 
-def _step(projection: Projection, catalog: Any, record: Record) -> Step | None:
-    event_type = header_type(record.headers)
-    if event_type is not None and not projection.handles(event_type):
+def _value_type(value: bytes | None) -> str | None:
+    """The type a record without headers holds; None if it is no envelope at all."""
+    try:
+        return parse(value)["type"]  # type: ignore[no-any-return]
+    except EventError:
         return None
+
+
+def _close(steps: list[Step | BatchDelta], delta: BatchDelta) -> None:
+    if delta:
+        steps.append(delta)
+
+
+def _rows(projection: Projection, handler: Any, envelope: Envelope[Any]) -> list[Any]:
     try:
-        raw = parse(record.value)
-        if not projection.handles(raw["type"]):
-            return None
-        event = catalog.event(raw["type"], raw["version"], raw["data"])
-        envelope = envelope_of(raw, event, record.position)
-    except EventError as exc:
-        return Step("poison", record, error=exc, event_type=event_type)
-    if isinstance(envelope.event, Correction):
-        return Step("correct", record, envelope=envelope, event_type=event_type)
-    try:
-        rank = projection.rank(record.position)
-        contributions = projection.contributions(envelope, rank)
-    except HandlerError as exc:
-        return Step("poison", record, envelope=envelope, error=exc, event_type=event_type)
-    return Step("apply", record, envelope=envelope, contributions=contributions)
+        produced = handler(envelope)
+        return [produced] if isinstance(produced, Row) else list(produced or ())
+    except Exception as exc:
+        raise HandlerError(f"{projection.name}: handler raised {exc!r}") from exc

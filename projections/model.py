@@ -204,6 +204,7 @@ class Projection:
         self._plan_of = {id(plan.table): plan for plan in self.plans.values()}
         self.handlers: dict[str, tuple[type[Event], Handler]] = {}
         self._topics: tuple[str, ...] = ()
+        self._catalog: EventCatalog | None = None
 
     def on(self, *event_classes: type[Event]) -> Callable[[Handler], Handler]:
         """Register a handler for ``event_classes``; it returns rows (or yields them)."""
@@ -218,6 +219,7 @@ class Projection:
                     )
                 self.handlers[event_class.event_type] = (event_class, handler)
             self._topics = tuple(sorted({cls.event_topic for cls, _ in self.handlers.values()}))
+            self._catalog = None
             return handler
 
         return register
@@ -234,6 +236,12 @@ class Projection:
     def catalog(self) -> EventCatalog:
         return EventCatalog(event_class for event_class, _ in self.handlers.values())
 
+    def decoding_catalog(self) -> EventCatalog:
+        """The catalog the engines decode with: one per projection, so its validators are kept."""
+        if self._catalog is None:
+            self._catalog = self.catalog()
+        return self._catalog
+
     def handles(self, event_type: str | None) -> bool:
         return event_type in self.handlers or event_type == Correction.event_type
 
@@ -248,6 +256,12 @@ class Projection:
             | position.offset
         )
 
+    def position_of(self, rank: int) -> Position:
+        """The position a rank packs (the inverse of :meth:`rank`)."""
+        topic_index = rank >> (RANK_PARTITION_BITS + RANK_OFFSET_BITS)
+        partition = rank >> RANK_OFFSET_BITS & ((1 << RANK_PARTITION_BITS) - 1)
+        return Position(self._topics[topic_index], partition, rank & ((1 << RANK_OFFSET_BITS) - 1))
+
     def contributions(self, envelope: Envelope[Any], rank: int) -> list[Contribution]:
         """The validated contributions of one (non-correction) event; raises HandlerError."""
         entry = self.handlers.get(envelope.event.event_type)
@@ -258,9 +272,10 @@ class Projection:
             rows = [produced] if isinstance(produced, Row) else list(produced or ())
         except Exception as exc:
             raise HandlerError(f"{self.name}: handler raised {exc!r}") from exc
-        return [self._validate(row, rank) for row in rows]
+        return [self.validate_row(row, rank) for row in rows]
 
-    def _validate(self, row: Any, rank: int) -> Contribution:
+    def validate_row(self, row: Any, rank: int) -> Contribution:
+        """One row a handler produced, as a contribution; raises HandlerError."""
         if not isinstance(row, Row):
             raise HandlerError(f"{self.name}: a handler yielded {type(row).__name__}, not Row")
         plan = self._plan_of.get(id(row.table))

@@ -25,6 +25,7 @@ from eventplatform.projections.database import create_store_engine
 from eventplatform.projections.errors import ApplyTimeoutError, HandlerError
 from eventplatform.projections.kafka import KafkaEventReader, log_ends
 from eventplatform.projections.model import Projection
+from eventplatform.projections.premerge import BatchDelta
 from eventplatform.projections.registry import (
     checkpoints_of,
     parked_count,
@@ -235,15 +236,18 @@ def _retry_one(
             StoreTransaction(store, connection, reader).resolve(letter_id)
         return True
     record = Record(position, reader([position]).get(position), None)
-    plan = plan_batch(store.projection, [record], {(position.topic, position.partition): None})
+    plan = plan_batch(
+        store.projection, [record], {(position.topic, position.partition): None}, store.premerger
+    )
     try:
         with store.transaction(reader) as transaction:
+            if plan.stop_at is not None:
+                raise _StillPoisonError(str(plan.stop_at.error))
             for step in plan.steps:
-                if step.kind == "poison":
+                if isinstance(step, BatchDelta):
+                    transaction.apply_delta(step)
+                elif step.kind == "poison":
                     raise _StillPoisonError(str(step.error))
-                if step.kind == "apply":
-                    assert step.envelope is not None
-                    transaction.apply([(step.envelope, step.contributions)])
                 else:
                     assert step.envelope is not None
                     apply_correction(transaction, step.envelope)

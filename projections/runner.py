@@ -35,6 +35,7 @@ from eventplatform.projections.errors import (
     ProjectionStoppedError,
 )
 from eventplatform.projections.kafka import KafkaEventReader
+from eventplatform.projections.premerge import BatchDelta
 from eventplatform.projections.registry import register_projection, set_status
 from eventplatform.projections.store import ProjectionStore, StoreTransaction
 
@@ -183,16 +184,19 @@ class ProjectionRunner:
 
     def apply(self, records: list[Record]) -> None:
         """Apply one polled batch in one transaction; raise ProjectionStoppedError on poison."""
-        plan = plan_batch(self.projection, records, self.expected)
+        plan = self._plan(records)
         if plan.moves:
             try:
                 self._commit(plan)
             except _PoisonStopError as stop:
-                plan = plan_batch(self.projection, _before(records, stop.position), self.expected)
+                plan = self._plan(_before(records, stop.position))
                 self._commit(plan)
                 plan.stop_at = stop.step
         if plan.stop_at is not None:
             self._stop(plan.stop_at)
+
+    def _plan(self, records: list[Record]) -> BatchPlan:
+        return plan_batch(self.projection, records, self.expected, self.store.premerger)
 
     def _commit(self, plan: BatchPlan) -> None:
         with self.store.transaction(self._reader) as transaction:
@@ -201,28 +205,19 @@ class ProjectionRunner:
         for partition, (_, next_offset) in plan.moves.items():
             self.expected[partition] = next_offset
         self.stats.batches += 1
-        self.stats.events += len(plan.steps)
+        self.stats.events += plan.events
         offsets = [confluent_kafka.TopicPartition(t, p, o) for (t, p), (_, o) in plan.moves.items()]
         if offsets:
             self._consumer.commit(offsets=offsets, asynchronous=True)
 
-    def _run_steps(self, transaction: StoreTransaction, steps: list[Step]) -> None:
-        pending: list[Step] = []
+    def _run_steps(self, transaction: StoreTransaction, steps: list[Step | BatchDelta]) -> None:
         for step in steps:
-            if step.kind == "apply":
-                pending.append(step)
-                continue
-            self._flush(transaction, pending)
-            pending = []
-            if step.kind == "correct":
+            if isinstance(step, BatchDelta):
+                transaction.apply_delta(step)
+            elif step.kind == "correct":
                 self._correct(transaction, step)
             else:
                 self._park(transaction, step)
-        self._flush(transaction, pending)
-
-    def _flush(self, transaction: StoreTransaction, steps: list[Step]) -> None:
-        if steps:
-            transaction.apply([(step.envelope, step.contributions) for step in steps])  # type: ignore[misc]
 
     def _correct(self, transaction: StoreTransaction, step: Step) -> None:
         assert step.envelope is not None

@@ -5,8 +5,11 @@
   compare-and-set, so a runner that lost its partition cannot apply a batch
   twice.
 * ``ep_event_index``: for tables whose merges are not invertible, which
-  events (id and log position) contributed to which row key, so a
-  correction can recompute those rows from their events.
+  events contributed to which row, so a correction can recompute those rows
+  from their events. An entry is three integers: the table's scope (a
+  32-bit hash of projection and table name), a 64-bit hash of the row key
+  and the event's log rank. Hashes keep the entries small and the inserts
+  cheap; a hash collision only makes a recomputation read more events.
 * ``ep_corrected_events``: per corrected event (the root of a correction
   chain), the current replacement or the retraction, and the offset of the
   correction that set it.
@@ -50,13 +53,10 @@ checkpoints = Table(
 event_index = Table(
     "ep_event_index",
     metadata,
-    Column("projection", String(NAME_LENGTH), primary_key=True),
-    Column("table_name", String(NAME_LENGTH), primary_key=True),
-    Column("row_key", Text, primary_key=True),
-    Column("topic", String(TOPIC_LENGTH), primary_key=True),
-    Column("partition", Integer, primary_key=True, autoincrement=False),
-    Column("offset", BigInteger, primary_key=True, autoincrement=False),
-    Column("event_id", String(EVENT_ID_LENGTH), nullable=False),
+    Column("scope", Integer, primary_key=True, autoincrement=False),
+    Column("row_hash", BigInteger, primary_key=True, autoincrement=False),
+    Column("rank", BigInteger, primary_key=True, autoincrement=False),
+    sqlite_with_rowid=False,
 )
 
 corrected_events = Table(

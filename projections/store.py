@@ -33,9 +33,23 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
-import orjson
-from sqlalchemy import Connection, Engine, and_, bindparam, case, delete, func, or_, select, update
+from sqlalchemy import (
+    Column,
+    Connection,
+    Engine,
+    MetaData,
+    Table,
+    and_,
+    bindparam,
+    case,
+    delete,
+    func,
+    or_,
+    select,
+    update,
+)
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import DBAPIError
 
 from eventplatform.events import Correction, Envelope, Event, Position
 from eventplatform.events.codec import envelope_of, parse
@@ -57,6 +71,14 @@ from eventplatform.projections.model import (
     Projection,
     TablePlan,
 )
+from eventplatform.projections.premerge import (
+    BatchDelta,
+    CompiledTable,
+    Premerger,
+    RowHashes,
+    TableDelta,
+    scope_of,
+)
 
 TopicPartition = tuple[str, int]
 EventReader = Callable[[Sequence[Position]], dict[Position, bytes]]
@@ -65,7 +87,7 @@ EventReader = Callable[[Sequence[Position]], dict[Position, bytes]]
 KEYS_PER_STATEMENT = 500
 ROWS_PER_STATEMENT = 1000
 PARAMETERS_MAX = 65_535
-MULTIROW_SHAPES_MAX = 64
+MULTIROW_ROWS_MAX = 16
 OPAQUE = OpaqueEvent()
 
 
@@ -77,14 +99,14 @@ class ProjectionStore:
         self.projection = projection
         self.catalog = projection.catalog()
         self.postgresql = engine.dialect.name == "postgresql"
+        self.premerger = Premerger(projection)
         self._upserts = {
-            name: DriverStatement(_upsert(plan, self.postgresql), plan.table, engine.dialect)
-            for name, plan in projection.plans.items()
-            if not plan.merged_in_python
+            name: Upsert(plan, compiled, engine.dialect)
+            for name, compiled in self.premerger.compiled.items()
+            for plan in (projection.plans[name],)
         }
-        self.index_insert = DriverStatement(
-            schema.event_index.insert(), schema.event_index, engine.dialect
-        )
+        self.scopes = {name: scope_of(projection.name, name) for name in projection.plans}
+        self.row_hashes = RowHashes()
 
     def checkpoints(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
         """The next offset to apply for each partition that has a checkpoint."""
@@ -100,9 +122,14 @@ class ProjectionStore:
     @contextmanager
     def transaction(self, reader: EventReader) -> Iterator[StoreTransaction]:
         with self.engine.begin() as connection:
-            yield StoreTransaction(self, connection, reader)
+            transaction = StoreTransaction(self, connection, reader)
+            try:
+                yield transaction
+            except BaseException:
+                transaction.forget_staging()
+                raise
 
-    def upsert(self, plan: TablePlan) -> DriverStatement:
+    def upsert(self, plan: TablePlan) -> Upsert:
         return self._upserts[plan.name]
 
 
@@ -115,6 +142,7 @@ class StoreTransaction:
         self.connection = connection
         self.reader = reader
         self._locked: set[str] = set()
+        self._staged: set[str] = set()
 
     def advance(self, moves: dict[TopicPartition, tuple[int | None, int]]) -> None:
         """Compare-and-set each partition's checkpoint from ``expected`` to ``next``."""
@@ -158,24 +186,22 @@ class StoreTransaction:
 
     def apply(self, applied: Sequence[tuple[Envelope[Any], list[Contribution]]]) -> None:
         """Merge the contributions of events applied in log order, and index them."""
-        by_plan: dict[str, list[Contribution]] = {}
-        index_rows: dict[tuple[Any, ...], None] = {}
-        name = self.projection.name
-        for envelope, contributions in applied:
-            position = envelope.position
-            assert position is not None, "an applied event has a log position"
+        delta = self.store.premerger.delta()
+        for _, contributions in applied:
             for contribution in contributions:
-                plan = contribution.plan
-                by_plan.setdefault(plan.name, []).append(contribution)
-                if plan.indexed:
-                    row = (name, plan.name, row_key_text(contribution.key), position.topic)
-                    index_rows[
-                        (*row, position.partition, position.offset, str(envelope.event_id))
-                    ] = None
-        for table_name, contributions in by_plan.items():
-            self._merge(self.projection.plans[table_name], contributions, sign=1)
-        if index_rows:
-            self._append_index(list(index_rows))
+                delta.tables[contribution.plan.name].add_contribution(contribution)
+            delta.events += 1
+        self.apply_delta(delta)
+
+    def apply_delta(self, delta: BatchDelta) -> None:
+        """Merge a pre-merged run of events into the stored rows, and index them."""
+        for table in delta.tables.values():
+            if table.compiled is not None and table.states:
+                self.store.upsert(table.plan).execute(self, list(table.states.values()))
+            elif table.contributions:
+                self._merge_in_python(table.plan, table.contributions, sign=1)
+            if table.index_keys:
+                self._append_index(table)
 
     def _merge(self, plan: TablePlan, contributions: list[Contribution], sign: int) -> None:
         if plan.merged_in_python:
@@ -187,7 +213,8 @@ class StoreTransaction:
             if state is None:
                 state = deltas[contribution.key] = empty_state(plan, contribution.key)
             merge_into(state, contribution, sign)
-        self.store.upsert(plan).execute_many(self.connection, list(deltas.values()))
+        upsert = self.store.upsert(plan)
+        upsert.execute(self, [upsert.compiled.state_row(state) for state in deltas.values()])
         if sign < 0:
             self._delete_empty(plan, deltas)
 
@@ -259,34 +286,48 @@ class StoreTransaction:
             self.connection.exec_driver_sql(f'LOCK TABLE "{plan.name}" IN SHARE ROW EXCLUSIVE MODE')
             self._locked.add(plan.name)
 
-    def _index_row(self, contribution: Contribution, envelope: Envelope[Any]) -> dict[str, Any]:
-        position = envelope.position
-        assert position is not None, "an applied event has a log position"
-        return {
-            "projection": self.projection.name,
-            "table_name": contribution.plan.name,
-            "row_key": row_key_text(contribution.key),
-            "topic": position.topic,
-            "partition": position.partition,
-            "offset": position.offset,
-            "event_id": str(envelope.event_id),
-        }
-
-    def _append_index(self, rows: list[tuple[Any, ...]]) -> None:
-        """Add new index entries: COPY on PostgreSQL, one executemany on SQLite."""
+    def _append_index(self, table: TableDelta) -> None:
+        """Add a batch's index entries: COPY on PostgreSQL, one executemany on SQLite."""
+        scope = self.store.scopes[table.plan.name]
+        hashes = self.store.row_hashes(table.index_keys)
+        entries = dict.fromkeys(zip(hashes, table.index_ranks, strict=True))
         if not self.store.postgresql:
-            self.connection.exec_driver_sql(self.store.index_insert.sql, rows)
+            self.connection.exec_driver_sql(
+                "INSERT OR IGNORE INTO ep_event_index (scope, row_hash, rank) VALUES (?, ?, ?)",
+                [(scope, row, rank) for row, rank in entries],
+            )
             return
-        columns = ", ".join(f'"{column.name}"' for column in schema.event_index.columns)
-        cursor = self.connection.connection.driver_connection.cursor()  # type: ignore[union-attr]
-        with cursor.copy(f"COPY ep_event_index ({columns}) FROM STDIN") as copy:
-            for row in rows:
-                copy.write_row(row)
+        sql = "COPY ep_event_index (scope, row_hash, rank) FROM STDIN"
+        with driver_errors(self.connection, sql), self.cursor().copy(sql) as copy:
+            for row, rank in entries:
+                copy.write_row((scope, row, rank))
 
-    def _insert_index(self, rows: list[dict[str, Any]]) -> None:
-        statement = upsert_insert(schema.event_index, self.store.postgresql)
-        statement = statement.on_conflict_do_nothing()
-        self.connection.execute(statement, rows)
+    def _insert_index(self, plan: TablePlan, keys: Iterable[tuple[Any, ...]], rank: int) -> None:
+        rows = [
+            {"scope": self.store.scopes[plan.name], "row_hash": row, "rank": rank}
+            for row in self.store.row_hashes(list(keys))
+        ]
+        if rows:
+            statement = upsert_insert(schema.event_index, self.store.postgresql)
+            self.connection.execute(statement.on_conflict_do_nothing(), rows)
+
+    def cursor(self) -> Any:
+        """The transaction's driver cursor (psycopg on PostgreSQL)."""
+        return self.connection.connection.driver_connection.cursor()  # type: ignore[union-attr]
+
+    def stage(self, name: str, ddl: str) -> None:
+        """Create a session's staging table once; it is forgotten if the transaction fails."""
+        info = self.connection.connection.info
+        staged = info.setdefault("eventplatform.staged", set())
+        if name not in staged:
+            self.connection.exec_driver_sql(ddl)
+            staged.add(name)
+            self._staged.add(name)
+
+    def forget_staging(self) -> None:
+        """The transaction failed: tables it created for staging are gone with it."""
+        staged = self.connection.connection.info.get("eventplatform.staged", set())
+        staged.difference_update(self._staged)
 
     def park(
         self, position: Position, error: BaseException, value: bytes | None, event_type: str | None
@@ -407,16 +448,15 @@ class StoreTransaction:
 
     def _indexed_positions(self, plan: TablePlan, keys: set[tuple[Any, ...]]) -> list[Position]:
         table = schema.event_index
-        texts = [row_key_text(key) for key in keys]
-        positions: list[Position] = []
-        for start in range(0, len(texts), KEYS_PER_STATEMENT):
-            query = select(table.c.topic, table.c.partition, table.c.offset).where(
-                table.c.projection == self.projection.name,
-                table.c.table_name == plan.name,
-                table.c.row_key.in_(texts[start : start + KEYS_PER_STATEMENT]),
+        hashes = sorted(set(self.store.row_hashes(list(keys))))
+        ranks: set[int] = set()
+        for start in range(0, len(hashes), KEYS_PER_STATEMENT):
+            query = select(table.c.rank).where(
+                table.c.scope == self.store.scopes[plan.name],
+                table.c.row_hash.in_(hashes[start : start + KEYS_PER_STATEMENT]),
             )
-            positions.extend(Position(*row) for row in self.connection.execute(query))
-        return sorted(set(positions))
+            ranks.update(self.connection.execute(query).scalars())
+        return sorted(self.projection.position_of(rank) for rank in ranks)
 
     def reindex(
         self,
@@ -426,23 +466,27 @@ class StoreTransaction:
     ) -> None:
         """Move a corrected root's index entries from its old rows to its new ones."""
         assert root.position is not None
+        rank = self.projection.rank(root.position)
         table = schema.event_index
-        old = {(c.plan.name, row_key_text(c.key)) for c in removed if not c.plan.invertible}
-        if old:
+        old: dict[str, set[tuple[Any, ...]]] = {}
+        for contribution in removed:
+            if contribution.plan.indexed:
+                old.setdefault(contribution.plan.name, set()).add(contribution.key)
+        for name, keys in sorted(old.items()):
             self.connection.execute(
                 delete(table).where(
-                    table.c.projection == self.projection.name,
-                    table.c.table_name == bindparam("t"),
-                    table.c.row_key == bindparam("k"),
-                    table.c.topic == root.position.topic,
-                    table.c.partition == root.position.partition,
-                    table.c.offset == root.position.offset,
+                    table.c.scope == self.store.scopes[name],
+                    table.c.row_hash == bindparam("h"),
+                    table.c.rank == rank,
                 ),
-                [{"t": name, "k": key} for name, key in sorted(old)],
+                [{"h": row} for row in sorted(set(self.store.row_hashes(sorted(keys, key=repr))))],
             )
-        new = [self._index_row(c, root) for c in added if not c.plan.invertible]
-        if new:
-            self._insert_index(new)
+        new: dict[str, set[tuple[Any, ...]]] = {}
+        for contribution in added:
+            if contribution.plan.indexed:
+                new.setdefault(contribution.plan.name, set()).add(contribution.key)
+        for name, keys in sorted(new.items()):
+            self._insert_index(self.projection.plans[name], sorted(keys, key=repr), rank)
 
     def record_correction(self, root: Envelope[Any], correction: Envelope[Correction]) -> None:
         """Remember the root's new effective content (upsert by root position)."""
@@ -484,59 +528,90 @@ class StoreTransaction:
         return {(c.plan.name, c.key) for c in (*removed, *added) if not c.plan.invertible}
 
 
-class DriverStatement:
-    """A statement compiled once to the driver's SQL, for many rows at a time.
+class Upsert:
+    """One declarative table's merge statement: a batch's row deltas in, few statements out.
 
-    Going around SQLAlchemy's per-row parameter handling matters on the hot
-    path; the column types' bind processors (dates on SQLite, JSON) still run.
-    SQLite takes the rows through ``executemany`` (no round trips: the
-    database is in-process). PostgreSQL gets multi-row ``VALUES`` statements,
-    each a single round trip and a single plan for up to ``ROWS_PER_STATEMENT``
-    rows; an upsert's rows must then have distinct keys, which pre-merging
-    guarantees.
+    SQLite takes the rows through ``executemany`` (the database is in-process:
+    no round trips). PostgreSQL gets a small batch as one multi-row ``VALUES``
+    statement; a larger one is copied into a temporary staging table and
+    merged from there with one ``INSERT ... SELECT ... ON CONFLICT``, which
+    spares the client from formatting and the server from parsing a
+    statement with thousands of parameters. Either way the rows of one
+    statement have distinct keys, which pre-merging guarantees. The column
+    types' bind processors (dates on SQLite, JSON) run on the rows first.
     """
 
-    def __init__(self, statement: Any, table: Any, dialect: Any) -> None:
-        self.multirow = dialect.name == "postgresql"
-        if self.multirow:
+    def __init__(self, plan: TablePlan, compiled: CompiledTable, dialect: Any) -> None:
+        self.plan = plan
+        self.compiled = compiled
+        self.postgresql = dialect.name == "postgresql"
+        if self.postgresql:
             dialect = postgresql.psycopg.dialect(paramstyle="format")  # type: ignore[no-untyped-call]
-        compiled = statement.compile(dialect=dialect)
-        self.sql: str = compiled.string
-        self.names: list[str] = list(compiled.positiontup or ())
-        assert compiled.positional, "driver statements are compiled with positional parameters"
-        self.processors = {
-            column.name: processor
-            for column in table.columns
+        statement = _upsert(plan, self.postgresql).compile(dialect=dialect)
+        assert statement.positional, "upserts are compiled with positional parameters"
+        names = tuple(statement.positiontup or ())
+        if names != compiled.columns:
+            raise AssertionError(f"{plan.name}: upsert binds {names}, not {compiled.columns}")
+        self.sql: str = statement.string
+        self.processors = [
+            (index, processor)
+            for index, column in enumerate(plan.table.columns)
             if (processor := column.type.dialect_impl(dialect).bind_processor(dialect))
-            and column.name in self.names
-        }
-        self.rows_per_statement = max(1, min(ROWS_PER_STATEMENT, PARAMETERS_MAX // len(self.names)))
+        ]
         self._multirow_sql: dict[int, str] = {}
+        if self.postgresql:
+            stage = _staging_table(plan)
+            quoted = dialect.identifier_preparer.quote
+            self.stage_name = stage.name
+            self.stage_ddl = (
+                f"CREATE TEMPORARY TABLE IF NOT EXISTS {quoted(stage.name)} "
+                f"(LIKE {dialect.identifier_preparer.format_table(plan.table)} "
+                "INCLUDING DEFAULTS) ON COMMIT DELETE ROWS"
+            )
+            columns = ", ".join(quoted(name) for name in names)
+            self.copy_sql = f"COPY {quoted(stage.name)} ({columns}) FROM STDIN"
+            self.merge_sql = _upsert(plan, True, source=stage).compile(dialect=dialect).string
 
-    def execute_many(self, connection: Connection, rows: list[dict[str, Any]]) -> None:
-        names, processors = self.names, self.processors
-        if processors:
-            rows = [
-                {**row, **{n: f(row[n]) for n, f in processors.items() if row[n] is not None}}
-                for row in rows
-            ]
-        if not self.multirow:
-            connection.exec_driver_sql(self.sql, [tuple(row[n] for n in names) for row in rows])
-            return
-        step = self.rows_per_statement
-        for start in range(0, len(rows), step):
-            chunk = rows[start : start + step]
-            flat = tuple(row[n] for row in chunk for n in names)
-            connection.exec_driver_sql(self._sql_for(len(chunk)), flat)
+    def execute(self, transaction: StoreTransaction, rows: list[list[Any]]) -> None:
+        for index, processor in self.processors:
+            for row in rows:
+                if row[index] is not None:
+                    row[index] = processor(row[index])
+        connection = transaction.connection
+        if not self.postgresql:
+            connection.exec_driver_sql(self.sql, list(map(tuple, rows)))
+        elif len(rows) <= MULTIROW_ROWS_MAX:
+            connection.exec_driver_sql(self._sql_for(len(rows)), tuple(v for r in rows for v in r))
+        else:
+            transaction.stage(self.stage_name, self.stage_ddl)
+            copy_sql = self.copy_sql
+            with driver_errors(connection, copy_sql), transaction.cursor().copy(copy_sql) as copy:
+                for row in rows:
+                    copy.write_row(row)
+            connection.exec_driver_sql(self.merge_sql)
 
     def _sql_for(self, count: int) -> str:
         sql = self._multirow_sql.get(count)
         if sql is None:
             head, values, tail = _values_clause(self.sql)
-            sql = head + ", ".join([values] * count) + tail
-            if len(self._multirow_sql) < MULTIROW_SHAPES_MAX:
-                self._multirow_sql[count] = sql
+            sql = self._multirow_sql[count] = head + ", ".join([values] * count) + tail
         return sql
+
+
+@contextmanager
+def driver_errors(connection: Connection, statement: str) -> Iterator[None]:
+    """Raise a driver's error from work done around SQLAlchemy as SQLAlchemy's error."""
+    dbapi = connection.dialect.loaded_dbapi
+    try:
+        yield
+    except dbapi.Error as exc:
+        raise DBAPIError.instance(statement, None, exc, dbapi.Error) from exc
+
+
+def _staging_table(plan: TablePlan) -> Table:
+    """The temporary table a large batch of ``plan``'s rows is copied into."""
+    name = f"ep_stage_{plan.name[:40]}_{scope_of('stage', plan.name) & 0xFFFFFFFF:08x}"
+    return Table(name, MetaData(), *(Column(c.name, c.type) for c in plan.table.columns))
 
 
 def _values_clause(sql: str) -> tuple[str, str, str]:
@@ -555,14 +630,13 @@ def upsert_insert(table: Any, postgres: bool) -> Any:
     return (postgresql.insert if postgres else sqlite.insert)(table)
 
 
-def row_key_text(key: tuple[Any, ...]) -> str:
-    """A row key as index text: a JSON list (dates as ISO strings)."""
-    return orjson.dumps(list(key), default=str).decode()
-
-
-def _upsert(plan: TablePlan, postgres: bool) -> Any:
+def _upsert(plan: TablePlan, postgres: bool, source: Table | None = None) -> Any:
+    """The merge of row deltas into ``plan``'s table; from ``source`` rather than values."""
     table = plan.table
     statement = upsert_insert(table, postgres)
+    if source is not None:
+        columns = [column.name for column in table.columns]
+        statement = statement.from_select(columns, select(*(source.c[n] for n in columns)))
     excluded = statement.excluded
     updates: dict[str, Any] = {}
     for name, merge in plan.merges.items():

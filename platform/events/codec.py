@@ -20,10 +20,11 @@ import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, NotRequired
 
 import orjson
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
+from typing_extensions import TypedDict  # pydantic needs it on Python 3.11
 
 from eventplatform.events.corrections import Correction
 from eventplatform.events.errors import (
@@ -117,6 +118,7 @@ class EventCatalog:
 
     def __init__(self, classes: Iterable[type[Event]] = ()) -> None:
         self._classes: dict[str, type[Event]] = {Correction.event_type: Correction}
+        self._wire: dict[str, TypeAdapter[Any]] = {}
         for event_class in classes:
             self.add(event_class)
 
@@ -148,11 +150,74 @@ class EventCatalog:
                 f"{event_type} v{version}: payload does not validate: {exc}"
             ) from exc
 
-    def decode(self, value: bytes | None, position: Position | None = None) -> Envelope[Event]:
-        """The envelope in a record value; raises :class:`~.errors.EventError` subclasses."""
+    def decode(
+        self, value: bytes | None, position: Position | None = None, event_type: str | None = None
+    ) -> Envelope[Event]:
+        """The envelope in a record value; raises :class:`~.errors.EventError` subclasses.
+
+        ``event_type`` is the type the record's headers name, if any. An event
+        of that type written at its class's version then decodes in one pass
+        (JSON straight to the model); anything else, including every
+        malformed record, takes the general path, which upcasts and names
+        what is wrong.
+        """
+        if event_type is not None and value is not None:
+            decoded = self._decode_current(value, position, event_type)
+            if decoded is not None:
+                return decoded
         raw = parse(value)
         event = self.event(raw["type"], raw["version"], raw["data"])
         return envelope_of(raw, event, position)
+
+    def _decode_current(
+        self, value: bytes, position: Position | None, event_type: str
+    ) -> Envelope[Event] | None:
+        adapter = self._wire.get(event_type)
+        if adapter is None:
+            event_class = self._classes.get(event_type)
+            if event_class is None:
+                return None
+            adapter = self._wire[event_type] = _wire_adapter(event_class)
+        try:
+            raw = adapter.validate_json(value)
+        except ValidationError:
+            return None
+        event = raw["data"]
+        if raw["type"] != event_type or raw["version"] != event.event_version or not raw["key"]:
+            return None
+        try:
+            occurred_at = datetime.fromisoformat(raw["occurred_at"])
+            if occurred_at.tzinfo is None:
+                return None
+            return Envelope.decoded(
+                event,
+                uuid.UUID(raw["id"]),
+                occurred_at,
+                raw["key"],
+                _optional_uuid(raw.get("correlation_id")),
+                _optional_uuid(raw.get("causation_id")),
+                position,
+            )
+        except (TypeError, ValueError, AttributeError):
+            return None
+
+
+def _wire_adapter(event_class: type[Event]) -> TypeAdapter[Any]:
+    """A validator of a whole record value whose payload is ``event_class`` at its version."""
+    wire = TypedDict(  # type: ignore[operator]  # noqa: UP013 (the payload class is a variable)
+        f"{event_class.__name__}Record",
+        {
+            "id": str,
+            "type": str,
+            "version": int,
+            "occurred_at": str,
+            "key": str,
+            "correlation_id": NotRequired[str | None],
+            "causation_id": NotRequired[str | None],
+            "data": event_class,
+        },
+    )
+    return TypeAdapter(wire)
 
 
 def parse(value: bytes | None) -> dict[str, Any]:

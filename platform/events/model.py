@@ -169,6 +169,29 @@ class Envelope(Generic[E]):
         if self.occurred_at.tzinfo is None:
             raise ValueError("occurred_at must be timezone-aware")
 
+    @classmethod
+    def decoded(
+        cls,
+        event: E,
+        event_id: uuid.UUID,
+        occurred_at: datetime,
+        key: str,
+        correlation_id: uuid.UUID | None,
+        causation_id: uuid.UUID | None,
+        position: Position | None,
+    ) -> Envelope[E]:
+        """An envelope from a decoded record: fields already checked (key given, aware time)."""
+        envelope = object.__new__(cls)
+        setattr_ = object.__setattr__
+        setattr_(envelope, "event", event)
+        setattr_(envelope, "event_id", event_id)
+        setattr_(envelope, "occurred_at", occurred_at)
+        setattr_(envelope, "key", key)
+        setattr_(envelope, "correlation_id", correlation_id)
+        setattr_(envelope, "causation_id", causation_id)
+        setattr_(envelope, "position", position)
+        return envelope
+
     @property
     def event_type(self) -> str:
         return self.event.event_type

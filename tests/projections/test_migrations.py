@@ -41,6 +41,7 @@ TEST_APP = projection_test_app.app
 PLATFORM_TABLES = set(schema.metadata.tables)
 TEST_APP_TABLES = {"pt_totals", "pt_label_totals"}
 TEST_APP_REVISION = "projection_tests_0001"
+ALL_HEADS = (migrate.PLATFORM_HEAD_REVISION, TEST_APP_REVISION)
 SUBPROCESS_TIMEOUT_S = 120
 
 
@@ -111,6 +112,7 @@ def test_upgrade_creates_the_platform_tables_then_the_app_tables(database_url: s
     assert [revision.id for revision in result.revisions] == [
         migrate.PLATFORM_BASE_REVISION,
         TEST_APP_REVISION,
+        migrate.PLATFORM_HEAD_REVISION,
     ]
     assert result.revisions[0].branches == (migrate.PLATFORM_BRANCH,)
     assert result.revisions[1].branches == ("projection_tests",)
@@ -120,7 +122,7 @@ def test_upgrade_creates_the_platform_tables_then_the_app_tables(database_url: s
 def test_upgrade_without_apps_creates_only_the_platform_tables(database_url: str) -> None:
     result = migrate.upgrade(database_url)
 
-    assert result.heads == (migrate.PLATFORM_BASE_REVISION,)
+    assert result.heads == (migrate.PLATFORM_HEAD_REVISION,)
     assert table_names(database_url) == PLATFORM_TABLES | {migrate.VERSION_TABLE}
 
 
@@ -150,11 +152,12 @@ def test_current_reports_the_heads(database_url: str) -> None:
     assert migrate.current(database_url) == []
 
     migrate.upgrade(database_url)
-    assert migrate.current(database_url) == [migrate.PLATFORM_BASE_REVISION]
+    assert migrate.current(database_url) == [migrate.PLATFORM_HEAD_REVISION]
 
     migrate.upgrade(database_url, [TEST_APP])
-    # The app's head depends on the platform's, so it stands for both branches.
-    assert migrate.current(database_url) == [TEST_APP_REVISION]
+    # The app's branch depends on the platform's first revision, not on its
+    # head, so each branch shows its own head.
+    assert migrate.current(database_url) == list(ALL_HEADS)
 
 
 def test_revisions_create_exactly_the_declared_tables(database_url: str) -> None:
@@ -193,8 +196,10 @@ def test_concurrent_upgrades_apply_each_revision_once(database_url: str) -> None
         results = list(pool.map(lambda _: migrate.upgrade(database_url, [TEST_APP]), range(3)))
 
     applied = sorted(revision.id for result in results for revision in result.revisions)
-    assert applied == [migrate.PLATFORM_BASE_REVISION, TEST_APP_REVISION]
-    assert {result.heads for result in results} == {(TEST_APP_REVISION,)}
+    assert applied == sorted(
+        [migrate.PLATFORM_BASE_REVISION, migrate.PLATFORM_HEAD_REVISION, TEST_APP_REVISION]
+    )
+    assert {result.heads for result in results} == {ALL_HEADS}
 
 
 def test_a_failing_revision_leaves_the_schema_as_it_was(database_url: str, tmp_path: Path) -> None:
@@ -215,7 +220,7 @@ def test_a_failing_revision_leaves_the_schema_as_it_was(database_url: str, tmp_p
         migrate.upgrade(database_url, [App("broken", migrations=folder)])
 
     assert "half_done" not in table_names(database_url)
-    assert migrate.current(database_url) == [migrate.PLATFORM_BASE_REVISION]
+    assert migrate.current(database_url) == [migrate.PLATFORM_HEAD_REVISION]
 
 
 def test_migrations_folders_may_hold_spaces_colons_and_percent_signs(
@@ -227,7 +232,7 @@ def test_migrations_folders_may_hold_spaces_colons_and_percent_signs(
 
     result = migrate.upgrade(database_url, [app])
 
-    assert result.heads == (TEST_APP_REVISION,)
+    assert result.heads == ALL_HEADS
     assert table_names(database_url) >= TEST_APP_TABLES
 
 
@@ -240,6 +245,7 @@ def test_downgrading_the_platform_to_base_removes_every_table(database_url: str)
     result = migrate.downgrade(database_url, [TEST_APP], "eventplatform@base")
 
     assert [revision.id for revision in result.revisions] == [
+        migrate.PLATFORM_HEAD_REVISION,
         TEST_APP_REVISION,
         migrate.PLATFORM_BASE_REVISION,
     ]
@@ -253,7 +259,7 @@ def test_downgrading_an_app_branch_keeps_the_platform_tables(database_url: str) 
     migrate.downgrade(database_url, [TEST_APP], "projection_tests@base")
 
     assert table_names(database_url) == PLATFORM_TABLES | {migrate.VERSION_TABLE}
-    assert migrate.current(database_url) == [migrate.PLATFORM_BASE_REVISION]
+    assert migrate.current(database_url) == [migrate.PLATFORM_HEAD_REVISION]
 
 
 # Writing an app's revisions
@@ -290,6 +296,7 @@ def test_history_lists_the_platform_then_the_app() -> None:
     assert [revision.id for revision in revisions] == [
         migrate.PLATFORM_BASE_REVISION,
         TEST_APP_REVISION,
+        migrate.PLATFORM_HEAD_REVISION,
     ]
     assert revisions[1].depends_on == (migrate.PLATFORM_BASE_REVISION,)
 
@@ -435,9 +442,9 @@ def test_db_upgrade_prints_the_applied_revisions_and_the_heads(database_url: str
     assert first.exit_code == 0, first.output
     assert f"applied {migrate.PLATFORM_BASE_REVISION} (eventplatform)" in first.output
     assert f"applied {TEST_APP_REVISION} (projection_tests)" in first.output
-    assert first.output.rstrip().endswith(f"heads: {TEST_APP_REVISION}")
+    assert first.output.rstrip().endswith(f"heads: {', '.join(ALL_HEADS)}")
     assert "nothing to do" in again.output
-    assert current.stdout == f"{TEST_APP_REVISION}\n"
+    assert current.stdout == "".join(f"{head}\n" for head in ALL_HEADS)
     assert check.exit_code == 0, check.output
 
 
@@ -478,5 +485,5 @@ def test_db_upgrade_as_a_command(database_url: str, tmp_path: Path) -> None:
     )
 
     assert completed.returncode == 0, completed.stderr
-    assert f"heads: {TEST_APP_REVISION}" in completed.stdout
+    assert f"heads: {', '.join(ALL_HEADS)}" in completed.stdout
     assert table_names(database_url) >= TEST_APP_TABLES | PLATFORM_TABLES
