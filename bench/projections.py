@@ -66,7 +66,7 @@ from eventplatform.projections.database import create_store_engine
 from eventplatform.projections.merge import Count, First, Latest, Max, Min, Sum
 from eventplatform.projections.migrate import upgrade
 from eventplatform.projections.model import Projection, Row, merge_column, projection_table
-from eventplatform.projections.runner import ProjectionRunner
+from eventplatform.projections.runner import ProjectionRunner, RunnerStats
 from eventplatform.projections.store import ProjectionStore
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -263,24 +263,23 @@ def fresh_database(kind: str, admin_url: str, scratch: Path) -> Iterator[str]:
 # ---------------------------------------------------------------- eventplatform runner
 
 
-class TimedRunner(ProjectionRunner):
-    """A runner that stops after ``target`` events and notes when it got its partitions."""
+class Timer:
+    """Notes when the runner got its partitions and when it committed the ``target``-th event."""
 
-    def __init__(self, store: ProjectionStore, bootstrap: str, *, target: int, **options: Any):
-        super().__init__(store, bootstrap, **options)
+    def __init__(self, target: int) -> None:
         self.target = target
         self.stop_event = threading.Event()
         self.started: tuple[float, float] | None = None
         self.finished: tuple[float, float] | None = None
+        self.events = 0
 
-    def _assigned(self, consumer: Any, partitions: list[Any]) -> None:
-        super()._assigned(consumer, partitions)
+    def assigned(self, _partitions: list[tuple[str, int]]) -> None:
         if self.started is None:
             self.started = (time.perf_counter(), time.process_time())
 
-    def apply(self, records: list[Any]) -> None:
-        super().apply(records)
-        if self.finished is None and self.stats.events >= self.target:
+    def committed(self, stats: RunnerStats) -> None:
+        self.events = stats.events
+        if self.finished is None and stats.events >= self.target:
             self.finished = (time.perf_counter(), time.process_time())
             self.stop_event.set()
 
@@ -291,23 +290,28 @@ def run_eventplatform(url: str, kind: str, bootstrap: str, batch_size: int, even
         upgrade(engine)
         metadata.create_all(engine)
         projection = page_view_projection(f"bench-{uuid.uuid4().hex[:10]}")
-        runner = TimedRunner(
-            ProjectionStore(engine, projection), bootstrap, target=events, batch_size=batch_size
+        clock = Timer(events)
+        runner = ProjectionRunner(
+            ProjectionStore(engine, projection),
+            bootstrap,
+            batch_size=batch_size,
+            on_assign=clock.assigned,
+            on_commit=clock.committed,
         )
-        timer = threading.Timer(STEP_TIMEOUT_S, runner.stop_event.set)
-        timer.start()
+        timeout = threading.Timer(STEP_TIMEOUT_S, clock.stop_event.set)
+        timeout.start()
         try:
-            runner.run(runner.stop_event)
+            runner.run(clock.stop_event)
         finally:
-            timer.cancel()
+            timeout.cancel()
         check_rows(engine, events)
     finally:
         engine.dispose()
-    if runner.started is None or runner.finished is None:
-        raise SystemExit(f"{kind} batch {batch_size}: applied {runner.stats.events} of {events}")
-    seconds = runner.finished[0] - runner.started[0]
-    cpu_seconds = runner.finished[1] - runner.started[1]
-    return Sample("eventplatform", kind, batch_size, runner.stats.events, seconds, cpu_seconds)
+    if clock.started is None or clock.finished is None:
+        raise SystemExit(f"{kind} batch {batch_size}: applied {clock.events} of {events}")
+    seconds = clock.finished[0] - clock.started[0]
+    cpu_seconds = clock.finished[1] - clock.started[1]
+    return Sample("eventplatform", kind, batch_size, clock.events, seconds, cpu_seconds)
 
 
 def check_rows(engine: Any, events: int) -> None:

@@ -143,11 +143,17 @@ class Premerger:
 
     def adder(self, delta: BatchDelta) -> Callable[[list[Any], int], None]:
         """``add(rows, rank)``: check one event's rows (HandlerError), then merge them all."""
-        tables = {
-            id(plan.table): (delta.tables[name], self.compiled.get(name), plan.indexed)
-            for name, plan in self.plans.items()
-        }
         validate = self.projection.validate_row
+        tables: dict[int, tuple[Any, ...]] = {}
+        for name, plan in self.plans.items():
+            table = delta.tables[name]
+            compiled = self.compiled.get(name)
+            keys, ranks = table.index_keys, table.index_ranks
+            if compiled is None:
+                tables[id(plan.table)] = (None, table.contributions, plan.indexed, keys, ranks)
+            else:
+                merge, states = compiled.merge, table.states
+                tables[id(plan.table)] = (compiled.check, merge, states, plan.indexed, keys, ranks)
 
         def add(rows: list[Any], rank: int) -> None:
             checked = []
@@ -156,21 +162,23 @@ class Premerger:
                 if entry is None:
                     validate(row, rank)  # raises: not a Row, or not one of the tables
                     raise AssertionError(f"{row!r} passed validation")
-                compiled = entry[1]
-                if compiled is None:
-                    checked.append((entry, None, validate(row, rank)))
+                check = entry[0]
+                if check is None:
+                    checked.append((entry, validate(row, rank)))
                 else:
-                    checked.append((entry, compiled.check(row.values), None))
-            for (table, compiled, indexed), values, contribution in checked:
-                if compiled is None:
-                    table.contributions.append(contribution)
-                    key = contribution.key
+                    checked.append((entry, check(row.values)))
+            for entry, values in checked:
+                if entry[0] is None:
+                    _, contributions, indexed, keys, ranks = entry
+                    contributions.append(values)
+                    key = values.key
                 else:
+                    _, merge, states, indexed, keys, ranks = entry
                     key = values[0]
-                    compiled.merge(table.states, key, values[1], rank)
+                    merge(states, key, values[1], rank)
                 if indexed:
-                    table.index_keys.append(key)
-                    table.index_ranks.append(rank)
+                    keys.append(key)
+                    ranks.append(rank)
             delta.events += 1
 
         return add

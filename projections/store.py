@@ -91,6 +91,20 @@ MULTIROW_ROWS_MAX = 16
 OPAQUE = OpaqueEvent()
 
 
+_ADVANCE = (
+    update(schema.checkpoints)
+    .where(
+        schema.checkpoints.c.projection == bindparam("p"),
+        schema.checkpoints.c.topic == bindparam("t"),
+        schema.checkpoints.c.partition == bindparam("n"),
+        schema.checkpoints.c.next_offset == bindparam("expected"),
+    )
+    .values(next_offset=bindparam("next"), updated_at=bindparam("now"))
+    .returning(schema.checkpoints.c.next_offset)
+)
+"""A checkpoint's compare-and-set, built once (it runs for every partition of every batch)."""
+
+
 class ProjectionStore:
     """One projection's view of a SQL database."""
 
@@ -146,7 +160,6 @@ class StoreTransaction:
 
     def advance(self, moves: dict[TopicPartition, tuple[int | None, int]]) -> None:
         """Compare-and-set each partition's checkpoint from ``expected`` to ``next``."""
-        table = schema.checkpoints
         now = datetime.now(UTC)
         for (topic, partition), (expected, next_offset) in sorted(moves.items()):
             if expected is None:
@@ -155,15 +168,15 @@ class StoreTransaction:
                     raise CheckpointConflictError(f"{topic}/{partition}: checkpoint appeared")
                 continue
             result = self.connection.execute(
-                update(table)
-                .where(
-                    table.c.projection == self.projection.name,
-                    table.c.topic == topic,
-                    table.c.partition == partition,
-                    table.c.next_offset == expected,
-                )
-                .values(next_offset=next_offset, updated_at=now)
-                .returning(table.c.next_offset)
+                _ADVANCE,
+                {
+                    "p": self.projection.name,
+                    "t": topic,
+                    "n": partition,
+                    "expected": expected,
+                    "next": next_offset,
+                    "now": now,
+                },
             )
             if result.first() is None:
                 raise CheckpointConflictError(f"{topic}/{partition}: checkpoint moved")
@@ -554,7 +567,7 @@ class Upsert:
             raise AssertionError(f"{plan.name}: upsert binds {names}, not {compiled.columns}")
         self.sql: str = statement.string
         self.processors = [
-            (index, processor)
+            (index, _fast_processor(column.type.dialect_impl(dialect), processor))
             for index, column in enumerate(plan.table.columns)
             if (processor := column.type.dialect_impl(dialect).bind_processor(dialect))
         ]
@@ -596,6 +609,22 @@ class Upsert:
             head, values, tail = _values_clause(self.sql)
             sql = self._multirow_sql[count] = head + ", ".join([values] * count) + tail
         return sql
+
+
+def _fast_processor(impl: Any, processor: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """``processor``, or an equal but faster one for SQLite's default datetime text."""
+    default_format = sqlite.DATETIME._storage_format  # type: ignore[attr-defined]
+    if not isinstance(impl, sqlite.DATETIME) or impl._storage_format != default_format:  # type: ignore[attr-defined]
+        return processor
+
+    def datetime_text(value: Any) -> Any:
+        # The default format is the ISO form with a space, microseconds always
+        # written and no offset: the first 26 characters of isoformat's.
+        if type(value) is datetime:
+            return value.isoformat(" ", "microseconds")[:26]
+        return processor(value)
+
+    return datetime_text
 
 
 @contextmanager
