@@ -23,7 +23,7 @@ from datetime import datetime
 from typing import Any, NotRequired
 
 import orjson
-from pydantic import TypeAdapter, ValidationError
+from pydantic import StrictInt, StrictStr, TypeAdapter, ValidationError
 from typing_extensions import TypedDict  # pydantic needs it on Python 3.11
 
 from eventplatform.events.corrections import Correction
@@ -208,13 +208,13 @@ def _wire_adapter(event_class: type[Event]) -> TypeAdapter[Any]:
     wire = TypedDict(  # type: ignore[operator]  # noqa: UP013 (the payload class is a variable)
         f"{event_class.__name__}Record",
         {
-            "id": str,
-            "type": str,
-            "version": int,
-            "occurred_at": str,
-            "key": str,
-            "correlation_id": NotRequired[str | None],
-            "causation_id": NotRequired[str | None],
+            "id": StrictStr,
+            "type": StrictStr,
+            "version": StrictInt,
+            "occurred_at": StrictStr,
+            "key": StrictStr,
+            "correlation_id": NotRequired[StrictStr | None],
+            "causation_id": NotRequired[StrictStr | None],
             "data": event_class,
         },
     )

@@ -13,11 +13,14 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+import uuid
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
 from pathlib import Path
 
 import projection_test_app
 import pytest
+import sqlalchemy as sa
 from click.testing import CliRunner
 from sqlalchemy import BigInteger, Column, MetaData, String, inspect, text
 
@@ -35,6 +38,7 @@ from eventplatform.projections.database import create_store_engine
 from eventplatform.projections.errors import MigrationError
 from eventplatform.projections.merge import Sum
 from eventplatform.projections.model import Projection, merge_column, projection_table
+from eventplatform.projections.premerge import row_hash, scope_of
 
 SUPPORT = Path(__file__).resolve().parents[1] / "support"
 TEST_APP = projection_test_app.app
@@ -487,3 +491,73 @@ def test_db_upgrade_as_a_command(database_url: str, tmp_path: Path) -> None:
     assert completed.returncode == 0, completed.stderr
     assert f"heads: {', '.join(ALL_HEADS)}" in completed.stdout
     assert table_names(database_url) >= TEST_APP_TABLES | PLATFORM_TABLES
+
+
+# The platform's own revisions
+
+
+OLD_INDEX_COLUMNS = ("projection", "table_name", "row_key", "topic", "partition", "offset")
+
+
+def test_the_index_revision_converts_entries_to_hashes_and_ranks(database_url: str) -> None:
+    migrate.upgrade(database_url, revision=migrate.PLATFORM_BASE_REVISION)
+    engine = create_store_engine(database_url)
+    old = sa.table(
+        "ep_event_index",
+        *(sa.column(name) for name in ("projection", "table_name", "row_key", "topic")),
+        *(sa.column(name) for name in ("partition", "offset", "event_id")),
+    )
+    registry = sa.table(
+        "ep_projections",
+        *(sa.column(name) for name in ("name", "group_id", "status", "updated_at")),
+        sa.column("topics", sa.JSON()),
+        sa.column("tables", sa.JSON()),
+    )
+    entries = [
+        ("shop.totals", "totals", '["a"]', "orders", 2, 17),
+        ("shop.totals", "totals", '["b",1]', "refunds", 0, 3),
+        ("unregistered", "rows", '["x"]', "zeta", 1, 9),
+    ]
+    try:
+        with engine.begin() as connection:
+            connection.execute(
+                sa.insert(registry),
+                [
+                    {
+                        "name": "shop.totals",
+                        "group_id": "g",
+                        "status": "stopped",
+                        "updated_at": datetime.now(UTC),
+                        "topics": ["orders", "refunds"],
+                        "tables": ["totals"],
+                    }
+                ],
+            )
+            connection.execute(
+                sa.insert(old),
+                [
+                    dict(zip(OLD_INDEX_COLUMNS, entry, strict=True))
+                    | {"event_id": str(uuid.uuid4())}
+                    for entry in entries
+                ],
+            )
+        migrate.upgrade(database_url)
+        with engine.connect() as connection:
+            converted = set(connection.execute(sa.select(schema.event_index)).all())
+    finally:
+        engine.dispose()
+
+    def rank(topic_index: int, partition: int, offset: int) -> int:
+        return topic_index << 56 | partition << 40 | offset
+
+    assert converted == {
+        (scope_of("shop.totals", "totals"), row_hash(("a",)), rank(0, 2, 17)),
+        (scope_of("shop.totals", "totals"), row_hash(("b", 1)), rank(1, 0, 3)),
+        (scope_of("unregistered", "rows"), row_hash(("x",)), rank(0, 1, 9)),
+    }
+    assert migrate.schema_differences(database_url) == []
+
+
+def test_the_platform_head_is_the_last_platform_revision() -> None:
+    platform = [r for r in migrate.history() if migrate.PLATFORM_BRANCH in r.branches]
+    assert platform[-1].id == migrate.PLATFORM_HEAD_REVISION

@@ -250,6 +250,46 @@ def test_a_payload_that_does_not_validate_is_a_validation_error() -> None:
 def test_malformed_values_are_decode_errors(value: bytes | None) -> None:
     with pytest.raises(DecodeError):
         EventCatalog([PageViewed]).decode(value)
+    with pytest.raises(DecodeError):  # the type header does not change the verdict
+        EventCatalog([PageViewed]).decode(value, None, "activity.page_viewed")
+
+
+def test_a_naive_occurrence_time_is_a_decode_error_on_either_path() -> None:
+    value = envelope_value(occurred_at="2024-05-17T09:30:15")
+    for event_type in (None, "activity.page_viewed"):
+        with pytest.raises(DecodeError, match="timezone-aware"):
+            EventCatalog([PageViewed]).decode(value, None, event_type)
+
+
+def cart_v1_value() -> bytes:
+    return envelope_value(
+        type="shop.cart_updated", key="c1", data={"cart_id": "c1", "item": "book"}
+    )
+
+
+@pytest.mark.parametrize(
+    ("value", "event_type"),
+    [
+        (encode(Envelope(PageViewed(user_id="u1", url="/"))).value, "activity.page_viewed"),
+        (envelope_value(correlation_id=str(uuid7()), causation_id=str(uuid7())), None),
+        (envelope_value(key=""), "activity.page_viewed"),
+        (envelope_value(id=str(uuid7()).upper()), "activity.page_viewed"),
+        (envelope_value(extra_field=1), "activity.page_viewed"),
+        (cart_v1_value(), "shop.cart_updated"),
+        (envelope_value(), "shop.cart_updated"),
+    ],
+    ids=["current", "ids", "empty-key", "upper-case-id", "extra-field", "old-version", "lying"],
+)
+def test_the_type_header_path_decodes_as_the_general_path(
+    value: bytes, event_type: str | None
+) -> None:
+    catalog = EventCatalog([PageViewed, CartUpdated])
+    position = Position("activity", 0, 5)
+    general = catalog.decode(value, position)
+    routed = catalog.decode(value, position, event_type or general.event_type)
+    assert routed == general
+    assert type(routed.event) is type(general.event)
+    assert routed.event_id.version == general.event_id.version
 
 
 def test_a_catalog_holds_one_class_per_type() -> None:
