@@ -156,7 +156,7 @@ class Premerger:
                 tables[id(plan.table)] = (compiled.check, merge, states, plan.indexed, keys, ranks)
 
         def add(rows: list[Any], rank: int) -> None:
-            checked = []
+            checked: list[tuple[tuple[Any, ...], Any]] = []
             for row in rows:
                 entry = tables.get(id(row.table)) if isinstance(row, Row) else None
                 if entry is None:

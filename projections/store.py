@@ -613,8 +613,8 @@ class Upsert:
 
 def _fast_processor(impl: Any, processor: Callable[[Any], Any]) -> Callable[[Any], Any]:
     """``processor``, or an equal but faster one for SQLite's default datetime text."""
-    default_format = sqlite.DATETIME._storage_format  # type: ignore[attr-defined]
-    if not isinstance(impl, sqlite.DATETIME) or impl._storage_format != default_format:  # type: ignore[attr-defined]
+    default_format = sqlite.DATETIME._storage_format
+    if not isinstance(impl, sqlite.DATETIME) or impl._storage_format != default_format:
         return processor
 
     def datetime_text(value: Any) -> Any:

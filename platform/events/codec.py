@@ -205,7 +205,7 @@ class EventCatalog:
 
 def _wire_adapter(event_class: type[Event]) -> TypeAdapter[Any]:
     """A validator of a whole record value whose payload is ``event_class`` at its version."""
-    wire = TypedDict(  # type: ignore[operator]  # noqa: UP013 (the payload class is a variable)
+    wire = TypedDict(  # type: ignore[misc]  # noqa: UP013 (the payload class is a variable)
         f"{event_class.__name__}Record",
         {
             "id": StrictStr,
