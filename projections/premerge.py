@@ -22,13 +22,15 @@ stays the reference (the fold, Spark and corrections use it). Tables with a
 ``SetAdd`` or ``Fold`` column keep their contributions in log order instead:
 the store merges those against the stored rows.
 
-For tables whose merges are not invertible each contribution also goes to
-the event index as ``(row key, rank)``.
+For tables whose merges are not invertible the delta also lists, per row
+key, the ranks of the events that contributed: the event index's new
+entries.
 """
 
 from __future__ import annotations
 
 import hashlib
+import struct
 from collections.abc import Callable
 from typing import Any
 
@@ -86,15 +88,15 @@ class CompiledTable:
 class TableDelta:
     """One table's share of a batch: deltas by row key, or ordered contributions."""
 
-    __slots__ = ("compiled", "contributions", "index_keys", "index_ranks", "plan", "states")
+    __slots__ = ("compiled", "contributions", "index", "plan", "states")
 
     def __init__(self, plan: TablePlan, compiled: CompiledTable | None) -> None:
         self.plan = plan
         self.compiled = compiled
         self.states: dict[RowKey, list[Any]] = {}
         self.contributions: list[Contribution] = []
-        self.index_keys: list[RowKey] = []
-        self.index_ranks: list[int] = []
+        self.index: dict[RowKey, list[int]] = {}
+        """For the event index: the ranks that contributed to each row key."""
 
     def __bool__(self) -> bool:
         return bool(self.states or self.contributions)
@@ -107,8 +109,11 @@ class TableDelta:
             values = self.compiled.values_of(contribution)
             self.compiled.merge(self.states, contribution.key, values, contribution.rank)
         if self.plan.indexed:
-            self.index_keys.append(contribution.key)
-            self.index_ranks.append(contribution.rank)
+            ranks = self.index.get(contribution.key)
+            if ranks is None:
+                self.index[contribution.key] = [contribution.rank]
+            elif ranks[-1] != contribution.rank:
+                ranks.append(contribution.rank)
 
 
 class BatchDelta:
@@ -148,12 +153,11 @@ class Premerger:
         for name, plan in self.plans.items():
             table = delta.tables[name]
             compiled = self.compiled.get(name)
-            keys, ranks = table.index_keys, table.index_ranks
+            index = table.index if plan.indexed else None
             if compiled is None:
-                tables[id(plan.table)] = (None, table.contributions, plan.indexed, keys, ranks)
+                tables[id(plan.table)] = (None, table.contributions, index)
             else:
-                merge, states = compiled.merge, table.states
-                tables[id(plan.table)] = (compiled.check, merge, states, plan.indexed, keys, ranks)
+                tables[id(plan.table)] = (compiled.check, compiled.merge, table.states, index)
 
         def add(rows: list[Any], rank: int) -> None:
             checked: list[tuple[tuple[Any, ...], Any]] = []
@@ -169,16 +173,19 @@ class Premerger:
                     checked.append((entry, check(row.values)))
             for entry, values in checked:
                 if entry[0] is None:
-                    _, contributions, indexed, keys, ranks = entry
+                    _, contributions, index = entry
                     contributions.append(values)
                     key = values.key
                 else:
-                    _, merge, states, indexed, keys, ranks = entry
+                    _, merge, states, index = entry
                     key = values[0]
                     merge(states, key, values[1], rank)
-                if indexed:
-                    keys.append(key)
-                    ranks.append(rank)
+                if index is not None:
+                    ranks = index.get(key)
+                    if ranks is None:
+                        index[key] = [rank]
+                    elif ranks[-1] != rank:  # two rows of one event: one entry
+                        ranks.append(rank)
             delta.events += 1
 
         return add
@@ -209,6 +216,20 @@ def row_hash(key: RowKey) -> int:
     return int.from_bytes(digest, "big", signed=True)
 
 
+RANK = struct.Struct("<q")
+
+
+def pack_ranks(ranks: list[int]) -> bytes:
+    """Ranks as the index stores them: 8 bytes each, little-endian."""
+    if len(ranks) == 1:
+        return RANK.pack(ranks[0])
+    return struct.pack(f"<{len(ranks)}q", *ranks)
+
+
+def unpack_ranks(packed: bytes) -> tuple[int, ...]:
+    return struct.unpack(f"<{len(packed) // RANK.size}q", packed)
+
+
 class RowHashes:
     """Row-key hashes, remembered (keys recur from batch to batch)."""
 
@@ -220,13 +241,12 @@ class RowHashes:
         known = self._known
         if len(known) > self.limit:
             known.clear()
-        hashes = []
-        for key in keys:
-            value = known.get(key)
-            if value is None:
-                value = known[key] = row_hash(key)
-            hashes.append(value)
-        return hashes
+        hashes = list(map(known.get, keys))
+        if None in hashes:
+            for index, key in enumerate(keys):
+                if hashes[index] is None:
+                    hashes[index] = known[key] = row_hash(key)
+        return hashes  # type: ignore[return-value]
 
 
 # ---------------------------------------------------------------- code generation

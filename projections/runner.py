@@ -148,13 +148,9 @@ class ProjectionRunner:
                     raise confluent_kafka.KafkaException(error)
                 log.warning("%s: consumer error: %s", self.projection.name, error)
                 continue
-            topic, partition, offset = message.topic(), message.partition(), message.offset()
-            assert topic is not None and partition is not None and offset is not None
-            headers = message.headers()
-            assert headers is None or isinstance(headers, list)
-            records.append(
-                Record(Position(topic, partition, offset), message.value(), _bytes_headers(headers))
-            )
+            position = Position(message.topic(), message.partition(), message.offset())  # type: ignore[arg-type]
+            # A consumer's header values are bytes (or None): no conversion needed.
+            records.append(Record(position, message.value(), message.headers()))  # type: ignore[arg-type]
         return records
 
     def _assigned(self, consumer: Any, partitions: list[Any]) -> None:
@@ -294,12 +290,6 @@ class _PoisonStopError(Exception):
         super().__init__(str(step.record.position))
         self.step = step
         self.position = step.record.position
-
-
-def _bytes_headers(headers: list[tuple[str, Any]] | None) -> list[tuple[str, bytes | None]]:
-    return [
-        (name, value.encode() if isinstance(value, str) else value) for name, value in headers or ()
-    ]
 
 
 def _before(records: list[Record], position: Position) -> list[Record]:

@@ -6,10 +6,14 @@
   twice.
 * ``ep_event_index``: for tables whose merges are not invertible, which
   events contributed to which row, so a correction can recompute those rows
-  from their events. An entry is three integers: the table's scope (a
-  32-bit hash of projection and table name), a 64-bit hash of the row key
-  and the event's log rank. Hashes keep the entries small and the inserts
-  cheap; a hash collision only makes a recomputation read more events.
+  from their events. Entries are keyed by the table's scope (a 32-bit hash
+  of projection and table name), a 64-bit hash of the row key and a chunk;
+  ``ranks`` holds the contributing events' log ranks, 8 bytes each. Each row
+  key has one open entry (chunk -1) that batches append to; once it holds
+  32 ranks it is sealed under its smallest rank. So a batch writes one
+  entry per row key it touched, next to the row's other entries, and the
+  index grows by whole chunks rather than by scattered single ranks. A hash
+  collision only makes a recomputation read more events.
 * ``ep_corrected_events``: per corrected event (the root of a correction
   chain), the current replacement or the retraction, and the offset of the
   correction that set it.
@@ -27,11 +31,14 @@ from sqlalchemy import (
     Boolean,
     Column,
     DateTime,
+    Index,
     Integer,
+    LargeBinary,
     MetaData,
     String,
     Table,
     Text,
+    text,
 )
 
 metadata = MetaData()
@@ -50,13 +57,25 @@ checkpoints = Table(
     Column("updated_at", DateTime(timezone=True), nullable=False),
 )
 
+INDEX_OPEN_CHUNK = -1
+"""The ``chunk`` of a row key's open index entry; a sealed one has its smallest rank."""
+INDEX_CHUNK_BYTES = 256
+"""An open entry is sealed once it holds this many bytes of ranks (32 ranks)."""
+
 event_index = Table(
     "ep_event_index",
     metadata,
     Column("scope", Integer, primary_key=True, autoincrement=False),
     Column("row_hash", BigInteger, primary_key=True, autoincrement=False),
-    Column("rank", BigInteger, primary_key=True, autoincrement=False),
+    Column("chunk", BigInteger, primary_key=True, autoincrement=False),
+    Column("ranks", LargeBinary, nullable=False),
     sqlite_with_rowid=False,
+)
+Index(
+    "ep_event_index_full",
+    event_index.c.scope,
+    sqlite_where=text(f"chunk = {INDEX_OPEN_CHUNK} AND length(ranks) >= {INDEX_CHUNK_BYTES}"),
+    postgresql_where=text(f"chunk = {INDEX_OPEN_CHUNK} AND length(ranks) >= {INDEX_CHUNK_BYTES}"),
 )
 
 corrected_events = Table(

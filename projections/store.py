@@ -26,6 +26,7 @@ holds the database's write lock from its start (``BEGIN IMMEDIATE``).
 
 from __future__ import annotations
 
+import functools
 import traceback
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -37,11 +38,13 @@ from sqlalchemy import (
     Column,
     Connection,
     Engine,
+    LargeBinary,
     MetaData,
     Table,
     and_,
     bindparam,
     case,
+    cast,
     delete,
     func,
     or_,
@@ -73,11 +76,11 @@ from eventplatform.projections.model import (
 )
 from eventplatform.projections.premerge import (
     BatchDelta,
-    CompiledTable,
     Premerger,
     RowHashes,
-    TableDelta,
+    pack_ranks,
     scope_of,
+    unpack_ranks,
 )
 
 TopicPartition = tuple[str, int]
@@ -115,12 +118,25 @@ class ProjectionStore:
         self.postgresql = engine.dialect.name == "postgresql"
         self.premerger = Premerger(projection)
         self._upserts = {
-            name: Upsert(plan, compiled, engine.dialect)
-            for name, compiled in self.premerger.compiled.items()
-            for plan in (projection.plans[name],)
+            name: Upsert(plan.table, functools.partial(_upsert, plan), engine.dialect)
+            for name, plan in projection.plans.items()
+            if name in self.premerger.compiled
         }
+        self.index_append = Upsert(
+            schema.event_index, _index_append, engine.dialect, bind_processors=False
+        )
         self.scopes = {name: scope_of(projection.name, name) for name in projection.plans}
         self.row_hashes = RowHashes()
+        scopes = ", ".join(str(self.scopes[n]) for n, p in projection.plans.items() if p.indexed)
+        # SQLite's planner would scan the scope's entries by primary key: name the index.
+        indexed_by = "" if self.postgresql else " INDEXED BY ep_event_index_full"
+        self.take_full_entries = (  # the scopes are integers the store computed
+            f"DELETE FROM ep_event_index{indexed_by} "
+            f"WHERE chunk = {schema.INDEX_OPEN_CHUNK} AND length(ranks) >= "
+            f"{schema.INDEX_CHUNK_BYTES} AND scope IN ({scopes or 'NULL'}) "
+            "RETURNING scope, row_hash, ranks"
+        )
+        """Full open index entries, taken (deleted and returned) to be sealed."""
 
     def checkpoints(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
         """The next offset to apply for each partition that has a checkpoint."""
@@ -213,8 +229,13 @@ class StoreTransaction:
                 self.store.upsert(table.plan).execute(self, list(table.states.values()))
             elif table.contributions:
                 self._merge_in_python(table.plan, table.contributions, sign=1)
-            if table.index_keys:
-                self._append_index(table)
+        entries = [
+            (self.store.scopes[name], key, ranks)
+            for name, table in delta.tables.items()
+            for key, ranks in table.index.items()
+        ]
+        if entries:
+            self._append_index(entries)
 
     def _merge(self, plan: TablePlan, contributions: list[Contribution], sign: int) -> None:
         if plan.merged_in_python:
@@ -226,8 +247,9 @@ class StoreTransaction:
             if state is None:
                 state = deltas[contribution.key] = empty_state(plan, contribution.key)
             merge_into(state, contribution, sign)
-        upsert = self.store.upsert(plan)
-        upsert.execute(self, [upsert.compiled.state_row(state) for state in deltas.values()])
+        compiled = self.store.premerger.compiled[plan.name]
+        rows = [compiled.state_row(state) for state in deltas.values()]
+        self.store.upsert(plan).execute(self, rows)
         if sign < 0:
             self._delete_empty(plan, deltas)
 
@@ -299,30 +321,39 @@ class StoreTransaction:
             self.connection.exec_driver_sql(f'LOCK TABLE "{plan.name}" IN SHARE ROW EXCLUSIVE MODE')
             self._locked.add(plan.name)
 
-    def _append_index(self, table: TableDelta) -> None:
-        """Add a batch's index entries: COPY on PostgreSQL, one executemany on SQLite."""
-        scope = self.store.scopes[table.plan.name]
-        hashes = self.store.row_hashes(table.index_keys)
-        entries = dict.fromkeys(zip(hashes, table.index_ranks, strict=True))
-        if not self.store.postgresql:
-            self.connection.exec_driver_sql(
-                "INSERT OR IGNORE INTO ep_event_index (scope, row_hash, rank) VALUES (?, ?, ?)",
-                [(scope, row, rank) for row, rank in entries],
-            )
-            return
-        sql = "COPY ep_event_index (scope, row_hash, rank) FROM STDIN"
-        with driver_errors(self.connection, sql), self.cursor().copy(sql) as copy:
-            for row, rank in entries:
-                copy.write_row((scope, row, rank))
-
-    def _insert_index(self, plan: TablePlan, keys: Iterable[tuple[Any, ...]], rank: int) -> None:
+    def _append_index(self, entries: list[tuple[int, tuple[Any, ...], list[int]]]) -> None:
+        """Append ranks to the open index entries of (scope, row key), then seal full ones."""
+        hashes = self.store.row_hashes([key for _, key, _ in entries])
+        open_chunk = schema.INDEX_OPEN_CHUNK
         rows = [
-            {"scope": self.store.scopes[plan.name], "row_hash": row, "rank": rank}
-            for row in self.store.row_hashes(list(keys))
+            (scope, row_hash, open_chunk, pack_ranks(ranks))
+            for (scope, _, ranks), row_hash in zip(entries, hashes, strict=True)
         ]
+        if len(set(zip([e[0] for e in entries], hashes, strict=True))) < len(rows):
+            rows = _merge_shared_hashes(entries, hashes)
+        self.store.index_append.execute(self, rows)
+        self._seal_full_entries()
+
+    def _seal_full_entries(self) -> None:
+        """Move each open entry that is full to a sealed one under its smallest rank."""
+        sealed = self.connection.exec_driver_sql(self.store.take_full_entries)
+        rows: list[Sequence[Any]] = []
+        for scope, row_hash, packed in sealed:
+            ranks = unpack_ranks(packed)
+            rows.append([scope, row_hash, min(ranks), bytes(packed)])
         if rows:
-            statement = upsert_insert(schema.event_index, self.store.postgresql)
-            self.connection.execute(statement.on_conflict_do_nothing(), rows)
+            self.store.index_append.execute(self, rows)
+
+    def _index_rows(self, scope: int, hashes: Sequence[int]) -> list[Any]:
+        table = schema.event_index
+        found: list[Any] = []
+        for start in range(0, len(hashes), KEYS_PER_STATEMENT):
+            query = select(table.c.row_hash, table.c.chunk, table.c.ranks).where(
+                table.c.scope == scope,
+                table.c.row_hash.in_(hashes[start : start + KEYS_PER_STATEMENT]),
+            )
+            found.extend(self.connection.execute(query).all())
+        return found
 
     def cursor(self) -> Any:
         """The transaction's driver cursor (psycopg on PostgreSQL)."""
@@ -460,15 +491,10 @@ class StoreTransaction:
         self._write_rows(plan, stored, states)
 
     def _indexed_positions(self, plan: TablePlan, keys: set[tuple[Any, ...]]) -> list[Position]:
-        table = schema.event_index
         hashes = sorted(set(self.store.row_hashes(list(keys))))
         ranks: set[int] = set()
-        for start in range(0, len(hashes), KEYS_PER_STATEMENT):
-            query = select(table.c.rank).where(
-                table.c.scope == self.store.scopes[plan.name],
-                table.c.row_hash.in_(hashes[start : start + KEYS_PER_STATEMENT]),
-            )
-            ranks.update(self.connection.execute(query).scalars())
+        for _, _, packed in self._index_rows(self.store.scopes[plan.name], hashes):
+            ranks.update(unpack_ranks(packed))
         return sorted(self.projection.position_of(rank) for rank in ranks)
 
     def reindex(
@@ -486,20 +512,25 @@ class StoreTransaction:
             if contribution.plan.indexed:
                 old.setdefault(contribution.plan.name, set()).add(contribution.key)
         for name, keys in sorted(old.items()):
-            self.connection.execute(
-                delete(table).where(
-                    table.c.scope == self.store.scopes[name],
-                    table.c.row_hash == bindparam("h"),
-                    table.c.rank == rank,
-                ),
-                [{"h": row} for row in sorted(set(self.store.row_hashes(sorted(keys, key=repr))))],
-            )
-        new: dict[str, set[tuple[Any, ...]]] = {}
-        for contribution in added:
-            if contribution.plan.indexed:
-                new.setdefault(contribution.plan.name, set()).add(contribution.key)
-        for name, keys in sorted(new.items()):
-            self._insert_index(self.projection.plans[name], sorted(keys, key=repr), rank)
+            scope = self.store.scopes[name]
+            hashes = sorted(set(self.store.row_hashes(list(keys))))
+            for row_hash, chunk, packed in self._index_rows(scope, hashes):
+                ranks = unpack_ranks(packed)
+                if rank not in ranks:
+                    continue
+                kept = [r for r in ranks if r != rank]
+                where = and_(
+                    table.c.scope == scope, table.c.row_hash == row_hash, table.c.chunk == chunk
+                )
+                if kept:
+                    self.connection.execute(
+                        update(table).where(where).values(ranks=pack_ranks(kept))
+                    )
+                else:
+                    self.connection.execute(delete(table).where(where))
+        new = {(self.store.scopes[c.plan.name], c.key): None for c in added if c.plan.indexed}
+        if new:
+            self._append_index([(scope, key, [rank]) for scope, key in new])
 
     def record_correction(self, root: Envelope[Any], correction: Envelope[Correction]) -> None:
         """Remember the root's new effective content (upsert by root position)."""
@@ -554,42 +585,49 @@ class Upsert:
     types' bind processors (dates on SQLite, JSON) run on the rows first.
     """
 
-    def __init__(self, plan: TablePlan, compiled: CompiledTable, dialect: Any) -> None:
-        self.plan = plan
-        self.compiled = compiled
+    def __init__(
+        self, table: Table, build: UpsertBuilder, dialect: Any, *, bind_processors: bool = True
+    ) -> None:
+        """``build(postgresql, source)``: the upsert of ``table``, from ``source`` if given.
+
+        ``bind_processors=False`` is for rows whose values the driver takes as they are.
+        """
+        self.table = table
         self.postgresql = dialect.name == "postgresql"
         if self.postgresql:
             dialect = postgresql.psycopg.dialect(paramstyle="format")  # type: ignore[no-untyped-call]
-        statement = _upsert(plan, self.postgresql).compile(dialect=dialect)
+        statement = build(self.postgresql, None).compile(dialect=dialect)
         assert statement.positional, "upserts are compiled with positional parameters"
         names = tuple(statement.positiontup or ())
-        if names != compiled.columns:
-            raise AssertionError(f"{plan.name}: upsert binds {names}, not {compiled.columns}")
+        columns = tuple(column.name for column in table.columns)
+        if names != columns:
+            raise AssertionError(f"{table.name}: upsert binds {names}, not {columns}")
         self.sql: str = statement.string
         self.processors = [
             (index, _fast_processor(column.type.dialect_impl(dialect), processor))
-            for index, column in enumerate(plan.table.columns)
-            if (processor := column.type.dialect_impl(dialect).bind_processor(dialect))
+            for index, column in enumerate(table.columns)
+            if bind_processors
+            and (processor := column.type.dialect_impl(dialect).bind_processor(dialect))
         ]
         self._multirow_sql: dict[int, str] = {}
         if self.postgresql:
-            stage = _staging_table(plan)
+            stage = _staging_table(table)
             quoted = dialect.identifier_preparer.quote
             self.stage_name = stage.name
             self.stage_ddl = (
                 f"CREATE TEMPORARY TABLE IF NOT EXISTS {quoted(stage.name)} "
-                f"(LIKE {dialect.identifier_preparer.format_table(plan.table)} "
+                f"(LIKE {dialect.identifier_preparer.format_table(table)} "
                 "INCLUDING DEFAULTS) ON COMMIT DELETE ROWS"
             )
-            columns = ", ".join(quoted(name) for name in names)
-            self.copy_sql = f"COPY {quoted(stage.name)} ({columns}) FROM STDIN"
-            self.merge_sql = _upsert(plan, True, source=stage).compile(dialect=dialect).string
+            listed = ", ".join(quoted(name) for name in names)
+            self.copy_sql = f"COPY {quoted(stage.name)} ({listed}) FROM STDIN"
+            self.merge_sql = build(True, stage).compile(dialect=dialect).string
 
-    def execute(self, transaction: StoreTransaction, rows: list[list[Any]]) -> None:
+    def execute(self, transaction: StoreTransaction, rows: Sequence[Sequence[Any]]) -> None:
         for index, processor in self.processors:
             for row in rows:
                 if row[index] is not None:
-                    row[index] = processor(row[index])
+                    row[index] = processor(row[index])  # type: ignore[index]
         connection = transaction.connection
         if not self.postgresql:
             connection.exec_driver_sql(self.sql, list(map(tuple, rows)))
@@ -637,10 +675,10 @@ def driver_errors(connection: Connection, statement: str) -> Iterator[None]:
         raise DBAPIError.instance(statement, None, exc, dbapi.Error) from exc
 
 
-def _staging_table(plan: TablePlan) -> Table:
-    """The temporary table a large batch of ``plan``'s rows is copied into."""
-    name = f"ep_stage_{plan.name[:40]}_{scope_of('stage', plan.name) & 0xFFFFFFFF:08x}"
-    return Table(name, MetaData(), *(Column(c.name, c.type) for c in plan.table.columns))
+def _staging_table(table: Table) -> Table:
+    """The temporary table a large batch of ``table``'s rows is copied into."""
+    name = f"ep_stage_{table.name[:40]}_{scope_of('stage', table.name) & 0xFFFFFFFF:08x}"
+    return Table(name, MetaData(), *(Column(c.name, c.type) for c in table.columns))
 
 
 def _values_clause(sql: str) -> tuple[str, str, str]:
@@ -659,13 +697,46 @@ def upsert_insert(table: Any, postgres: bool) -> Any:
     return (postgresql.insert if postgres else sqlite.insert)(table)
 
 
+UpsertBuilder = Callable[[bool, Table | None], Any]
+
+
+def _merge_shared_hashes(
+    entries: list[tuple[int, tuple[Any, ...], list[int]]], hashes: list[int]
+) -> list[tuple[int, int, int, bytes]]:
+    """Index rows for entries some of whose keys share a hash: one row per (scope, hash)."""
+    merged: dict[tuple[int, int], list[int]] = {}
+    for (scope, _, ranks), row_hash in zip(entries, hashes, strict=True):
+        merged.setdefault((scope, row_hash), []).extend(ranks)
+    return [
+        (scope, row_hash, schema.INDEX_OPEN_CHUNK, pack_ranks(ranks))
+        for (scope, row_hash), ranks in merged.items()
+    ]
+
+
+def _insert(table: Table, postgres: bool, source: Table | None) -> Any:
+    """An ``INSERT`` into ``table`` that takes ``ON CONFLICT``: of values, or from ``source``."""
+    statement = upsert_insert(table, postgres)
+    if source is None:
+        return statement
+    columns = [column.name for column in table.columns]
+    return statement.from_select(columns, select(*(source.c[name] for name in columns)))
+
+
+def _index_append(postgres: bool, source: Table | None = None) -> Any:
+    """Append ranks to a row key's open index entry."""
+    table = schema.event_index
+    statement = _insert(table, postgres, source)
+    return statement.on_conflict_do_update(
+        index_elements=["scope", "row_hash", "chunk"],
+        # SQLite's || makes text of two blobs: cast back, or length() would count characters.
+        set_={"ranks": cast(table.c.ranks.op("||")(statement.excluded.ranks), LargeBinary)},
+    )
+
+
 def _upsert(plan: TablePlan, postgres: bool, source: Table | None = None) -> Any:
     """The merge of row deltas into ``plan``'s table; from ``source`` rather than values."""
     table = plan.table
-    statement = upsert_insert(table, postgres)
-    if source is not None:
-        columns = [column.name for column in table.columns]
-        statement = statement.from_select(columns, select(*(source.c[n] for n in columns)))
+    statement = _insert(table, postgres, source)
     excluded = statement.excluded
     updates: dict[str, Any] = {}
     for name, merge in plan.merges.items():

@@ -34,7 +34,7 @@ from eventplatform.projections.model import (
     merge_column,
     projection_table,
 )
-from eventplatform.projections.premerge import row_hash, row_key_text
+from eventplatform.projections.premerge import row_hash, row_key_text, unpack_ranks
 from eventplatform.projections.store import ProjectionStore, StoreTransaction
 
 PT = Tick.event_topic
@@ -322,12 +322,13 @@ def index_entries(engine: Engine, store: ProjectionStore) -> list[tuple[str, str
     }
     table = schema.event_index
     with engine.connect() as connection:
-        found = connection.execute(select(table.c.scope, table.c.row_hash, table.c.rank)).all()
+        found = connection.execute(select(table.c.scope, table.c.row_hash, table.c.ranks)).all()
     entries = []
-    for scope, hashed, rank in found:
+    for scope, hashed, packed in found:
         name = tables[scope]
         key = keys.get((name, hashed), f"<no row with hash {hashed}>")
-        entries.append((name, key, store.projection.position_of(rank).offset))
+        for rank in unpack_ranks(packed):
+            entries.append((name, key, store.projection.position_of(rank).offset))
     return sorted(entries, key=lambda entry: (entry[0], entry[2]))
 
 
@@ -357,6 +358,26 @@ def test_an_event_with_two_rows_for_one_key_is_indexed_once(engine: Engine, log:
     row = rows(engine, zones)[("z",)]
     assert (row["low"], row["last_sensor"], row[CONTRIBUTIONS_COLUMN]) == (2, "t", 2)
     assert index_entries(engine, store) == [("st_zones", '["z"]', 1)]
+
+
+def test_index_entries_are_sealed_in_chunks_and_corrections_reach_them(
+    engine: Engine, totals_store: ProjectionStore, log: MemoryLog
+) -> None:
+    ticks = [log.append(tick("a", number, "x")) for number in range(70)]
+    for start in range(0, 70, 10):
+        write(totals_store, log, *ticks[start : start + 10])
+    with engine.connect() as connection:
+        chunks = connection.execute(select(schema.event_index.c.chunk)).scalars().all()
+    assert sorted(chunks) == [-1, 0]  # 40 ranks sealed once the entry held 32, 30 open
+    assert index_entries(engine, totals_store) == [("pt_totals", '["a"]', n) for n in range(70)]
+
+    write(totals_store, log, log.append(Correction(of=ticks[3], retract=True)))
+
+    assert [offset for *_, offset in index_entries(engine, totals_store)] == [
+        n for n in range(70) if n != 3
+    ]
+    row = rows(engine, projection_test_app.totals)[("a",)]
+    assert (row["ticks"], row["smallest"]) == (69, 0)
 
 
 def test_poison_events_are_parked_with_their_error(
