@@ -321,16 +321,33 @@ class StoreTransaction:
             self.connection.exec_driver_sql(f'LOCK TABLE "{plan.name}" IN SHARE ROW EXCLUSIVE MODE')
             self._locked.add(plan.name)
 
-    def _append_index(self, entries: list[tuple[int, tuple[Any, ...], list[int]]]) -> None:
-        """Append ranks to the open index entries of (scope, row key), then seal full ones."""
+    def _append_index(
+        self, entries: list[tuple[int, tuple[Any, ...], list[int]]], *, batch: bool = True
+    ) -> None:
+        """Add index entries: ``(scope, row key, ranks)`` of a batch (or of a correction).
+
+        SQLite appends each key's ranks to its open entry and seals the full
+        ones: an append rewrites one row in place, so pages fill and the
+        table stays small. PostgreSQL copies a batch's entries in as new
+        sealed ones (chunk = the key's first rank in the batch): an update
+        there writes a new row version anyway, and ``COPY`` is its cheapest
+        write. A correction's entries go through the append on both.
+        """
         hashes = self.store.row_hashes([key for _, key, _ in entries])
+        copied = batch and self.store.postgresql
         open_chunk = schema.INDEX_OPEN_CHUNK
         rows = [
-            (scope, row_hash, open_chunk, pack_ranks(ranks))
+            (scope, row_hash, ranks[0] if copied else open_chunk, pack_ranks(ranks))
             for (scope, _, ranks), row_hash in zip(entries, hashes, strict=True)
         ]
         if len(set(zip([e[0] for e in entries], hashes, strict=True))) < len(rows):
-            rows = _merge_shared_hashes(entries, hashes)
+            rows = _merge_shared_hashes(entries, hashes, copied)
+        if copied:
+            sql = "COPY ep_event_index (scope, row_hash, chunk, ranks) FROM STDIN"
+            with driver_errors(self.connection, sql), self.cursor().copy(sql) as copy:
+                for row in rows:
+                    copy.write_row(row)
+            return
         self.store.index_append.execute(self, rows)
         self._seal_full_entries()
 
@@ -530,7 +547,7 @@ class StoreTransaction:
                     self.connection.execute(delete(table).where(where))
         new = {(self.store.scopes[c.plan.name], c.key): None for c in added if c.plan.indexed}
         if new:
-            self._append_index([(scope, key, [rank]) for scope, key in new])
+            self._append_index([(scope, key, [rank]) for scope, key in new], batch=False)
 
     def record_correction(self, root: Envelope[Any], correction: Envelope[Correction]) -> None:
         """Remember the root's new effective content (upsert by root position)."""
@@ -701,14 +718,14 @@ UpsertBuilder = Callable[[bool, Table | None], Any]
 
 
 def _merge_shared_hashes(
-    entries: list[tuple[int, tuple[Any, ...], list[int]]], hashes: list[int]
+    entries: list[tuple[int, tuple[Any, ...], list[int]]], hashes: list[int], sealed: bool
 ) -> list[tuple[int, int, int, bytes]]:
     """Index rows for entries some of whose keys share a hash: one row per (scope, hash)."""
     merged: dict[tuple[int, int], list[int]] = {}
     for (scope, _, ranks), row_hash in zip(entries, hashes, strict=True):
         merged.setdefault((scope, row_hash), []).extend(ranks)
     return [
-        (scope, row_hash, schema.INDEX_OPEN_CHUNK, pack_ranks(ranks))
+        (scope, row_hash, min(ranks) if sealed else schema.INDEX_OPEN_CHUNK, pack_ranks(ranks))
         for (scope, row_hash), ranks in merged.items()
     ]
 
