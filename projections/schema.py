@@ -8,12 +8,12 @@
   events contributed to which row, so a correction can recompute those rows
   from their events. Entries are keyed by the table's scope (a 32-bit hash
   of projection and table name), a 64-bit hash of the row key and a chunk;
-  ``ranks`` holds the contributing events' log ranks, 8 bytes each. Each row
-  key has one open entry (chunk -1) that batches append to; once it holds
-  32 ranks it is sealed under its smallest rank. So a batch writes one
-  entry per row key it touched, next to the row's other entries, and the
-  index grows by whole chunks rather than by scattered single ranks. A hash
-  collision only makes a recomputation read more events.
+  ``ranks`` holds the contributing events' log ranks, 8 bytes each. On
+  SQLite each row key has one open entry (chunk -1) that batches append to;
+  once it holds 32 ranks or more it is sealed under its smallest rank. On
+  PostgreSQL each batch adds one sealed entry per row key it touched. Either
+  way a batch writes one entry per row key, not one per contribution. A
+  hash collision only makes a recomputation read more events.
 * ``ep_corrected_events``: per corrected event (the root of a correction
   chain), the current replacement or the retraction, and the offset of the
   correction that set it.
