@@ -14,7 +14,8 @@ from typing import Any
 from sqlalchemy import func, select
 
 from eventplatform.projections import schema
-from eventplatform.projections.store import ProjectionStore, upsert_insert
+from eventplatform.projections.statements import upsert_insert
+from eventplatform.projections.store import ProjectionStore
 
 STATUS_RUNNING = "running"
 

@@ -1,0 +1,222 @@
+"""Statements that merge many rows at once, compiled once per table.
+
+:class:`Upsert` takes a batch of rows in column order and merges them into
+their table with as few statements as the database allows; the builders
+below write the ``INSERT ... ON CONFLICT DO UPDATE`` whose ``SET`` clause is
+a projection table's merge, or the event index's append.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    Column,
+    Connection,
+    LargeBinary,
+    MetaData,
+    Table,
+    and_,
+    case,
+    cast,
+    func,
+    or_,
+    select,
+)
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import DBAPIError
+
+from eventplatform.projections import schema
+from eventplatform.projections.merge import Count, Max, Min, Ranked, Sum
+from eventplatform.projections.model import CONTRIBUTIONS_COLUMN, RANK_SUFFIX, TablePlan
+from eventplatform.projections.premerge import scope_of
+
+MULTIROW_ROWS_MAX = 16
+"""Up to this many rows go to PostgreSQL as one multi-row ``VALUES``; more are staged."""
+
+
+class Upsert:
+    """One declarative table's merge statement: a batch's row deltas in, few statements out.
+
+    SQLite takes the rows through ``executemany`` (the database is in-process:
+    no round trips). PostgreSQL gets a small batch as one multi-row ``VALUES``
+    statement; a larger one is copied into a temporary staging table and
+    merged from there with one ``INSERT ... SELECT ... ON CONFLICT``, which
+    spares the client from formatting and the server from parsing a
+    statement with thousands of parameters. Either way the rows of one
+    statement have distinct keys, which pre-merging guarantees. The column
+    types' bind processors (dates on SQLite, JSON) run on the rows first.
+    """
+
+    def __init__(
+        self, table: Table, build: UpsertBuilder, dialect: Any, *, bind_processors: bool = True
+    ) -> None:
+        """``build(postgresql, source)``: the upsert of ``table``, from ``source`` if given.
+
+        ``bind_processors=False`` is for rows whose values the driver takes as they are.
+        """
+        self.table = table
+        self.postgresql = dialect.name == "postgresql"
+        if self.postgresql:
+            dialect = postgresql.psycopg.dialect(paramstyle="format")  # type: ignore[no-untyped-call]
+        statement = build(self.postgresql, None).compile(dialect=dialect)
+        assert statement.positional, "upserts are compiled with positional parameters"
+        names = tuple(statement.positiontup or ())
+        columns = tuple(column.name for column in table.columns)
+        if names != columns:
+            raise AssertionError(f"{table.name}: upsert binds {names}, not {columns}")
+        self.sql: str = statement.string
+        self.processors = [
+            (index, _fast_processor(column.type.dialect_impl(dialect), processor))
+            for index, column in enumerate(table.columns)
+            if bind_processors
+            and (processor := column.type.dialect_impl(dialect).bind_processor(dialect))
+        ]
+        self._multirow_sql: dict[int, str] = {}
+        if self.postgresql:
+            stage = _staging_table(table)
+            quoted = dialect.identifier_preparer.quote
+            self.stage_name = stage.name
+            self.stage_ddl = (
+                f"CREATE TEMPORARY TABLE IF NOT EXISTS {quoted(stage.name)} "
+                f"(LIKE {dialect.identifier_preparer.format_table(table)} "
+                "INCLUDING DEFAULTS) ON COMMIT DELETE ROWS"
+            )
+            listed = ", ".join(quoted(name) for name in names)
+            self.copy_sql = f"COPY {quoted(stage.name)} ({listed}) FROM STDIN"
+            self.merge_sql = build(True, stage).compile(dialect=dialect).string
+
+    def execute(self, transaction: Any, rows: Sequence[Sequence[Any]]) -> None:
+        """Merge ``rows`` (column order) in ``transaction``, a store transaction."""
+        for index, processor in self.processors:
+            for row in rows:
+                if row[index] is not None:
+                    row[index] = processor(row[index])  # type: ignore[index]
+        connection = transaction.connection
+        if not self.postgresql:
+            connection.exec_driver_sql(self.sql, list(map(tuple, rows)))
+        elif len(rows) <= MULTIROW_ROWS_MAX:
+            connection.exec_driver_sql(self._sql_for(len(rows)), tuple(v for r in rows for v in r))
+        else:
+            transaction.stage(self.stage_name, self.stage_ddl)
+            copy_sql = self.copy_sql
+            with driver_errors(connection, copy_sql), transaction.cursor().copy(copy_sql) as copy:
+                for row in rows:
+                    copy.write_row(row)
+            connection.exec_driver_sql(self.merge_sql)
+
+    def _sql_for(self, count: int) -> str:
+        sql = self._multirow_sql.get(count)
+        if sql is None:
+            head, values, tail = _values_clause(self.sql)
+            sql = self._multirow_sql[count] = head + ", ".join([values] * count) + tail
+        return sql
+
+
+def _fast_processor(impl: Any, processor: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """``processor``, or an equal but faster one for SQLite's default datetime text."""
+    default_format = sqlite.DATETIME._storage_format
+    if not isinstance(impl, sqlite.DATETIME) or impl._storage_format != default_format:
+        return processor
+
+    def datetime_text(value: Any) -> Any:
+        # The default format is the ISO form with a space, microseconds always
+        # written and no offset: the first 26 characters of isoformat's.
+        if type(value) is datetime:
+            return value.isoformat(" ", "microseconds")[:26]
+        return processor(value)
+
+    return datetime_text
+
+
+@contextmanager
+def driver_errors(connection: Connection, statement: str) -> Iterator[None]:
+    """Raise a driver's error from work done around SQLAlchemy as SQLAlchemy's error."""
+    dbapi = connection.dialect.loaded_dbapi
+    try:
+        yield
+    except dbapi.Error as exc:
+        raise DBAPIError.instance(statement, None, exc, dbapi.Error) from exc
+
+
+def _staging_table(table: Table) -> Table:
+    """The temporary table a large batch of ``table``'s rows is copied into."""
+    name = f"ep_stage_{table.name[:40]}_{scope_of('stage', table.name) & 0xFFFFFFFF:08x}"
+    return Table(name, MetaData(), *(Column(c.name, c.type) for c in table.columns))
+
+
+def _values_clause(sql: str) -> tuple[str, str, str]:
+    """Split ``INSERT ... VALUES (row) [tail]`` into its head, row and tail."""
+    start = sql.index(" VALUES (") + len(" VALUES ")
+    depth = 0
+    for index in range(start, len(sql)):
+        depth += {"(": 1, ")": -1}.get(sql[index], 0)
+        if depth == 0:
+            return sql[:start], sql[start : index + 1], sql[index + 1 :]
+    raise AssertionError(f"no VALUES row in {sql!r}")
+
+
+def upsert_insert(table: Any, postgres: bool) -> Any:
+    """An ``INSERT`` that takes ``ON CONFLICT`` clauses, for either store."""
+    return (postgresql.insert if postgres else sqlite.insert)(table)
+
+
+UpsertBuilder = Callable[[bool, Table | None], Any]
+
+
+def _insert(table: Table, postgres: bool, source: Table | None) -> Any:
+    """An ``INSERT`` into ``table`` that takes ``ON CONFLICT``: of values, or from ``source``."""
+    statement = upsert_insert(table, postgres)
+    if source is None:
+        return statement
+    columns = [column.name for column in table.columns]
+    return statement.from_select(columns, select(*(source.c[name] for name in columns)))
+
+
+def index_append_statement(postgres: bool, source: Table | None = None) -> Any:
+    """Append ranks to a row key's open index entry."""
+    table = schema.event_index
+    statement = _insert(table, postgres, source)
+    return statement.on_conflict_do_update(
+        index_elements=["scope", "row_hash", "chunk"],
+        # SQLite's || makes text of two blobs: cast back, or length() would count characters.
+        set_={"ranks": cast(table.c.ranks.op("||")(statement.excluded.ranks), LargeBinary)},
+    )
+
+
+def upsert_statement(plan: TablePlan, postgres: bool, source: Table | None = None) -> Any:
+    """The merge of row deltas into ``plan``'s table; from ``source`` rather than values."""
+    table = plan.table
+    statement = _insert(table, postgres, source)
+    excluded = statement.excluded
+    updates: dict[str, Any] = {}
+    for name, merge in plan.merges.items():
+        current, incoming = table.c[name], excluded[name]
+        if isinstance(merge, Sum | Count):
+            updates[name] = current + incoming  # never NULL: both start at 0
+        elif isinstance(merge, Min | Max) and postgres:
+            # LEAST and GREATEST ignore NULLs on PostgreSQL.
+            updates[name] = (func.least if isinstance(merge, Min) else func.greatest)(
+                current, incoming
+            )
+        elif isinstance(merge, Min | Max):
+            better = incoming < current if isinstance(merge, Min) else incoming > current
+            updates[name] = case(
+                (incoming.is_(None), current),
+                (or_(current.is_(None), better), incoming),
+                else_=current,
+            )
+        elif isinstance(merge, Ranked):
+            rank, incoming_rank = table.c[name + RANK_SUFFIX], excluded[name + RANK_SUFFIX]
+            wins = incoming_rank > rank if merge.wins(0, 1) else incoming_rank < rank
+            take = and_(incoming_rank.is_not(None), or_(rank.is_(None), wins))
+            updates[name] = case((take, incoming), else_=current)
+            updates[name + RANK_SUFFIX] = case((take, incoming_rank), else_=rank)
+        else:
+            raise AssertionError(f"{merge!r} is merged in Python")
+    contributions = table.c[CONTRIBUTIONS_COLUMN]
+    updates[CONTRIBUTIONS_COLUMN] = contributions + excluded[CONTRIBUTIONS_COLUMN]
+    return statement.on_conflict_do_update(index_elements=list(plan.keys), set_=updates)
