@@ -11,16 +11,16 @@ read are skipped. The plan also says where each partition's checkpoint moves.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from eventplatform.events import Correction, Envelope, EventError, Position
 from eventplatform.events.codec import header_type, parse
 from eventplatform.projections.errors import HandlerError
-from eventplatform.projections.model import Contribution, Projection, Row
+from eventplatform.projections.model import Projection
 from eventplatform.projections.premerge import BatchDelta, Premerger
 
-StepKind = Literal["apply", "correct", "poison"]
+StepKind = Literal["correct", "poison"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,7 +37,6 @@ class Step:
     kind: StepKind
     record: Record
     envelope: Envelope[Any] | None = None
-    contributions: list[Contribution] = field(default_factory=list)
     error: BaseException | None = None
     event_type: str | None = None
 
@@ -87,22 +86,25 @@ def plan_batch(
             try:
                 envelope = catalog.decode(record.value, position, event_type)
             except EventError as exc:
-                step = Step("poison", record, error=exc, event_type=event_type)
+                held = _value_type(record.value)
+                if held is None or projection.handles(held):
+                    step = Step("poison", record, error=exc, event_type=event_type)
+                # else: the headers named a type the value does not hold, and the
+                # projection does not read the one it holds: skip it
             else:
                 event = envelope.event
                 entry = handlers.get(event.event_type)
                 if entry is not None:
                     try:
-                        add(_rows(projection, entry[1], envelope), rank_of(position))
+                        add(projection.rows(entry[1], envelope), rank_of(position))
                     except HandlerError as exc:
                         step = Step("poison", record, envelope, error=exc, event_type=event_type)
                 elif isinstance(event, Correction):
                     step = Step("correct", record, envelope, event_type=event_type)
         if step is not None:
             if stop and step.kind == "poison":
-                break_at = step
                 _close(steps, delta)
-                return BatchPlan(steps, moves, stop_at=break_at)
+                return BatchPlan(steps, moves, stop_at=step)
             if delta:
                 steps.append(delta)
                 delta = premerger.delta()
@@ -124,11 +126,3 @@ def _value_type(value: bytes | None) -> str | None:
 def _close(steps: list[Step | BatchDelta], delta: BatchDelta) -> None:
     if delta:
         steps.append(delta)
-
-
-def _rows(projection: Projection, handler: Any, envelope: Envelope[Any]) -> list[Any]:
-    try:
-        produced = handler(envelope)
-        return [produced] if isinstance(produced, Row) else list(produced or ())
-    except Exception as exc:
-        raise HandlerError(f"{projection.name}: handler raised {exc!r}") from exc

@@ -267,12 +267,15 @@ class Projection:
         entry = self.handlers.get(envelope.event.event_type)
         if entry is None:
             return []
+        return [self.validate_row(row, rank) for row in self.rows(entry[1], envelope)]
+
+    def rows(self, handler: Handler, envelope: Envelope[Any]) -> list[Any]:
+        """What ``handler`` makes of ``envelope``, as a list; raises HandlerError."""
         try:
-            produced = entry[1](envelope)
-            rows = [produced] if isinstance(produced, Row) else list(produced or ())
+            produced = handler(envelope)
+            return [produced] if isinstance(produced, Row) else list(produced or ())
         except Exception as exc:
             raise HandlerError(f"{self.name}: handler raised {exc!r}") from exc
-        return [self.validate_row(row, rank) for row in rows]
 
     def validate_row(self, row: Any, rank: int) -> Contribution:
         """One row a handler produced, as a contribution; raises HandlerError."""

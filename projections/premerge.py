@@ -109,11 +109,7 @@ class TableDelta:
             values = self.compiled.values_of(contribution)
             self.compiled.merge(self.states, contribution.key, values, contribution.rank)
         if self.plan.indexed:
-            ranks = self.index.get(contribution.key)
-            if ranks is None:
-                self.index[contribution.key] = [contribution.rank]
-            elif ranks[-1] != contribution.rank:
-                ranks.append(contribution.rank)
+            note_rank(self.index, contribution.key, contribution.rank)
 
 
 class BatchDelta:
@@ -181,17 +177,22 @@ class Premerger:
                     key = values[0]
                     merge(states, key, values[1], rank)
                 if index is not None:
-                    ranks = index.get(key)
-                    if ranks is None:
-                        index[key] = [rank]
-                    elif ranks[-1] != rank:  # two rows of one event: one entry
-                        ranks.append(rank)
+                    note_rank(index, key, rank)
             delta.events += 1
 
         return add
 
 
 # ---------------------------------------------------------------- the event index
+
+
+def note_rank(index: dict[RowKey, list[int]], key: RowKey, rank: int) -> None:
+    """Note that the event at ``rank`` contributed to ``key`` (once, however many rows)."""
+    ranks = index.get(key)
+    if ranks is None:
+        index[key] = [rank]
+    elif ranks[-1] != rank:  # an event's rows are added together: a repeat is that event
+        ranks.append(rank)
 
 
 def scope_of(projection: str, table: str) -> int:

@@ -39,7 +39,7 @@ MULTIROW_ROWS_MAX = 16
 
 
 class Upsert:
-    """One declarative table's merge statement: a batch's row deltas in, few statements out.
+    """One table's merge statement: a batch's rows in, as few statements as possible out.
 
     SQLite takes the rows through ``executemany`` (the database is in-process:
     no round trips). PostgreSQL gets a small batch as one multi-row ``VALUES``

@@ -86,8 +86,6 @@ EventReader = Callable[[Sequence[Position]], dict[Position, bytes]]
 """Reads the record values at some log positions (a correction's history)."""
 
 KEYS_PER_STATEMENT = 500
-ROWS_PER_STATEMENT = 1000
-PARAMETERS_MAX = 65_535
 OPAQUE = OpaqueEvent()
 
 
@@ -111,7 +109,7 @@ class ProjectionStore:
     def __init__(self, engine: Engine, projection: Projection) -> None:
         self.engine = engine
         self.projection = projection
-        self.catalog = projection.catalog()
+        self.catalog = projection.decoding_catalog()
         self.postgresql = engine.dialect.name == "postgresql"
         self.premerger = Premerger(projection)
         self._upserts = {

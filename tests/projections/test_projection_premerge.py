@@ -4,16 +4,25 @@ from __future__ import annotations
 
 from typing import Any
 
+import projection_test_app
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from sqlalchemy import BigInteger, Column, Integer, MetaData, String
 
+from eventplatform.events import TYPE_HEADER, Envelope, Event, Position, encode
+from eventplatform.projections.batch import Record, Step, plan_batch
 from eventplatform.projections.errors import HandlerError
 from eventplatform.projections.fold import empty_state, merge_into
 from eventplatform.projections.merge import Count, First, Latest, Max, Min, Sum
 from eventplatform.projections.model import Projection, Row, merge_column, projection_table
-from eventplatform.projections.premerge import MISSING, Premerger, row_hash, row_key_text
+from eventplatform.projections.premerge import (
+    MISSING,
+    BatchDelta,
+    Premerger,
+    row_hash,
+    row_key_text,
+)
 
 
 class LongestName(Max):
@@ -136,3 +145,37 @@ def test_row_hashes_follow_the_key_text() -> None:
     assert row_hash(("north", 1)) == row_hash(("north", 1))
     assert row_hash(("north", 1)) != row_hash(("north", 2))
     assert -(2**63) <= row_hash(("north", 1)) < 2**63
+
+
+# Planning a batch: routing by headers --------------------------------------
+
+
+class Other(Event, type="pm.other", topic="pt", key="name"):
+    name: str
+
+
+def record(offset: int, event: Event, headers: list[tuple[str, bytes | None]] | None) -> Record:
+    value = encode(Envelope(event)).value
+    return Record(Position("pt", 0, offset), value, headers)
+
+
+def test_a_batch_skips_what_it_does_not_read_and_parks_what_it_cannot() -> None:
+    tick = projection_test_app.Tick(entity="a", amount=2, label="x")
+    tick_header = [(TYPE_HEADER, b"pt.tick")]
+    records = [
+        record(0, tick, tick_header),
+        record(1, Other(name="n"), [(TYPE_HEADER, b"pm.other")]),  # skipped, unparsed
+        record(2, Other(name="n"), tick_header),  # the header lies: still skipped
+        record(3, Other(name="n"), None),  # no headers: the value says what it is
+        Record(Position("pt", 0, 4), b"not json", tick_header),  # poison
+        record(5, tick, None),
+    ]
+    plan = plan_batch(projection_test_app.totals_projection, records, {("pt", 0): None})
+
+    assert plan.moves == {("pt", 0): (None, 6)}
+    assert [type(step).__name__ for step in plan.steps] == ["BatchDelta", "Step", "BatchDelta"]
+    first, poison, last = plan.steps
+    assert isinstance(first, BatchDelta) and isinstance(last, BatchDelta)
+    assert isinstance(poison, Step) and poison.kind == "poison"
+    assert poison.record.position.offset == 4
+    assert (first.events, last.events, plan.events) == (1, 1, 3)
