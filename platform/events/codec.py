@@ -39,6 +39,7 @@ TYPE_HEADER = "event-type"
 VERSION_HEADER = "event-version"
 ENVELOPE_FIELDS = ("id", "type", "version", "occurred_at", "key", "data")
 UUID_TEXT_LENGTH = 36
+_SAFE_UNKNOWN = uuid.SafeUUID.unknown  # an enum member lookup costs a descriptor call
 
 Headers = Sequence[tuple[str, bytes | None]]
 
@@ -283,7 +284,7 @@ def _uuid(text: str) -> uuid.UUID:
         if digits.isalnum():  # int() would accept "_" and surrounding spaces
             value = object.__new__(uuid.UUID)
             object.__setattr__(value, "int", int(digits, 16))
-            object.__setattr__(value, "is_safe", uuid.SafeUUID.unknown)
+            object.__setattr__(value, "is_safe", _SAFE_UNKNOWN)
             return value
     return uuid.UUID(text)
 
