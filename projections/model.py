@@ -201,10 +201,53 @@ class Projection:
         self.group_id = group_id or f"projection.{name}"
         self.description = description
         self.plans = {str(table.name): TablePlan.of(table) for table in tables}
-        self._plan_of = {id(plan.table): plan for plan in self.plans.values()}
+        self._routes = [(plan.table, plan) for plan in self.plans.values()]
+        self._plan_of = {id(table): plan for table, plan in self._routes}
         self.handlers: dict[str, tuple[type[Event], Handler]] = {}
         self._topics: tuple[str, ...] = ()
         self._catalog: EventCatalog | None = None
+
+    def bound_to(self, tables: Iterable[Table]) -> Projection:
+        """The same projection writing to ``tables`` instead, in the order of its own.
+
+        Handlers keep yielding rows of the declared tables; each row goes to
+        the table at the same place in ``tables``, which must have the same
+        columns (a shadow table that a rebuild fills before swapping it in).
+        """
+        bound = Projection(
+            self.name,
+            tables=tables,
+            on_error=self.on_error,
+            group_id=self.group_id,
+            description=self.description,
+        )
+        if len(bound.plans) != len(self.plans):
+            raise ProjectionDefinitionError(f"{self.name}: give one table for each of its tables")
+        for own, other in zip(self.plans.values(), bound.plans.values(), strict=True):
+            if [c.name for c in own.table.columns] != [c.name for c in other.table.columns]:
+                raise ProjectionDefinitionError(
+                    f"{self.name}: {other.name} does not have the columns of {own.name}"
+                )
+            bound._routes.append((own.table, other))
+            bound._plan_of[id(own.table)] = other
+        bound.handlers = self.handlers
+        bound._topics = self._topics
+        return bound
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Spark ships projections to its executors: table ids and validators stay behind.
+        state = dict(self.__dict__)
+        state["_plan_of"] = None
+        state["_catalog"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._plan_of = {id(table): plan for table, plan in self._routes}
+
+    def plan_of_table(self) -> dict[int, TablePlan]:
+        """The plan each row's table (by ``id``) goes to."""
+        return self._plan_of
 
     def on(self, *event_classes: type[Event]) -> Callable[[Handler], Handler]:
         """Register a handler for ``event_classes``; it returns rows (or yields them)."""

@@ -146,14 +146,14 @@ class Premerger:
         """``add(rows, rank)``: check one event's rows (HandlerError), then merge them all."""
         validate = self.projection.validate_row
         tables: dict[int, tuple[Any, ...]] = {}
-        for name, plan in self.plans.items():
-            table = delta.tables[name]
-            compiled = self.compiled.get(name)
+        for table_id, plan in self.projection.plan_of_table().items():
+            table = delta.tables[plan.name]
+            compiled = self.compiled.get(plan.name)
             index = table.index if plan.indexed else None
             if compiled is None:
-                tables[id(plan.table)] = (None, table.contributions, index)
+                tables[table_id] = (None, table.contributions, index)
             else:
-                tables[id(plan.table)] = (compiled.check, compiled.merge, table.states, index)
+                tables[table_id] = (compiled.check, compiled.merge, table.states, index)
 
         def add(rows: list[Any], rank: int) -> None:
             checked: list[tuple[tuple[Any, ...], Any]] = []

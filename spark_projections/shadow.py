@@ -1,0 +1,158 @@
+"""Shadow tables: where a rebuild writes before it swaps its result in.
+
+Each projection table ``T`` gets a shadow ``T__ep_shadow`` with the same
+columns, key and indexes (index names get the suffix too). The rebuild's
+event index entries go under the shadow tables' scopes. Live queries keep
+reading ``T`` until :func:`swap` commits:
+
+* on PostgreSQL the swap is one transaction of renames (``T`` to
+  ``T__ep_old``, the shadow to ``T``, index names back to the live ones),
+  after which the old table is dropped;
+* on SQLite it is one transaction that replaces ``T``'s rows with the
+  shadow's and drops the shadow (SQLite cannot rename indexes, and a
+  reader in WAL mode sees the old rows until the commit).
+
+Either way the index entries move from the shadow scopes to the live ones
+in the same transaction, and the caller sets the checkpoints there too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sqlalchemy import Connection, Engine, MetaData, Table, inspect, text
+
+from eventplatform.projections import schema
+from eventplatform.projections.model import Projection
+from eventplatform.projections.premerge import scope_of
+from eventplatform.spark_projections.errors import ReplayConfigError
+
+SHADOW_SUFFIX = "__ep_shadow"
+OLD_SUFFIX = "__ep_old"
+POSTGRES_NAME_MAX = 63
+
+
+def shadow_name(name: str) -> str:
+    return name + SHADOW_SUFFIX
+
+
+def shadow_tables(projection: Projection) -> list[Table]:
+    """Unbound copies of the projection's tables under their shadow names."""
+    metadata = MetaData()
+    tables = []
+    for plan in projection.plans.values():
+        shadow = plan.table.to_metadata(metadata, name=shadow_name(plan.name))
+        for index in shadow.indexes:
+            index.name = shadow_name(str(index.name))
+        tables.append(shadow)
+    return tables
+
+
+def create_shadows(engine: Engine, projection: Projection, *, copy_live: bool) -> list[Table]:
+    """Create (replacing leftovers of an earlier attempt) the projection's shadow tables.
+
+    With ``copy_live`` they start as a copy of the live tables and of their
+    event index entries, read in one transaction; otherwise empty.
+    """
+    tables = shadow_tables(projection)
+    if engine.dialect.name == "postgresql":
+        for table in tables:
+            if len(table.name) > POSTGRES_NAME_MAX:
+                raise ReplayConfigError(
+                    f"{table.name}: a shadow table name is longer than PostgreSQL's "
+                    f"{POSTGRES_NAME_MAX} characters; shorten the table's name"
+                )
+    drop_shadows(engine, projection)
+    with engine.begin() as connection:
+        for table in tables:
+            table.create(connection)
+        if copy_live:
+            for plan, table in zip(projection.plans.values(), tables, strict=True):
+                connection.execute(table.insert().from_select(list(plan.table.c), plan.table.select()))
+            _move_index(connection, projection, to_shadow=True, copy=True)
+    return tables
+
+
+def drop_shadows(engine: Engine, projection: Projection) -> None:
+    """Drop the shadow tables and their index entries, if any are left."""
+    existing = set(inspect(engine).get_table_names())
+    with engine.begin() as connection:
+        for plan in projection.plans.values():
+            for name in (shadow_name(plan.name), plan.name + OLD_SUFFIX):
+                if name in existing:
+                    connection.execute(text(f"DROP TABLE {_quoted(connection, name)}"))
+        scopes = [scope_of(projection.name, shadow_name(name)) for name in projection.plans]
+        connection.execute(schema.event_index.delete().where(schema.event_index.c.scope.in_(scopes)))
+
+
+def swap(connection: Connection, projection: Projection, tables: Sequence[Table]) -> None:
+    """Put the shadow tables in place of the live ones, in ``connection``'s transaction."""
+    if connection.dialect.name == "postgresql":
+        _swap_by_renames(connection, projection)
+    else:
+        for plan, table in zip(projection.plans.values(), tables, strict=True):
+            connection.execute(plan.table.delete())
+            connection.execute(plan.table.insert().from_select(list(table.c), table.select()))
+            connection.execute(text(f"DROP TABLE {_quoted(connection, table.name)}"))
+    _move_index(connection, projection, to_shadow=False, copy=False)
+
+
+def _swap_by_renames(connection: Connection, projection: Projection) -> None:
+    quote = connection.dialect.identifier_preparer.quote
+    names = list(projection.plans)
+    for name in names:  # lock in a fixed order, the runners' own order
+        connection.execute(text(f"LOCK TABLE {quote(name)} IN ACCESS EXCLUSIVE MODE"))
+    for name in names:
+        shadow, old = shadow_name(name), name + OLD_SUFFIX
+        live_indexes = _postgres_indexes(connection, name)
+        connection.execute(text(f"ALTER TABLE {quote(name)} RENAME TO {quote(old)}"))
+        for index in live_indexes:
+            connection.execute(
+                text(f"ALTER INDEX {quote(index)} RENAME TO {quote(_aside(index, old))}")
+            )
+        connection.execute(text(f"ALTER TABLE {quote(shadow)} RENAME TO {quote(name)}"))
+        for index in _postgres_indexes(connection, name):
+            if SHADOW_SUFFIX in index:
+                renamed = index.replace(shadow, name).replace(SHADOW_SUFFIX, "")
+                connection.execute(text(f"ALTER INDEX {quote(index)} RENAME TO {quote(renamed)}"))
+        connection.execute(text(f"DROP TABLE {quote(old)}"))
+
+
+def _aside(index: str, old_table: str) -> str:
+    """A temporary name for an index of the table being replaced."""
+    return f"{index}{OLD_SUFFIX}"[:POSTGRES_NAME_MAX]
+
+
+def _postgres_indexes(connection: Connection, table: str) -> list[str]:
+    rows = connection.execute(
+        text(
+            "SELECT indexname FROM pg_indexes WHERE schemaname = current_schema() "
+            "AND tablename = :table ORDER BY indexname"
+        ),
+        {"table": table},
+    )
+    return [row[0] for row in rows]
+
+
+def _move_index(connection: Connection, projection: Projection, *, to_shadow: bool, copy: bool) -> None:
+    index = schema.event_index
+    for name in projection.plans:
+        live, shadow = scope_of(projection.name, name), scope_of(projection.name, shadow_name(name))
+        source, target = (live, shadow) if to_shadow else (shadow, live)
+        connection.execute(index.delete().where(index.c.scope == target))
+        if copy:
+            columns = [index.c.row_hash, index.c.chunk, index.c.ranks]
+            connection.execute(
+                index.insert().from_select(
+                    ["scope", "row_hash", "chunk", "ranks"],
+                    index.select()
+                    .with_only_columns(text(str(int(target))), *columns)
+                    .where(index.c.scope == source),
+                )
+            )
+        else:
+            connection.execute(index.update().where(index.c.scope == source).values(scope=target))
+
+
+def _quoted(connection: Connection, name: str) -> str:
+    return str(connection.dialect.identifier_preparer.quote(name))
