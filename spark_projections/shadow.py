@@ -68,7 +68,9 @@ def create_shadows(engine: Engine, projection: Projection, *, copy_live: bool) -
             table.create(connection)
         if copy_live:
             for plan, table in zip(projection.plans.values(), tables, strict=True):
-                connection.execute(table.insert().from_select(list(plan.table.c), plan.table.select()))
+                connection.execute(
+                    table.insert().from_select(list(plan.table.c), plan.table.select())
+                )
             _move_index(connection, projection, to_shadow=True, copy=True)
     return tables
 
@@ -82,7 +84,9 @@ def drop_shadows(engine: Engine, projection: Projection) -> None:
                 if name in existing:
                     connection.execute(text(f"DROP TABLE {_quoted(connection, name)}"))
         scopes = [scope_of(projection.name, shadow_name(name)) for name in projection.plans]
-        connection.execute(schema.event_index.delete().where(schema.event_index.c.scope.in_(scopes)))
+        connection.execute(
+            schema.event_index.delete().where(schema.event_index.c.scope.in_(scopes))
+        )
 
 
 def swap(connection: Connection, projection: Projection, tables: Sequence[Table]) -> None:
@@ -134,7 +138,9 @@ def _postgres_indexes(connection: Connection, table: str) -> list[str]:
     return [row[0] for row in rows]
 
 
-def _move_index(connection: Connection, projection: Projection, *, to_shadow: bool, copy: bool) -> None:
+def _move_index(
+    connection: Connection, projection: Projection, *, to_shadow: bool, copy: bool
+) -> None:
     index = schema.event_index
     for name in projection.plans:
         live, shadow = scope_of(projection.name, name), scope_of(projection.name, shadow_name(name))

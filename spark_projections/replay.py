@@ -1,0 +1,393 @@
+"""Replay jobs: rebuild a projection from the log with Spark, and swap it in.
+
+A rebuild reads the projection's topics over an offset range with the
+``eventlog`` data source and computes its tables into shadow tables (see
+:mod:`.shadow`) with the same definitions the streaming runner uses (see
+:mod:`.execute`). Then one transaction swaps the shadows in, records the
+corrections and poison events of the range, and sets the runner's
+checkpoints to the end of the range, so a runner continues from there:
+without a gap and without applying anything twice. A runner that applied
+past the end meanwhile finds its checkpoint moved, drops its batch and
+seeks back.
+
+A rebuild from the start of the log starts from empty shadows. A rebuild
+from later offsets starts from a copy of the live tables, which must then be
+checkpointed exactly at those offsets: the copy holds every event before
+them and none after.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import pickle
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import Engine, and_, delete, or_
+
+from eventplatform.events import Correction, Envelope, EventError, Position
+from eventplatform.events.codec import parse
+from eventplatform.projections import schema
+from eventplatform.projections.corrections import apply_correction
+from eventplatform.projections.database import create_store_engine
+from eventplatform.projections.errors import HandlerError
+from eventplatform.projections.fold import OpaqueEvent
+from eventplatform.projections.model import Projection
+from eventplatform.projections.statements import upsert_insert
+from eventplatform.projections.store import ProjectionStore, StoreTransaction
+from eventplatform.spark_projections import execute, shadow
+from eventplatform.spark_projections.corrections import Resolution, resolve
+from eventplatform.spark_projections.errors import ReplayConfigError, ReplayError
+
+log = logging.getLogger(__name__)
+
+TopicPartition = tuple[str, int]
+
+
+@dataclass(frozen=True)
+class OffsetRange:
+    topic: str
+    partition: int
+    start: int
+    end: int
+    """Exclusive."""
+    log_start: int
+    high_watermark: int
+
+    @property
+    def events(self) -> int:
+        return max(0, self.end - self.start)
+
+
+@dataclass
+class ReplaySummary:
+    """What a replay did."""
+
+    projection: str
+    mode: str
+    ranges: list[OffsetRange]
+    tables: list[str]
+    events_read: int = 0
+    events_applied: int = 0
+    rows_written: int = 0
+    parked: int = 0
+    corrections: int = 0
+    seconds: float = 0.0
+    dry_run: bool = False
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def events_per_second(self) -> float:
+        return self.events_read / self.seconds if self.seconds > 0 else 0.0
+
+    def lines(self) -> list[str]:
+        """The summary as printed by ``platform replay``."""
+        head = "plan" if self.dry_run else "replayed"
+        out = [f"{head}: {self.projection} ({self.mode}) into {', '.join(self.tables)}"]
+        for r in self.ranges:
+            out.append(
+                f"  {r.topic}/{r.partition}: offsets {r.start}..{r.end} ({r.events} events; "
+                f"log {r.log_start}..{r.high_watermark})"
+            )
+        if not self.dry_run:
+            out.append(
+                f"events read {self.events_read}, applied {self.events_applied}, "
+                f"corrections {self.corrections}, parked {self.parked}, rows written "
+                f"{self.rows_written}, {self.seconds:.1f} s, {self.events_per_second:,.0f} events/s"
+            )
+        out.extend(self.notes)
+        return out
+
+
+def rebuild(
+    spark: Any,
+    projection: Projection,
+    database_url: str,
+    ranges: Sequence[OffsetRange],
+    source_options: Mapping[str, str],
+    *,
+    from_start: bool,
+    dry_run: bool = False,
+) -> ReplaySummary:
+    """Rebuild ``projection`` over ``ranges`` (one per partition of its topics) and swap it in.
+
+    ``from_start``: the ranges start at the log start (empty shadows), else
+    at the live checkpoints (shadows copied from the live tables).
+    """
+    summary = ReplaySummary(
+        projection.name,
+        "rebuild",
+        list(ranges),
+        [str(t.name) for t in projection.tables],
+        dry_run=dry_run,
+    )
+    if dry_run:
+        return summary
+    started = time.monotonic()
+    engine = create_store_engine(database_url)
+    try:
+        if not from_start:
+            _check_checkpoints(engine, projection, ranges)
+        tables = shadow.create_shadows(engine, projection, copy_live=not from_start)
+        try:
+            bound = projection.bound_to(tables)
+            events = _events(spark, ranges, source_options)
+            resolution = _resolve_corrections(events, projection, ranges, source_options)
+            summary.corrections = len(resolution.corrections)
+            applied, poison, rows = _run(spark, events, projection, bound, database_url, resolution)
+            summary.events_read = sum(r.events for r in ranges)
+            summary.events_applied, summary.rows_written = applied, rows
+            summary.parked = len(poison) + len(resolution.invalid)
+            if summary.parked and projection.on_error == "stop":
+                raise ReplayError(_stop_reason(projection, poison, resolution))
+            with engine.begin() as connection:
+                store = ProjectionStore(engine, bound)
+                reader = _log_reader(source_options)
+                transaction = StoreTransaction(store, connection, reader)
+                _apply_earlier_roots(transaction, resolution)
+                _record(transaction, projection, ranges, resolution, poison, from_start)
+                shadow.swap(connection, projection, tables)
+                _set_checkpoints(connection, projection, ranges)
+        finally:
+            shadow.drop_shadows(engine, projection)
+    finally:
+        engine.dispose()
+    summary.seconds = time.monotonic() - started
+    return summary
+
+
+def _check_checkpoints(
+    engine: Engine, projection: Projection, ranges: Sequence[OffsetRange]
+) -> None:
+    store = ProjectionStore(engine, projection)
+    stored = store.checkpoints([(r.topic, r.partition) for r in ranges])
+    for r in ranges:
+        applied_to = stored.get((r.topic, r.partition), r.log_start)
+        if applied_to != r.start:
+            raise ReplayConfigError(
+                f"{projection.name} has applied {r.topic}/{r.partition} up to offset "
+                f"{applied_to}, so a rebuild on top of its tables must start there, not at "
+                f"{r.start} (or rebuild from the start of the log)"
+            )
+
+
+def _events(spark: Any, ranges: Sequence[OffsetRange], options: Mapping[str, str]) -> Any:
+    topics = sorted({r.topic for r in ranges})
+    starting: dict[str, dict[str, int]] = {}
+    ending: dict[str, dict[str, int]] = {}
+    for r in ranges:
+        starting.setdefault(r.topic, {})[str(r.partition)] = r.start
+        ending.setdefault(r.topic, {})[str(r.partition)] = r.end
+    reader = spark.read.format("eventlog")
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    return (
+        reader.option("topics", ",".join(topics))
+        .option("startingOffsets", json.dumps(starting))
+        .option("endingOffsets", json.dumps(ending))
+        .load()
+    )
+
+
+def _resolve_corrections(
+    events: Any, projection: Projection, ranges: Sequence[OffsetRange], options: Mapping[str, str]
+) -> Resolution:
+    from pyspark.sql import functions as sql
+
+    catalog = projection.decoding_catalog()
+    found = (
+        events.where(
+            (sql.col("event_type") == Correction.event_type) | sql.col("event_type").isNull()
+        )
+        .select("topic", "partition", "offset", "value")
+        .collect()
+    )
+    corrections: list[Envelope[Correction]] = []
+    values: dict[Position, bytes] = {}
+    for row in found:
+        position = Position(row.topic, row.partition, row.offset)
+        try:
+            if parse(row.value)["type"] != Correction.event_type:
+                continue
+            envelope = catalog.decode(row.value, position, Correction.event_type)
+        except EventError:
+            continue  # poison: the executors park it like any record that does not decode
+        if isinstance(envelope.event, Correction):
+            corrections.append(envelope)
+            values[position] = row.value
+
+    def ids_at(positions: list[Position]) -> dict[Position, str | None]:
+        if not positions:
+            return {}
+        wanted = [(p.topic, p.partition, p.offset) for p in positions]
+        frame = events.sparkSession.createDataFrame(
+            wanted, "topic string, partition int, offset long"
+        )
+        rows = events.join(sql.broadcast(frame), ["topic", "partition", "offset"]).select(
+            "topic", "partition", "offset", "event_id"
+        )
+        return {Position(r.topic, r.partition, r.offset): r.event_id for r in rows.collect()}
+
+    starts = {(r.topic, r.partition): r.start for r in ranges}
+    resolution = resolve(corrections, starts, ids_at)
+    resolution.values = values
+    return resolution
+
+
+def _run(
+    spark: Any,
+    events: Any,
+    projection: Projection,
+    bound: Projection,
+    database_url: str,
+    resolution: Resolution,
+) -> tuple[int, list[tuple[Position, str, str | None, bytes | None]], int]:
+    """Run the aggregation and the writes; return (events applied, poison records, rows)."""
+    from pyspark.sql import functions as sql
+
+    job = execute.PartialsJob(
+        projection,
+        resolution.replacements,
+        frozenset(resolution.corrections),
+    )
+    partials = events.mapInArrow(execute.premerge_partitions(job), execute.PARTIAL_SCHEMA)
+    partials = partials.persist()
+    try:
+        side = partials.where(sql.col("kind").isin(execute.POISON, execute.COUNT)).collect()
+        applied = sum(pickle.loads(r.payload) for r in side if r.kind == execute.COUNT)
+        poison = [pickle.loads(r.payload) for r in side if r.kind == execute.POISON]
+        merge = execute.combine(projection)
+        rows = (
+            partials.where(sql.col("kind").isin(execute.STATE, execute.CONTRIBUTIONS))
+            .rdd.map(lambda r: ((r.kind, r.tbl, r.row_key), (f"{r.kind}\0{r.tbl}", r.payload)))
+            .reduceByKey(merge)
+            .mapPartitions(execute.write_partition(execute.WriteJob(database_url, bound)))
+            .sum()
+        )
+    except Exception as exc:
+        raise _replay_error(exc) from exc
+    finally:
+        partials.unpersist()
+    return applied, poison, int(rows)
+
+
+def _replay_error(exc: Exception) -> Exception:
+    """A failed Spark job as a ReplayError with the executor's message, if it was ours."""
+    text = str(exc)
+    marker = "ReplayError: "
+    if marker in text:
+        message = text.split(marker, 1)[1].splitlines()[0]
+        return ReplayError(message)
+    return exc
+
+
+def _stop_reason(
+    projection: Projection,
+    poison: list[tuple[Position, str, str | None, bytes | None]],
+    resolution: Resolution,
+) -> str:
+    first = sorted(
+        [(p[0], p[1]) for p in poison]
+        + [(c.position, reason) for c, reason in resolution.invalid if c.position is not None]
+    )[0]
+    return (
+        f"{projection.name} stops on poison events (on_error='stop') and the event at "
+        f"{first[0]} is one: {first[1]}"
+    )
+
+
+def _log_reader(options: Mapping[str, str]) -> Any:
+    from eventplatform.spark_projections.offsets import read_values
+
+    def read(positions: Sequence[Position]) -> dict[Position, bytes]:
+        return read_values(options, list(positions))
+
+    return read
+
+
+def _apply_earlier_roots(transaction: StoreTransaction, resolution: Resolution) -> None:
+    """Corrections of events applied before the range: the runner's own correction path."""
+    for correction in resolution.before_range:
+        savepoint = transaction.connection.begin_nested()
+        try:
+            apply_correction(transaction, correction)
+        except HandlerError as exc:
+            savepoint.rollback()
+            assert correction.position is not None
+            resolution.invalid.append((correction, str(exc)))
+        else:
+            savepoint.commit()
+
+
+def _record(
+    transaction: StoreTransaction,
+    projection: Projection,
+    ranges: Sequence[OffsetRange],
+    resolution: Resolution,
+    poison: list[tuple[Position, str, str | None, bytes | None]],
+    from_start: bool,
+) -> None:
+    """Corrected events and dead letters of the range, as the runner would have left them."""
+    connection = transaction.connection
+    corrected, dead = schema.corrected_events, schema.dead_letters
+    in_range = [
+        and_(
+            corrected.c.topic == r.topic,
+            corrected.c.partition == r.partition,
+            corrected.c.offset >= (0 if from_start else r.start),
+        )
+        for r in ranges
+    ]
+    if in_range:
+        connection.execute(
+            delete(corrected).where(corrected.c.projection == projection.name, or_(*in_range))
+        )
+    parked_in_range = [
+        and_(dead.c.topic == r.topic, dead.c.partition == r.partition, dead.c.offset >= r.start)
+        for r in ranges
+    ]
+    if parked_in_range:
+        connection.execute(
+            delete(dead).where(
+                dead.c.projection == projection.name,
+                dead.c.status == schema.DEAD_LETTER_PARKED,
+                or_(*parked_in_range),
+            )
+        )
+    for root_position, (root_id, correction) in sorted(resolution.latest.items()):
+        root = Envelope.decoded(
+            OpaqueEvent(), uuid.UUID(root_id), datetime.now(UTC), "-", None, None, root_position
+        )
+        transaction.record_correction(root, correction)
+    for position, error, event_type, value in poison:
+        transaction.park(position, ReplayError(error), value, event_type)
+    for correction, reason in resolution.invalid:
+        assert correction.position is not None
+        value = resolution.values.get(correction.position)
+        transaction.park(correction.position, ReplayError(reason), value, Correction.event_type)
+
+
+def _set_checkpoints(
+    connection: Any, projection: Projection, ranges: Sequence[OffsetRange]
+) -> None:
+    table = schema.checkpoints
+    now = datetime.now(UTC)
+    postgresql = connection.dialect.name == "postgresql"
+    for r in ranges:
+        statement = upsert_insert(table, postgresql).values(
+            projection=projection.name,
+            topic=r.topic,
+            partition=r.partition,
+            next_offset=r.end,
+            updated_at=now,
+        )
+        statement = statement.on_conflict_do_update(
+            index_elements=["projection", "topic", "partition"],
+            set_={"next_offset": statement.excluded.next_offset, "updated_at": now},
+        )
+        connection.execute(statement)
