@@ -201,6 +201,8 @@ class WriteJob:
 
     database_url: str
     projection: Projection
+    tables: Mapping[str, str]
+    """The bound table each declared table's rows go to, by name."""
 
 
 def write_partition(job: WriteJob) -> Callable[[Iterable[Any]], Iterator[int]]:
@@ -214,10 +216,10 @@ def write_partition(job: WriteJob) -> Callable[[Iterable[Any]], Iterator[int]]:
             kind, table = tag.split("\0", 1)
             pending.append((kind, table, payload))
             if len(pending) >= WRITE_CHUNK_ROWS:
-                written += _write(store, pending)
+                written += _write(store, job.tables, pending)
                 pending = []
         if pending:
-            written += _write(store, pending)
+            written += _write(store, job.tables, pending)
         yield written
 
     return run
@@ -238,10 +240,13 @@ def _store(job: WriteJob) -> ProjectionStore:
     return store
 
 
-def _write(store: ProjectionStore, pending: list[tuple[str, str, bytes]]) -> int:
+def _write(
+    store: ProjectionStore, tables: Mapping[str, str], pending: list[tuple[str, str, bytes]]
+) -> int:
     projection = store.projection
     delta = store.premerger.delta()
-    for kind, table, payload in pending:
+    for kind, declared, payload in pending:
+        table = tables[declared]
         plan = projection.plans[table]
         target: TableDelta = delta.tables[table]
         key, merged, ranks = pickle.loads(payload)

@@ -255,6 +255,8 @@ def _run(
         resolution.replacements,
         frozenset(resolution.corrections),
     )
+    renames = dict(zip(projection.plans, bound.plans, strict=True))
+    write = execute.WriteJob(database_url, bound, renames)
     partials = events.mapInArrow(execute.premerge_partitions(job), execute.PARTIAL_SCHEMA)
     partials = partials.persist()
     try:
@@ -266,7 +268,7 @@ def _run(
             partials.where(sql.col("kind").isin(execute.STATE, execute.CONTRIBUTIONS))
             .rdd.map(lambda r: ((r.kind, r.tbl, r.row_key), (f"{r.kind}\0{r.tbl}", r.payload)))
             .reduceByKey(merge)
-            .mapPartitions(execute.write_partition(execute.WriteJob(database_url, bound)))
+            .mapPartitions(execute.write_partition(write))
             .sum()
         )
     except Exception as exc:
@@ -302,9 +304,11 @@ def _stop_reason(
 
 
 def _log_reader(options: Mapping[str, str]) -> Any:
-    from eventplatform.spark_projections.offsets import read_values
+    """Reads records back for corrections of earlier events, on the replay's read path."""
 
     def read(positions: Sequence[Position]) -> dict[Position, bytes]:
+        from eventplatform.spark_projections.offsets import read_values
+
         return read_values(options, list(positions))
 
     return read

@@ -69,7 +69,7 @@ def create_shadows(engine: Engine, projection: Projection, *, copy_live: bool) -
         if copy_live:
             for plan, table in zip(projection.plans.values(), tables, strict=True):
                 connection.execute(
-                    table.insert().from_select(list(plan.table.c), plan.table.select())
+                    table.insert().from_select([c.name for c in plan.table.c], plan.table.select())
                 )
             _move_index(connection, projection, to_shadow=True, copy=True)
     return tables
@@ -96,7 +96,9 @@ def swap(connection: Connection, projection: Projection, tables: Sequence[Table]
     else:
         for plan, table in zip(projection.plans.values(), tables, strict=True):
             connection.execute(plan.table.delete())
-            connection.execute(plan.table.insert().from_select(list(table.c), table.select()))
+            connection.execute(
+                plan.table.insert().from_select([c.name for c in table.c], table.select())
+            )
             connection.execute(text(f"DROP TABLE {_quoted(connection, table.name)}"))
     _move_index(connection, projection, to_shadow=False, copy=False)
 

@@ -1,0 +1,170 @@
+"""Spark replay computes the streaming runner's tables, corrections included.
+
+Each example appends a random stream of events, replacements and
+retractions (corrections of corrections too) in two parts to a fresh topic
+of a real broker, across several partitions, and builds the projection three
+ways, each in its own database:
+
+* A: the streaming runner applies everything;
+* B: a Spark rebuild from the start of the log;
+* C: the streaming runner applies the first part, then a Spark rebuild from
+  its checkpoints applies the rest on top of its tables.
+
+The three must be identical row for row (bookkeeping columns included),
+with the checkpoints at the end of the log. It runs on SQLite and PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from broker_process import BrokerProcess, running_broker
+from correction_streams import (
+    Append,
+    Operation,
+    Replace,
+    Retract,
+    Stream,
+    declare_subject,
+    operations,
+    run_until_applied,
+    stored_tables,
+)
+from database_fixtures import fresh_postgres_database
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+from sqlalchemy import Engine, select
+
+from eventplatform.events import EventProducer
+from eventplatform.projections import migrate, schema
+from eventplatform.projections.database import create_store_engine
+from eventplatform.projections.kafka import log_ends
+from eventplatform.spark_projections.replay import OffsetRange, rebuild
+
+PARTITIONS = 3
+BROKER_OVERRIDES = [f"num.partitions={PARTITIONS}", "group.initial.rebalance.delay.ms=0"]
+EXAMPLES_MAX = 6
+BATCH_SIZE = 7
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    with running_broker(tmp_path_factory.mktemp("broker"), BROKER_OVERRIDES) as process:
+        yield process
+
+
+@contextmanager
+def databases(kind: str, directory: Path, count: int) -> Iterator[list[Engine]]:
+    """``count`` fresh, migrated databases of one kind."""
+    with ExitStack() as stack:
+        engines = []
+        for number in range(count):
+            if kind == "sqlite":
+                url = f"sqlite:///{directory / f'replay-{uuid.uuid4().hex[:8]}-{number}.db'}"
+            else:
+                url = stack.enter_context(fresh_postgres_database(f"ep_{uuid.uuid4().hex[:12]}"))
+            engine = create_store_engine(url)
+            stack.callback(engine.dispose)
+            migrate.upgrade(engine)
+            engines.append(engine)
+        yield engines
+
+
+def ranges(bootstrap: str, topic: str, starts: dict[tuple[str, int], int]) -> list[OffsetRange]:
+    ends = log_ends(bootstrap, [topic])
+    return [
+        OffsetRange(t, p, starts.get((t, p), low), high, low, high)
+        for (t, p), (low, high) in sorted(ends.items())
+    ]
+
+
+def checkpoints(engine: Engine, name: str) -> dict[tuple[str, int], int]:
+    table = schema.checkpoints
+    with engine.connect() as connection:
+        rows = connection.execute(
+            select(table.c.topic, table.c.partition, table.c.next_offset).where(
+                table.c.projection == name
+            )
+        )
+        return {(t, p): offset for t, p, offset in rows}
+
+
+def url_of(engine: Engine) -> str:
+    return engine.url.render_as_string(hide_password=False)
+
+
+def check_equivalence(
+    spark: Any,
+    broker: BrokerProcess,
+    kind: str,
+    directory: Path,
+    stream: tuple[Operation, ...],
+    split: int,
+) -> None:
+    subject = declare_subject(uuid.uuid4().hex[:10])
+    topic = subject.event_class.event_topic
+    options = {"bootstrap.servers": broker.bootstrap, "dataDir": str(broker.data_dir)}
+    with (
+        databases(kind, directory, 3) as (streamed, rebuilt, on_top),
+        EventProducer(broker.bootstrap) as producer,
+    ):
+        for engine in (streamed, rebuilt, on_top):
+            subject.entities.metadata.create_all(engine)
+        appended = Stream(producer, subject.event_class)
+        appended.append(stream[:split])
+        run_until_applied(on_top, subject, broker.bootstrap, BATCH_SIZE, appended.refs)
+        appended.append(stream[split:])
+        run_until_applied(streamed, subject, broker.bootstrap, BATCH_SIZE, appended.refs)
+
+        full = ranges(broker.bootstrap, topic, {})
+        rebuild(spark, subject.projection, url_of(rebuilt), full, options, from_start=True)
+        middle = ranges(broker.bootstrap, topic, checkpoints(on_top, subject.projection.name))
+        rebuild(spark, subject.projection, url_of(on_top), middle, options, from_start=False)
+
+        expected = stored_tables(streamed, subject)
+        assert stored_tables(rebuilt, subject) == expected
+        assert stored_tables(on_top, subject) == expected
+        end = {(r.topic, r.partition): r.end for r in full}
+        assert checkpoints(rebuilt, subject.projection.name) == end
+        assert checkpoints(on_top, subject.projection.name) == end
+
+
+MIXED = (
+    Append("ant", 5, "red"),
+    Append("bee", 7, "blue"),
+    Append("ant", None, "green"),
+    Replace(0, 11, "green"),
+    Retract(1),
+    Append("cat", -3, "red"),
+    Replace(3, 2, "blue"),
+    Retract(5),
+    Append("dog", 4, "blue"),
+    Replace(2, 9, "red"),
+)
+
+
+@settings(
+    max_examples=EXAMPLES_MAX,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(stream=operations(), cut=st.floats(0.0, 1.0))
+@example(stream=MIXED, cut=0.35)
+@pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
+def test_spark_rebuilds_equal_the_streaming_runner(
+    spark: Any,
+    broker: BrokerProcess,
+    tmp_path: Path,
+    kind: str,
+    stream: tuple[Operation, ...],
+    cut: float,
+) -> None:
+    split = max(1, int(len(stream) * cut))
+    check_equivalence(spark, broker, kind, tmp_path, stream, split)
