@@ -490,9 +490,11 @@ def groups_reset_offsets(
 def _register_subcommands() -> None:
     from eventplatform.db_cli import db
     from eventplatform.projections_cli import projections
+    from eventplatform.replay_cli import replay
 
     main.add_command(db)
     main.add_command(projections)
+    main.add_command(replay)
 
 
 _register_subcommands()

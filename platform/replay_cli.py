@@ -1,0 +1,162 @@
+"""``platform replay``: rebuild a projection from the log with Spark."""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import datetime
+from typing import Any
+
+import click
+
+from eventplatform.db_cli import (
+    apps_option,
+    database_option,
+    database_url_of,
+    load_apps,
+    reported_errors,
+)
+from eventplatform.projections_cli import BOOTSTRAP_DEFAULT, BOOTSTRAP_ENV
+
+DATA_DIR_ENV = "EVENTPLATFORM_DATA_DIR"
+
+
+def _timestamp_ms(value: str) -> int:
+    """Milliseconds since the epoch, or an ISO 8601 time (with a zone) as such."""
+    if value.lstrip("-").isdigit():
+        return int(value)
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError as exc:
+        raise click.BadParameter(f"{value!r} is neither epoch milliseconds nor ISO 8601") from exc
+    if moment.tzinfo is None:
+        raise click.BadParameter(f"{value!r} has no time zone (add Z or +00:00)")
+    return int(moment.timestamp() * 1000)
+
+
+def _offsets_json(value: str) -> dict[str, dict[str, int]]:
+    try:
+        parsed = json.loads(value)
+    except json.JSONDecodeError as exc:
+        raise click.BadParameter(f"not JSON: {exc}") from exc
+    if not isinstance(parsed, dict) or not all(
+        isinstance(partitions, dict)
+        and all(str(p).isdigit() and type(o) is int for p, o in partitions.items())
+        for partitions in parsed.values()
+    ):
+        raise click.BadParameter('expected {"topic": {"partition": offset, ...}, ...}')
+    return {str(t): {str(p): o for p, o in ps.items()} for t, ps in parsed.items()}
+
+
+@click.command("replay")
+@click.option("--projection", "name", required=True, help="The projection to rebuild.")
+@click.option(
+    "--from-offset", type=click.IntRange(0), default=None, help="Start of each partition."
+)
+@click.option(
+    "--from-offsets", default=None, metavar="JSON", help='Per partition: {"t": {"0": 42}}.'
+)
+@click.option(
+    "--from-timestamp",
+    default=None,
+    metavar="T",
+    help="Start at the first event at or after T (epoch ms or ISO 8601).",
+)
+@click.option("--to-offset", type=click.IntRange(0), default=None, help="End (exclusive).")
+@click.option("--topic", default=None, help="Only this topic of the projection's.")
+@click.option("--partition", type=click.IntRange(0), default=None, help="Only this partition.")
+@click.option(
+    "--mode",
+    type=click.Choice(["rebuild"]),
+    default="rebuild",
+    show_default=True,
+    help="rebuild: compute the tables into shadows and swap them in.",
+)
+@click.option("--spark-master", default=None, metavar="URL", help="[default: local[*]]")
+@click.option(
+    "--spark-conf",
+    "spark_settings",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="A spark.* setting; repeatable.",
+)
+@click.option(
+    "--bootstrap",
+    default=lambda: os.environ.get(BOOTSTRAP_ENV, BOOTSTRAP_DEFAULT),
+    show_default=f"${BOOTSTRAP_ENV}, else {BOOTSTRAP_DEFAULT}",
+    metavar="HOST:PORT[,...]",
+    help="Brokers of the log (offsets and high watermarks come from here).",
+)
+@click.option(
+    "--data-dir",
+    default=lambda: os.environ.get(DATA_DIR_ENV),
+    metavar="PATH",
+    help=f"The broker's data directory: read segments directly. [default: ${DATA_DIR_ENV}]",
+)
+@click.option("--dry-run", is_flag=True, help="Print the plan; change nothing.")
+@database_option
+@apps_option
+def replay(
+    name: str,
+    from_offset: int | None,
+    from_offsets: str | None,
+    from_timestamp: str | None,
+    to_offset: int | None,
+    topic: str | None,
+    partition: int | None,
+    mode: str,
+    spark_master: str | None,
+    spark_settings: tuple[str, ...],
+    bootstrap: str,
+    data_dir: str | None,
+    dry_run: bool,
+    database: str | None,
+    app_references: tuple[str, ...],
+) -> None:
+    """Rebuild a projection's tables from the log with Spark and swap them in.
+
+    Without a start, the rebuild reads every partition from the start of the
+    log into empty shadow tables. With one, it starts from a copy of the live
+    tables, which must have been applied exactly up to that start. Either way
+    the runner's checkpoints move to the end of the replay.
+    """
+    from eventplatform.projections.apps import find_projection
+    from eventplatform.spark_projections.replay import ReplayRequest, plan_ranges, rebuild
+    from eventplatform.spark_projections.session import parse_pairs, spark_session
+
+    starts = [from_offset is not None, from_offsets is not None, from_timestamp is not None]
+    if sum(starts) > 1:
+        raise click.UsageError("give one of --from-offset, --from-offsets, --from-timestamp")
+    request = ReplayRequest(
+        from_offset=from_offset,
+        from_offsets=_offsets_json(from_offsets) if from_offsets is not None else None,
+        from_timestamp_ms=_timestamp_ms(from_timestamp) if from_timestamp is not None else None,
+        to_offset=to_offset,
+        topic=topic,
+        partition=partition,
+    )
+    options: dict[str, Any] = {"bootstrap.servers": bootstrap}
+    if data_dir:
+        options["dataDir"] = data_dir
+    from eventplatform.spark_projections.errors import ReplayError
+
+    with reported_errors():
+        try:
+            projection = find_projection(name, load_apps(app_references))
+            url = database_url_of(database)
+            ranges = plan_ranges(projection, url, options, request)
+            settings = parse_pairs(",".join(spark_settings), source="--spark-conf")
+            spark = None if dry_run else spark_session(spark_master, settings)
+            summary = rebuild(
+                spark,
+                projection,
+                url,
+                ranges,
+                options,
+                from_start=request.from_start,
+                dry_run=dry_run,
+            )
+        except ReplayError as error:
+            raise click.ClickException(str(error)) from error
+    for line in summary.lines():
+        click.echo(line)
