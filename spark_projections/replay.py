@@ -416,7 +416,7 @@ def _log_reader(options: Mapping[str, str]) -> Any:
     """Reads records back for corrections of earlier events, on the replay's read path."""
 
     def read(positions: Sequence[Position]) -> dict[Position, bytes]:
-        from eventplatform.spark_projections.offsets import read_values
+        from eventplatform.spark_projections.read_paths import read_values
 
         return read_values(options, list(positions))
 
