@@ -258,8 +258,10 @@ def rebuild(
                 store = ProjectionStore(engine, bound)
                 reader = _log_reader(source_options)
                 transaction = StoreTransaction(store, connection, reader)
-                _apply_earlier_roots(transaction, resolution)
+                # The range's corrected roots first: recomputing a row for an earlier
+                # root reads every root's current content.
                 _record(transaction, projection, ranges, resolution, poison, from_start)
+                _apply_earlier_roots(transaction, resolution)
                 shadow.swap(connection, projection, tables)
                 _set_checkpoints(connection, projection, ranges)
         finally:
@@ -432,7 +434,8 @@ def _apply_earlier_roots(transaction: StoreTransaction, resolution: Resolution) 
         except HandlerError as exc:
             savepoint.rollback()
             assert correction.position is not None
-            resolution.invalid.append((correction, str(exc)))
+            value = resolution.values.get(correction.position)
+            transaction.park(correction.position, exc, value, Correction.event_type)
         else:
             savepoint.commit()
 
