@@ -13,3 +13,7 @@ class ReplayConfigError(ReplayError):
 
 class OffsetRangeError(ReplayError):
     """An offset lies outside a partition's log: below its start or past its high watermark."""
+
+
+class UnknownTopicError(ReplayConfigError):
+    """A topic named in the options does not exist in the cluster or the data directory."""
