@@ -26,7 +26,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import Engine, and_, delete, or_
 
@@ -329,7 +329,7 @@ def _resolve_corrections(
         except EventError:
             continue  # poison: the executors park it like any record that does not decode
         if isinstance(envelope.event, Correction):
-            corrections.append(envelope)
+            corrections.append(cast(Envelope[Correction], envelope))
             values[position] = row.value
 
     def ids_at(positions: list[Position]) -> dict[Position, str | None]:

@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from sqlalchemy import Connection, Engine, MetaData, Table, inspect, text
+from sqlalchemy.sql.elements import quoted_name
 
 from eventplatform.projections import schema
 from eventplatform.projections.model import Projection
@@ -43,7 +44,7 @@ def shadow_tables(projection: Projection) -> list[Table]:
     for plan in projection.plans.values():
         shadow = plan.table.to_metadata(metadata, name=shadow_name(plan.name))
         for index in shadow.indexes:
-            index.name = shadow_name(str(index.name))
+            index.name = quoted_name(shadow_name(str(index.name)), None)
         tables.append(shadow)
     return tables
 
