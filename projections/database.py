@@ -16,6 +16,8 @@ PostgreSQL goes through psycopg 3 (``postgresql+psycopg://``); a plain
 from __future__ import annotations
 
 import os
+import sqlite3
+import time
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +29,7 @@ DATABASE_URL_DEFAULT = "sqlite:///.eventplatform/projections.db"
 SQLITE_BUSY_TIMEOUT_S = 30.0
 SQLITE_CACHE_KIB = 65_536
 SQLITE_WAL_CHECKPOINT_PAGES = 10_000
+SQLITE_WAL_RETRY_S = 0.01
 
 
 def database_url(explicit: str | None = None) -> str:
@@ -56,7 +59,7 @@ def _sqlite_engine(url: Any, **options: Any) -> Engine:
     @event.listens_for(engine, "connect")
     def _configure(connection: Any, _record: Any) -> None:
         cursor = connection.cursor()
-        cursor.execute("PRAGMA journal_mode=WAL")
+        _enable_wal(cursor)
         cursor.execute("PRAGMA synchronous=NORMAL")
         cursor.execute(f"PRAGMA busy_timeout={int(SQLITE_BUSY_TIMEOUT_S * 1000)}")
         cursor.execute(f"PRAGMA cache_size=-{SQLITE_CACHE_KIB}")
@@ -68,6 +71,26 @@ def _sqlite_engine(url: Any, **options: Any) -> Engine:
         connection.exec_driver_sql("BEGIN IMMEDIATE")
 
     return engine
+
+
+def _enable_wal(cursor: Any) -> None:
+    """Switch a new database to WAL mode, waiting out connections that open it at once.
+
+    The switch needs the file to itself, and SQLite reports "database is
+    locked" at once, without its busy handler, while another connection holds
+    it; so retry up to the busy timeout. A database in WAL mode stays so.
+    """
+    deadline = time.monotonic() + SQLITE_BUSY_TIMEOUT_S
+    while True:
+        try:
+            if cursor.execute("PRAGMA journal_mode").fetchone()[0] == "wal":
+                return
+            cursor.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(SQLITE_WAL_RETRY_S)
 
 
 def is_postgresql(engine: Engine) -> bool:

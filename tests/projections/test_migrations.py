@@ -13,6 +13,7 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+import threading
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
@@ -204,6 +205,25 @@ def test_concurrent_upgrades_apply_each_revision_once(database_url: str) -> None
         [migrate.PLATFORM_BASE_REVISION, migrate.PLATFORM_HEAD_REVISION, TEST_APP_REVISION]
     )
     assert {result.heads for result in results} == {ALL_HEADS}
+
+
+def test_connections_opening_a_new_sqlite_database_at_once_all_get_wal(tmp_path: Path) -> None:
+    threads = 6
+    for attempt in range(8):
+        engines = [create_store_engine(f"sqlite:///{tmp_path / f'new-{attempt}.db'}")]
+        engines += [create_store_engine(engines[0].url) for _ in range(threads - 1)]
+        barrier = threading.Barrier(threads)
+
+        def journal_mode(engine: sa.Engine, barrier: threading.Barrier = barrier) -> str:
+            barrier.wait(10)
+            with engine.connect() as connection:
+                return str(connection.exec_driver_sql("PRAGMA journal_mode").scalar())
+
+        with ThreadPoolExecutor(max_workers=threads) as pool:
+            modes = list(pool.map(journal_mode, engines))
+        for engine in engines:
+            engine.dispose()
+        assert modes == ["wal"] * threads
 
 
 def test_a_failing_revision_leaves_the_schema_as_it_was(database_url: str, tmp_path: Path) -> None:
