@@ -24,7 +24,7 @@ import pickle
 import time
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, cast
 
@@ -79,7 +79,6 @@ class ReplaySummary:
     corrections: int = 0
     seconds: float = 0.0
     dry_run: bool = False
-    notes: list[str] = field(default_factory=list)
 
     @property
     def events_per_second(self) -> float:
@@ -100,7 +99,6 @@ class ReplaySummary:
                 f"corrections {self.corrections}, parked {self.parked}, rows written "
                 f"{self.rows_written}, {self.seconds:.1f} s, {self.events_per_second:,.0f} events/s"
             )
-        out.extend(self.notes)
         return out
 
 

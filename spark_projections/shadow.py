@@ -114,9 +114,7 @@ def _swap_by_renames(connection: Connection, projection: Projection) -> None:
         live_indexes = _postgres_indexes(connection, name)
         connection.execute(text(f"ALTER TABLE {quote(name)} RENAME TO {quote(old)}"))
         for index in live_indexes:
-            connection.execute(
-                text(f"ALTER INDEX {quote(index)} RENAME TO {quote(_aside(index, old))}")
-            )
+            connection.execute(text(f"ALTER INDEX {quote(index)} RENAME TO {quote(_aside(index))}"))
         connection.execute(text(f"ALTER TABLE {quote(shadow)} RENAME TO {quote(name)}"))
         for index in _postgres_indexes(connection, name):
             if SHADOW_SUFFIX in index:
@@ -125,7 +123,7 @@ def _swap_by_renames(connection: Connection, projection: Projection) -> None:
         connection.execute(text(f"DROP TABLE {quote(old)}"))
 
 
-def _aside(index: str, old_table: str) -> str:
+def _aside(index: str) -> str:
     """A temporary name for an index of the table being replaced."""
     return f"{index}{OLD_SUFFIX}"[:POSTGRES_NAME_MAX]
 
