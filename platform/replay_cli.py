@@ -67,10 +67,11 @@ def _offsets_json(value: str) -> dict[str, dict[str, int]]:
 @click.option("--partition", type=click.IntRange(0), default=None, help="Only this partition.")
 @click.option(
     "--mode",
-    type=click.Choice(["rebuild"]),
+    type=click.Choice(["rebuild", "backfill"]),
     default="rebuild",
     show_default=True,
-    help="rebuild: compute the tables into shadows and swap them in.",
+    help="rebuild: compute the tables into shadows and swap them in. backfill: recompute "
+    "the rows the range's events touch and merge them into the live tables.",
 )
 @click.option("--spark-master", default=None, metavar="URL", help="[default: local[*]]")
 @click.option(
@@ -113,20 +114,34 @@ def replay(
     database: str | None,
     app_references: tuple[str, ...],
 ) -> None:
-    """Rebuild a projection's tables from the log with Spark and swap them in.
+    """Rebuild or backfill a projection's tables from the log with Spark.
 
-    Without a start, the rebuild reads every partition from the start of the
-    log into empty shadow tables. With one, it starts from a copy of the live
-    tables, which must have been applied exactly up to that start. Either way
-    the runner's checkpoints move to the end of the replay.
+    Rebuild: without a start, the rebuild reads every partition from the
+    start of the log into empty shadow tables. With one, it starts from a
+    copy of the live tables, which must have been applied exactly up to that
+    start. Either way the runner's checkpoints move to the end of the replay.
+
+    Backfill (after fixing a window of data or a handler): every row the
+    range's events touch is recomputed from the whole log and replaces the
+    live row; the other rows stay as they are.
     """
     from eventplatform.projections.apps import find_projection
-    from eventplatform.spark_projections.replay import ReplayRequest, plan_ranges, rebuild
+    from eventplatform.spark_projections.replay import (
+        ReplayRequest,
+        backfill,
+        plan_ranges,
+        rebuild,
+    )
     from eventplatform.spark_projections.session import parse_pairs, spark_session
 
     starts = [from_offset is not None, from_offsets is not None, from_timestamp is not None]
     if sum(starts) > 1:
         raise click.UsageError("give one of --from-offset, --from-offsets, --from-timestamp")
+    if mode == "backfill" and not any(starts):
+        raise click.UsageError(
+            "a backfill covers a range: give --from-offset, --from-offsets or --from-timestamp "
+            "(to recompute everything, rebuild)"
+        )
     request = ReplayRequest(
         from_offset=from_offset,
         from_offsets=_offsets_json(from_offsets) if from_offsets is not None else None,
@@ -147,15 +162,18 @@ def replay(
             ranges = plan_ranges(projection, url, options, request)
             settings = parse_pairs(",".join(spark_settings), source="--spark-conf")
             spark = None if dry_run else spark_session(spark_master, settings)
-            summary = rebuild(
-                spark,
-                projection,
-                url,
-                ranges,
-                options,
-                from_start=request.from_start,
-                dry_run=dry_run,
-            )
+            if mode == "backfill":
+                summary = backfill(spark, projection, url, ranges, options, dry_run=dry_run)
+            else:
+                summary = rebuild(
+                    spark,
+                    projection,
+                    url,
+                    ranges,
+                    options,
+                    from_start=request.from_start,
+                    dry_run=dry_run,
+                )
         except ReplayError as error:
             raise click.ClickException(str(error)) from error
     for line in summary.lines():

@@ -272,8 +272,8 @@ class StoreTransaction:
         gone = [key for key, state in states.items() if state is None or _empty(state)]
         if any(key in stored for key in gone):
             self.connection.execute(
-                delete(table).where(_key_match(plan)),
-                [_key_params(plan, key) for key in gone if key in stored],
+                delete(table).where(key_match(plan)),
+                [key_params(plan, key) for key in gone if key in stored],
             )
         changed = {key: state for key, state in states.items() if key not in gone and state}
         updates = [_stored_form(plan, s) for k, s in changed.items() if k in stored]
@@ -284,7 +284,7 @@ class StoreTransaction:
                 for column in table.columns
                 if column.name not in plan.keys
             }
-            statement = update(table).where(_key_match(plan)).values(values)
+            statement = update(table).where(key_match(plan)).values(values)
             self.connection.execute(statement, [_update_params(plan, row) for row in updates])
         if inserts:
             self.connection.execute(table.insert(), inserts)
@@ -308,8 +308,8 @@ class StoreTransaction:
 
     def _delete_empty(self, plan: TablePlan, deltas: dict[tuple[Any, ...], Any]) -> None:
         table = plan.table
-        statement = delete(table).where(_key_match(plan), table.c[CONTRIBUTIONS_COLUMN] <= 0)
-        self.connection.execute(statement, [_key_params(plan, key) for key in deltas])
+        statement = delete(table).where(key_match(plan), table.c[CONTRIBUTIONS_COLUMN] <= 0)
+        self.connection.execute(statement, [key_params(plan, key) for key in deltas])
 
     def _lock(self, plan: TablePlan) -> None:
         if self.store.postgresql and plan.name not in self._locked:
@@ -597,11 +597,11 @@ def _merge_shared_hashes(
     ]
 
 
-def _key_match(plan: TablePlan) -> Any:
+def key_match(plan: TablePlan) -> Any:
     return and_(*(plan.table.c[name] == bindparam(f"k_{name}") for name in plan.keys))
 
 
-def _key_params(plan: TablePlan, key: tuple[Any, ...]) -> dict[str, Any]:
+def key_params(plan: TablePlan, key: tuple[Any, ...]) -> dict[str, Any]:
     return {f"k_{name}": value for name, value in zip(plan.keys, key, strict=True)}
 
 
@@ -610,7 +610,7 @@ def _key_equals(columns: Sequence[Any], key: tuple[Any, ...]) -> Any:
 
 
 def _update_params(plan: TablePlan, row: dict[str, Any]) -> dict[str, Any]:
-    params = _key_params(plan, plan.key_of(row))
+    params = key_params(plan, plan.key_of(row))
     params.update({f"v_{name}": value for name, value in row.items() if name not in plan.keys})
     return params
 

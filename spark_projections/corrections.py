@@ -43,6 +43,8 @@ class Resolution:
     """Corrections whose chain does not hold, with the reason: poison events."""
     values: dict[Position, bytes] = field(default_factory=dict)
     """The corrections' record values (a dead letter keeps its record)."""
+    chains: dict[PositionKey, list[tuple[PositionKey, Replacement]]] = field(default_factory=dict)
+    """Per root in the range: its valid corrections in log order, with their content."""
 
 
 def key_of(position: Position) -> PositionKey:
@@ -94,8 +96,10 @@ def resolve(
             result.invalid.append((envelope, problem or f"{here}: its chain does not hold"))
         else:
             root_position, root_id = root
+            content = _content(envelope.event)
             result.latest[root_position] = (root_id, envelope)
-            result.replacements[key_of(root_position)] = _content(envelope.event)
+            result.replacements[key_of(root_position)] = content
+            result.chains.setdefault(key_of(root_position), []).append((key_of(here), content))
     return result
 
 

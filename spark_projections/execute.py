@@ -41,6 +41,7 @@ from eventplatform.spark_projections.errors import ReplayError
 
 PARTIAL_SCHEMA = "kind string, tbl string, row_key string, payload binary"
 STATE, CONTRIBUTIONS, POISON, COUNT = "state", "contributions", "poison", "count"
+TOUCHED = "touched"
 WRITE_CHUNK_ROWS = 5_000
 Replacement = tuple[str, int, Any] | None
 """A corrected event's effective content: (type, version, data), or None if retracted."""
@@ -54,12 +55,32 @@ class _Everything(dict[Any, Any]):
 
 
 @dataclass(frozen=True)
+class Touch:
+    """A backfill's question: which rows do the events of some windows touch?
+
+    A record in a window touches the rows of its effective content. A root
+    with a correction in a window touches the rows of every content it held:
+    the live rows may hold any of them, the recomputed rows the latest.
+    """
+
+    windows: Mapping[tuple[str, int], tuple[tuple[int, int], ...]]
+    """Per partition, offset ranges (end exclusive)."""
+    versions: Mapping[tuple[str, int, int], tuple[Replacement, ...]]
+    """Roots corrected in a window: the contents of their corrections, in log order."""
+
+    def covers(self, topic: str, partition: int, offset: int) -> bool:
+        return any(lo <= offset < hi for lo, hi in self.windows.get((topic, partition), ()))
+
+
+@dataclass(frozen=True)
 class PartialsJob:
     """What every executor needs to plan its records: pickled once, shipped with the task."""
 
     projection: Projection
     replacements: Mapping[tuple[str, int, int], Replacement]
     corrections: frozenset[tuple[str, int, int]]
+    touch: Touch | None = None
+    """Backfill only: also emit the keys of the rows the windows touch."""
 
 
 def premerge_partitions(job: PartialsJob) -> Callable[[Iterator[Any]], Iterator[Any]]:
@@ -70,10 +91,14 @@ def premerge_partitions(job: PartialsJob) -> Callable[[Iterator[Any]], Iterator[
 
         projection = job.projection
         premerger = Premerger(projection)
-        plan = plan_batch(projection, _records(batches, job), _Everything(), premerger)
+        touching: list[Record] = []
+        records = _records(batches, job, touching)
+        plan = plan_batch(projection, records, _Everything(), premerger)
         if plan.stop_at is not None:
             raise ReplayError(_stop_message(projection, plan.stop_at))
         rows: dict[str, list[Any]] = {"kind": [], "tbl": [], "row_key": [], "payload": []}
+        for table, key in _touched_keys(projection, touching):
+            _append(rows, TOUCHED, table, row_key_text(key), pickle.dumps(key))
         events = 0
         for step in plan.steps:
             if isinstance(step, BatchDelta):
@@ -91,8 +116,9 @@ def premerge_partitions(job: PartialsJob) -> Callable[[Iterator[Any]], Iterator[
     return run
 
 
-def _records(batches: Iterator[Any], job: PartialsJob) -> Iterator[Record]:
-    replacements, corrections = job.replacements, job.corrections
+def _records(batches: Iterator[Any], job: PartialsJob, touching: list[Record]) -> Iterator[Record]:
+    """The records to plan, as their effective content; those that touch rows go to ``touching``."""
+    replacements, corrections, touch = job.replacements, job.corrections, job.touch
     for batch in batches:
         columns = batch.to_pydict()
         for topic, partition, offset, value, headers in zip(
@@ -107,12 +133,38 @@ def _records(batches: Iterator[Any], job: PartialsJob) -> Iterator[Record]:
             if where in corrections:
                 continue  # its effect is in the replacements
             pairs = [(h["key"], h["value"]) for h in headers] if headers else None
+            position = Position(topic, partition, offset)
+            if touch is not None and where in touch.versions:
+                touching.append(Record(position, value, pairs))
+                for version in touch.versions[where]:
+                    if version is not None:
+                        touching.append(Record(position, *_replaced(value, pairs, version)))
             if where in replacements:
                 replacement = replacements[where]
                 if replacement is None:
                     continue
                 value, pairs = _replaced(value, pairs, replacement)
-            yield Record(Position(topic, partition, offset), value, pairs)
+            record = Record(position, value, pairs)
+            if touch is not None and touch.covers(topic, partition, offset):
+                touching.append(record)
+            yield record
+
+
+def _touched_keys(projection: Projection, records: list[Record]) -> Iterator[tuple[str, Any]]:
+    """(table, row key) of every row ``records`` contribute to, each once."""
+    if not records:
+        return
+    plan = plan_batch(projection, records, _Everything(), Premerger(projection))
+    seen: set[tuple[str, Any]] = set()
+    for step in plan.steps:
+        if not isinstance(step, BatchDelta):
+            continue
+        for name, table in step.tables.items():
+            keys = [*table.states, *(c.key for c in table.contributions)]
+            for key in keys:
+                if (name, key) not in seen:
+                    seen.add((name, key))
+                    yield name, key
 
 
 def _replaced(

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, cast
 
-from sqlalchemy import Engine, and_, delete, or_
+from sqlalchemy import Connection, Engine, and_, delete, or_, select
 
 from eventplatform.events import Correction, Envelope, EventError, Position
 from eventplatform.events.codec import parse
@@ -75,6 +75,8 @@ class ReplaySummary:
     events_read: int = 0
     events_applied: int = 0
     rows_written: int = 0
+    rows_touched: int = 0
+    """Backfill: the rows recomputed (written, or deleted as no longer there)."""
     parked: int = 0
     corrections: int = 0
     seconds: float = 0.0
@@ -93,6 +95,8 @@ class ReplaySummary:
                 f"  {r.topic}/{r.partition}: offsets {r.start}..{r.end} ({r.events} events; "
                 f"log {r.log_start}..{r.high_watermark})"
             )
+        if not self.dry_run and self.mode == "backfill":
+            out.append(f"rows recomputed {self.rows_touched}")
         if not self.dry_run:
             out.append(
                 f"events read {self.events_read}, applied {self.events_applied}, "
@@ -187,18 +191,31 @@ def plan_ranges(
     options = {**base, "startingOffsets": json.dumps(starting), "endingOffsets": json.dumps(ending)}
     if timestamps:
         options["startingOffsetsByTimestamp"] = json.dumps(timestamps)
-    resolved = plan(options)
-    return [
-        OffsetRange(
-            item.range.topic,
-            item.range.partition,
-            item.range.start,
-            item.range.end,
-            item.log_start_offset,
-            item.high_watermark,
-        )
-        for item in resolved.partitions
-    ]
+    return [_range_of(item) for item in plan(options).partitions]
+
+
+def _whole_log(projection: Projection, source_options: Mapping[str, str]) -> list[OffsetRange]:
+    """Every partition of the projection's topics, from its log start to its high watermark."""
+    from eventplatform.spark_projections.offsets import plan
+
+    options = {
+        **source_options,
+        "topics": ",".join(projection.topics),
+        "startingOffsets": "earliest",
+        "endingOffsets": "latest",
+    }
+    return [_range_of(item) for item in plan(options).partitions]
+
+
+def _range_of(item: Any) -> OffsetRange:
+    return OffsetRange(
+        item.range.topic,
+        item.range.partition,
+        item.range.start,
+        item.range.end,
+        item.log_start_offset,
+        item.high_watermark,
+    )
 
 
 def _selected(request: ReplayRequest, topic: str, partition: int) -> bool:
@@ -246,19 +263,25 @@ def rebuild(
             events = _events(spark, ranges, source_options)
             resolution = _resolve_corrections(events, projection, ranges, source_options)
             summary.corrections = len(resolution.corrections)
-            applied, poison, rows = _run(spark, events, projection, bound, database_url, resolution)
+            outcome = _run(spark, events, projection, bound, database_url, resolution)
+            poison = outcome.poison
             summary.events_read = sum(r.events for r in ranges)
-            summary.events_applied, summary.rows_written = applied, rows
+            summary.events_applied, summary.rows_written = outcome.applied, outcome.rows
             summary.parked = len(poison) + len(resolution.invalid)
             if summary.parked and projection.on_error == "stop":
                 raise ReplayError(_stop_reason(projection, poison, resolution))
             with engine.begin() as connection:
+                _lock_checkpoints(connection, projection, ranges)
                 store = ProjectionStore(engine, bound)
                 reader = _log_reader(source_options)
                 transaction = StoreTransaction(store, connection, reader)
                 # The range's corrected roots first: recomputing a row for an earlier
                 # root reads every root's current content.
-                _record(transaction, projection, ranges, resolution, poison, from_start)
+                corrected_from = [
+                    (r.topic, r.partition, 0 if from_start else r.start, None) for r in ranges
+                ]
+                parked = [(r.topic, r.partition, r.start, None) for r in ranges]
+                _record(transaction, projection, corrected_from, parked, resolution, poison)
                 _apply_earlier_roots(transaction, resolution)
                 shadow.swap(connection, projection, tables)
                 _set_checkpoints(connection, projection, ranges)
@@ -268,6 +291,135 @@ def rebuild(
         engine.dispose()
     summary.seconds = time.monotonic() - started
     return summary
+
+
+BACKFILL_ATTEMPTS = 3
+
+
+class _OvertakenError(Exception):
+    """A runner applied past the end of a backfill's read while it ran."""
+
+
+def backfill(
+    spark: Any,
+    projection: Projection,
+    database_url: str,
+    ranges: Sequence[OffsetRange],
+    source_options: Mapping[str, str],
+    *,
+    dry_run: bool = False,
+) -> ReplaySummary:
+    """Recompute the rows the events of ``ranges`` touch, and merge them into the live tables.
+
+    A touched row is recomputed from every event of the log, up to the high
+    watermark read at the start, and replaces the live row (or its absence
+    does). The events the streaming runner had not applied by then (from its
+    checkpoint to that watermark) count as touching too, so the checkpoints
+    can move to the watermark in the same transaction: every other row holds
+    all events up to it already. A runner that applied past the watermark
+    meanwhile makes the attempt start over (up to ``BACKFILL_ATTEMPTS``).
+    """
+    summary = ReplaySummary(
+        projection.name,
+        "backfill",
+        list(ranges),
+        [str(t.name) for t in projection.tables],
+        dry_run=dry_run,
+    )
+    if dry_run:
+        return summary
+    started = time.monotonic()
+    engine = create_store_engine(database_url)
+    try:
+        for attempt in range(1, BACKFILL_ATTEMPTS + 1):
+            try:
+                _backfill_once(
+                    spark, projection, engine, database_url, ranges, source_options, summary
+                )
+                break
+            except _OvertakenError as exc:
+                if attempt == BACKFILL_ATTEMPTS:
+                    raise ReplayError(
+                        f"{exc}; the streaming runner kept overtaking the backfill "
+                        f"({BACKFILL_ATTEMPTS} attempts): stop it, or run again"
+                    ) from exc
+                log.info(
+                    "backfill attempt %d of %d: %s; starting over", attempt, BACKFILL_ATTEMPTS, exc
+                )
+    finally:
+        engine.dispose()
+    summary.seconds = time.monotonic() - started
+    return summary
+
+
+def _backfill_once(
+    spark: Any,
+    projection: Projection,
+    engine: Engine,
+    database_url: str,
+    ranges: Sequence[OffsetRange],
+    source_options: Mapping[str, str],
+    summary: ReplaySummary,
+) -> None:
+    whole = _whole_log(projection, source_options)
+    ends = {(r.topic, r.partition): r.end for r in whole}
+    applied = ProjectionStore(engine, projection).checkpoints(ends)
+    windows: dict[TopicPartition, list[tuple[int, int]]] = {}
+    for r in ranges:
+        if r.events:
+            windows.setdefault((r.topic, r.partition), []).append((r.start, r.end))
+    for r in whole:
+        here = applied.get((r.topic, r.partition), r.log_start)
+        if here < r.end:
+            windows.setdefault((r.topic, r.partition), []).append((here, r.end))
+    tables = shadow.create_shadows(engine, projection, copy_live=False)
+    try:
+        bound = projection.bound_to(tables)
+        events = _events(spark, whole, source_options)
+        resolution = _resolve_corrections(events, projection, whole, source_options)
+        touch = execute.Touch({tp: tuple(w) for tp, w in windows.items()}, {})
+        versions = {
+            root: tuple(content for _, content in chain)
+            for root, chain in resolution.chains.items()
+            if any(touch.covers(*where) for where, _ in chain)
+        }
+        touch = execute.Touch(touch.windows, versions)
+        outcome = _run(spark, events, projection, bound, database_url, resolution, touch)
+        parked: list[Window] = [
+            (topic, partition, lo, hi) for (topic, partition), w in windows.items() for lo, hi in w
+        ]
+        poison = [p for p in outcome.poison if _in_windows(parked, p[0])]
+        invalid = [c for c, _ in resolution.invalid if _in_windows(parked, _at(c))]
+        summary.events_read = sum(r.events for r in whole)
+        summary.events_applied, summary.rows_written = outcome.applied, outcome.rows
+        summary.rows_touched = sum(len(keys) for keys in outcome.touched.values())
+        summary.corrections = len(resolution.corrections)
+        summary.parked = len(poison) + len(invalid)
+        if summary.parked and projection.on_error == "stop":
+            raise ReplayError(_stop_reason(projection, poison, resolution))
+        with engine.begin() as connection:
+            now = _lock_checkpoints(connection, projection, whole)
+            for r in whole:
+                before = applied.get((r.topic, r.partition), r.log_start)
+                at = now.get((r.topic, r.partition), r.log_start)
+                if not before <= at <= r.end:
+                    raise _OvertakenError(
+                        f"{projection.name} moved {r.topic}/{r.partition} from offset {before} "
+                        f"to {at}, outside the backfill's read (up to {r.end})"
+                    )
+            store = ProjectionStore(engine, bound)
+            transaction = StoreTransaction(store, connection, _log_reader(source_options))
+            corrected_from = [(r.topic, r.partition, r.log_start, None) for r in whole]
+            _record(transaction, projection, corrected_from, parked, resolution, poison)
+            shadow.merge(connection, projection, tables, outcome.touched)
+            _set_checkpoints(connection, projection, whole)
+    finally:
+        shadow.drop_shadows(engine, projection)
+
+
+def _at(envelope: Envelope[Any]) -> Position:
+    assert envelope.position is not None, "a replayed event has its log position"
+    return envelope.position
 
 
 def _check_checkpoints(
@@ -348,6 +500,17 @@ def _resolve_corrections(
     return resolution
 
 
+@dataclass
+class _Outcome:
+    """What the executors computed and wrote."""
+
+    applied: int
+    poison: list[tuple[Position, str, str | None, bytes | None]]
+    rows: int
+    touched: dict[str, list[tuple[Any, ...]]]
+    """Backfill only: the keys of the rows its windows touch, per table."""
+
+
 def _run(
     spark: Any,
     events: Any,
@@ -355,27 +518,42 @@ def _run(
     bound: Projection,
     database_url: str,
     resolution: Resolution,
-) -> tuple[int, list[tuple[Position, str, str | None, bytes | None]], int]:
-    """Run the aggregation and the writes; return (events applied, poison records, rows)."""
+    touch: execute.Touch | None = None,
+) -> _Outcome:
+    """Run the aggregation and the writes (of touched rows only, given ``touch``)."""
     from pyspark.sql import functions as sql
 
     job = execute.PartialsJob(
         projection,
         resolution.replacements,
         frozenset(resolution.corrections),
+        touch,
     )
     renames = dict(zip(projection.plans, bound.plans, strict=True))
     write = execute.WriteJob(database_url, bound, renames)
     partials = events.mapInArrow(execute.premerge_partitions(job), execute.PARTIAL_SCHEMA)
     partials = partials.persist()
     try:
-        side = partials.where(sql.col("kind").isin(execute.POISON, execute.COUNT)).collect()
+        kinds = [execute.POISON, execute.COUNT, execute.TOUCHED]
+        side = partials.where(sql.col("kind").isin(*kinds)).collect()
         applied = sum(pickle.loads(r.payload) for r in side if r.kind == execute.COUNT)
         poison = [pickle.loads(r.payload) for r in side if r.kind == execute.POISON]
+        touched: dict[str, dict[str, tuple[Any, ...]]] = {}
+        for r in side:
+            if r.kind == execute.TOUCHED:
+                touched.setdefault(r.tbl, {})[r.row_key] = pickle.loads(r.payload)
+        rows_in = partials.where(sql.col("kind").isin(execute.STATE, execute.CONTRIBUTIONS))
+        if touch is not None:
+            wanted = spark.createDataFrame(
+                [(table, key) for table, keys in touched.items() for key in keys],
+                "tbl string, row_key string",
+            )
+            rows_in = rows_in.join(sql.broadcast(wanted), ["tbl", "row_key"], "left_semi")
         merge = execute.combine(projection)
         rows = (
-            partials.where(sql.col("kind").isin(execute.STATE, execute.CONTRIBUTIONS))
-            .rdd.map(lambda r: ((r.kind, r.tbl, r.row_key), (f"{r.kind}\0{r.tbl}", r.payload)))
+            rows_in.rdd.map(
+                lambda r: ((r.kind, r.tbl, r.row_key), (f"{r.kind}\0{r.tbl}", r.payload))
+            )
             .reduceByKey(merge)
             .mapPartitions(execute.write_partition(write))
             .sum()
@@ -384,7 +562,12 @@ def _run(
         raise _replay_error(exc) from exc
     finally:
         partials.unpersist()
-    return applied, poison, int(rows)
+    return _Outcome(
+        applied,
+        poison,
+        int(rows),
+        {table: list(keys.values()) for table, keys in touched.items()},
+    )
 
 
 def _replay_error(exc: Exception) -> Exception:
@@ -438,39 +621,39 @@ def _apply_earlier_roots(transaction: StoreTransaction, resolution: Resolution) 
             savepoint.commit()
 
 
+Window = tuple[str, int, int, int | None]
+"""(topic, partition, first offset, end offset or None for no end)."""
+
+
 def _record(
     transaction: StoreTransaction,
     projection: Projection,
-    ranges: Sequence[OffsetRange],
+    corrected_from: Sequence[Window],
+    parked: Sequence[Window],
     resolution: Resolution,
-    poison: list[tuple[Position, str, str | None, bytes | None]],
-    from_start: bool,
+    poison: Sequence[tuple[Position, str, str | None, bytes | None]],
 ) -> None:
-    """Corrected events and dead letters of the range, as the runner would have left them."""
+    """Corrected events and dead letters, as the runner would have left them.
+
+    The corrected-event records in ``corrected_from`` are replaced by the
+    resolution's; the parked dead letters in ``parked`` by ``poison`` and the
+    resolution's invalid corrections that lie in ``parked``.
+    """
     connection = transaction.connection
     corrected, dead = schema.corrected_events, schema.dead_letters
-    in_range = [
-        and_(
-            corrected.c.topic == r.topic,
-            corrected.c.partition == r.partition,
-            corrected.c.offset >= (0 if from_start else r.start),
-        )
-        for r in ranges
-    ]
-    if in_range:
+    if corrected_from:
         connection.execute(
-            delete(corrected).where(corrected.c.projection == projection.name, or_(*in_range))
+            delete(corrected).where(
+                corrected.c.projection == projection.name,
+                or_(*(_within(corrected, window) for window in corrected_from)),
+            )
         )
-    parked_in_range = [
-        and_(dead.c.topic == r.topic, dead.c.partition == r.partition, dead.c.offset >= r.start)
-        for r in ranges
-    ]
-    if parked_in_range:
+    if parked:
         connection.execute(
             delete(dead).where(
                 dead.c.projection == projection.name,
                 dead.c.status == schema.DEAD_LETTER_PARKED,
-                or_(*parked_in_range),
+                or_(*(_within(dead, window) for window in parked)),
             )
         )
     for root_position, (root_id, correction) in sorted(resolution.latest.items()):
@@ -479,11 +662,53 @@ def _record(
         )
         transaction.record_correction(root, correction)
     for position, error, event_type, value in poison:
-        transaction.park(position, ReplayError(error), value, event_type)
+        if _in_windows(parked, position):
+            transaction.park(position, ReplayError(error), value, event_type)
     for correction, reason in resolution.invalid:
         assert correction.position is not None
-        value = resolution.values.get(correction.position)
-        transaction.park(correction.position, ReplayError(reason), value, Correction.event_type)
+        if _in_windows(parked, correction.position):
+            value = resolution.values.get(correction.position)
+            transaction.park(correction.position, ReplayError(reason), value, Correction.event_type)
+
+
+def _within(table: Any, window: Window) -> Any:
+    topic, partition, first, end = window
+    clauses = [table.c.topic == topic, table.c.partition == partition, table.c.offset >= first]
+    if end is not None:
+        clauses.append(table.c.offset < end)
+    return and_(*clauses)
+
+
+def _in_windows(windows: Sequence[Window], position: Position) -> bool:
+    return any(
+        (topic, partition) == (position.topic, position.partition)
+        and first <= position.offset
+        and (end is None or position.offset < end)
+        for topic, partition, first, end in windows
+    )
+
+
+def _lock_checkpoints(
+    connection: Connection, projection: Projection, ranges: Sequence[OffsetRange]
+) -> dict[TopicPartition, int]:
+    """The checkpoints of ``ranges``' partitions, locked until the transaction ends.
+
+    A runner's transaction moves its checkpoints before it writes rows, so
+    taking them first keeps a replay's transaction and a runner's in one
+    lock order. (On SQLite the transaction holds the database's write lock.)
+    """
+    table = schema.checkpoints
+    query = select(table.c.topic, table.c.partition, table.c.next_offset).where(
+        table.c.projection == projection.name
+    )
+    if connection.dialect.name == "postgresql":
+        query = query.order_by(table.c.topic, table.c.partition).with_for_update()
+    wanted = {(r.topic, r.partition) for r in ranges}
+    return {
+        (topic, partition): offset
+        for topic, partition, offset in connection.execute(query)
+        if (topic, partition) in wanted
+    }
 
 
 def _set_checkpoints(

@@ -14,18 +14,23 @@ reading ``T`` until :func:`swap` commits:
 
 Either way the index entries move from the shadow scopes to the live ones
 in the same transaction, and the caller sets the checkpoints there too.
+
+A backfill instead :func:`merge` s its shadows into the live tables: the
+rows of the keys it recomputed are replaced, the others left as they are.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
-from sqlalchemy import Connection, Engine, MetaData, Table, inspect, text
+from sqlalchemy import Connection, Engine, MetaData, Table, bindparam, delete, inspect, text
 from sqlalchemy.sql.elements import quoted_name
 
 from eventplatform.projections import schema
 from eventplatform.projections.model import Projection
-from eventplatform.projections.premerge import scope_of
+from eventplatform.projections.premerge import row_hash, scope_of
+from eventplatform.projections.store import key_match, key_params
 from eventplatform.spark_projections.errors import ReplayConfigError
 
 SHADOW_SUFFIX = "__ep_shadow"
@@ -102,6 +107,41 @@ def swap(connection: Connection, projection: Projection, tables: Sequence[Table]
             )
             connection.execute(text(f"DROP TABLE {_quoted(connection, table.name)}"))
     _move_index(connection, projection, to_shadow=False, copy=False)
+
+
+def merge(
+    connection: Connection,
+    projection: Projection,
+    tables: Sequence[Table],
+    keys: Mapping[str, Sequence[tuple[Any, ...]]],
+) -> None:
+    """Replace the live rows of ``keys`` (per table) by the shadow's, in one transaction.
+
+    The shadows hold rows of those keys only; a key with no shadow row loses
+    its live row. The keys' event index entries are replaced the same way.
+    """
+    index = schema.event_index
+    for plan, table in zip(projection.plans.values(), tables, strict=True):
+        touched = keys.get(plan.name, ())
+        live = scope_of(projection.name, plan.name)
+        if touched:
+            connection.execute(
+                delete(plan.table).where(key_match(plan)),
+                [key_params(plan, key) for key in touched],
+            )
+            if plan.indexed:
+                connection.execute(
+                    delete(index).where(index.c.scope == live, index.c.row_hash == bindparam("h")),
+                    [{"h": h} for h in {row_hash(key) for key in touched}],
+                )
+        connection.execute(
+            plan.table.insert().from_select([c.name for c in table.c], table.select())
+        )
+        connection.execute(
+            index.update()
+            .where(index.c.scope == scope_of(projection.name, shadow_name(plan.name)))
+            .values(scope=live)
+        )
 
 
 def _swap_by_renames(connection: Connection, projection: Projection) -> None:

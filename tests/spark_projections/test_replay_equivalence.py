@@ -8,7 +8,10 @@ ways, each in its own database:
 * A: the streaming runner applies everything;
 * B: a Spark rebuild from the start of the log;
 * C: the streaming runner applies the first part, then a Spark rebuild from
-  its checkpoints applies the rest on top of its tables.
+  its checkpoints applies the rest on top of its tables;
+* D: the streaming runner applies the first part, then a Spark backfill of
+  a window from half its checkpoints to the end recomputes the rows that
+  window (and the unapplied rest) touches.
 
 The three must be identical row for row (bookkeeping columns included),
 with the checkpoints at the end of the log. It runs on SQLite and PostgreSQL.
@@ -44,7 +47,7 @@ from eventplatform.events import EventProducer
 from eventplatform.projections import migrate, schema
 from eventplatform.projections.database import create_store_engine
 from eventplatform.projections.kafka import log_ends
-from eventplatform.spark_projections.replay import OffsetRange, rebuild
+from eventplatform.spark_projections.replay import OffsetRange, backfill, rebuild
 
 PARTITIONS = 3
 BROKER_OVERRIDES = [f"num.partitions={PARTITIONS}", "group.initial.rebalance.delay.ms=0"]
@@ -108,16 +111,18 @@ def check_equivalence(
 ) -> None:
     subject = declare_subject(uuid.uuid4().hex[:10])
     topic = subject.event_class.event_topic
+    name = subject.projection.name
     options = {"bootstrap.servers": broker.bootstrap, "dataDir": str(broker.data_dir)}
     with (
-        databases(kind, directory, 3) as (streamed, rebuilt, on_top),
+        databases(kind, directory, 4) as (streamed, rebuilt, on_top, backfilled),
         EventProducer(broker.bootstrap) as producer,
     ):
-        for engine in (streamed, rebuilt, on_top):
+        for engine in (streamed, rebuilt, on_top, backfilled):
             subject.entities.metadata.create_all(engine)
         appended = Stream(producer, subject.event_class)
         appended.append(stream[:split])
         run_until_applied(on_top, subject, broker.bootstrap, BATCH_SIZE, appended.refs)
+        run_until_applied(backfilled, subject, broker.bootstrap, BATCH_SIZE, appended.refs)
         appended.append(stream[split:])
         run_until_applied(streamed, subject, broker.bootstrap, BATCH_SIZE, appended.refs)
 
@@ -125,13 +130,17 @@ def check_equivalence(
         rebuild(spark, subject.projection, url_of(rebuilt), full, options, from_start=True)
         middle = ranges(broker.bootstrap, topic, checkpoints(on_top, subject.projection.name))
         rebuild(spark, subject.projection, url_of(on_top), middle, options, from_start=False)
+        halves = {tp: offset // 2 for tp, offset in checkpoints(backfilled, name).items()}
+        window = ranges(broker.bootstrap, topic, halves)
+        backfill(spark, subject.projection, url_of(backfilled), window, options)
 
         expected = stored_tables(streamed, subject)
         assert stored_tables(rebuilt, subject) == expected
         assert stored_tables(on_top, subject) == expected
+        assert stored_tables(backfilled, subject) == expected
         end = {(r.topic, r.partition): r.end for r in full}
-        assert checkpoints(rebuilt, subject.projection.name) == end
-        assert checkpoints(on_top, subject.projection.name) == end
+        for engine in (rebuilt, on_top, backfilled):
+            assert checkpoints(engine, name) == end
 
 
 MIXED = (
