@@ -24,7 +24,7 @@ import pickle
 import time
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, cast
 
@@ -33,11 +33,13 @@ from sqlalchemy import Connection, Engine, and_, delete, or_, select
 from eventplatform.events import Correction, Envelope, EventError, Position
 from eventplatform.events.codec import parse
 from eventplatform.projections import schema
+from eventplatform.projections.batch import Record, plan_batch
 from eventplatform.projections.corrections import apply_correction
 from eventplatform.projections.database import create_store_engine
 from eventplatform.projections.errors import HandlerError
 from eventplatform.projections.fold import OpaqueEvent
 from eventplatform.projections.model import Projection
+from eventplatform.projections.premerge import BatchDelta
 from eventplatform.projections.statements import upsert_insert
 from eventplatform.projections.store import ProjectionStore, StoreTransaction
 from eventplatform.spark_projections import execute, shadow
@@ -75,6 +77,8 @@ class ReplaySummary:
     events_read: int = 0
     events_applied: int = 0
     rows_written: int = 0
+    caught_up: int = 0
+    """Rebuild: events a running runner applied past the range, applied to the shadows too."""
     rows_touched: int = 0
     """Backfill: the rows recomputed (written, or deleted as no longer there)."""
     parked: int = 0
@@ -97,6 +101,8 @@ class ReplaySummary:
             )
         if not self.dry_run and self.mode == "backfill":
             out.append(f"rows recomputed {self.rows_touched}")
+        if self.caught_up:
+            out.append(f"caught up with the streaming runner: {self.caught_up} more events")
         if not self.dry_run:
             out.append(
                 f"events read {self.events_read}, applied {self.events_applied}, "
@@ -271,7 +277,7 @@ def rebuild(
             if summary.parked and projection.on_error == "stop":
                 raise ReplayError(_stop_reason(projection, poison, resolution))
             with engine.begin() as connection:
-                _lock_checkpoints(connection, projection, ranges)
+                now = _lock_checkpoints(connection, projection, ranges)
                 store = ProjectionStore(engine, bound)
                 reader = _log_reader(source_options)
                 transaction = StoreTransaction(store, connection, reader)
@@ -283,8 +289,20 @@ def rebuild(
                 parked = [(r.topic, r.partition, r.start, None) for r in ranges]
                 _record(transaction, projection, corrected_from, parked, resolution, poison)
                 _apply_earlier_roots(transaction, resolution)
+                caught_up = _catch_up(transaction, source_options, ranges, now)
+                summary.caught_up = sum(r.events for r in caught_up)
                 shadow.swap(connection, projection, tables)
-                _set_checkpoints(connection, projection, ranges)
+                ends = {(r.topic, r.partition): r for r in caught_up}
+                _set_checkpoints(
+                    connection,
+                    projection,
+                    [
+                        replace(r, end=ends[(r.topic, r.partition)].end)
+                        if (r.topic, r.partition) in ends
+                        else r
+                        for r in ranges
+                    ],
+                )
         finally:
             shadow.drop_shadows(engine, projection)
     finally:
@@ -420,6 +438,64 @@ def _backfill_once(
 def _at(envelope: Envelope[Any]) -> Position:
     assert envelope.position is not None, "a replayed event has its log position"
     return envelope.position
+
+
+def _catch_up(
+    transaction: StoreTransaction,
+    source_options: Mapping[str, str],
+    ranges: Sequence[OffsetRange],
+    now: Mapping[TopicPartition, int],
+) -> list[OffsetRange]:
+    """Apply to the shadows what a running runner applied past the ranges' ends meanwhile.
+
+    The records from each range's end to the runner's checkpoint go through
+    the runner's own path (plan, pre-merge, corrections, parking) into the
+    shadow tables, so the swapped-in tables hold exactly what the runner
+    had: its checkpoints stay where they are and its next batch applies on
+    top. Returns the ranges caught up on.
+    """
+    from eventplatform.spark_projections import offsets
+    from eventplatform.spark_projections.read_paths import read_chunk
+
+    behind = [
+        replace(r, start=r.end, end=now[(r.topic, r.partition)])
+        for r in ranges
+        if now.get((r.topic, r.partition), r.end) > r.end
+    ]
+    if not behind:
+        return []
+    options = offsets.parse_options(
+        {**source_options, "topics": ",".join(sorted({r.topic for r in behind}))}
+    )
+    records: list[Record] = []
+    for r in behind:
+        chunk = offsets.OffsetRange(r.topic, r.partition, r.start, r.end)
+        for batch in read_chunk(options, chunk):
+            columns = batch.to_pydict()
+            for offset, value, headers in zip(
+                columns["offset"], columns["value"], columns["headers"], strict=True
+            ):
+                pairs = [(h["key"], h["value"]) for h in headers] if headers else None
+                records.append(Record(Position(r.topic, r.partition, offset), value, pairs))
+    projection = transaction.store.projection
+    expected: dict[TopicPartition, int | None] = {(r.topic, r.partition): r.start for r in behind}
+    plan = plan_batch(projection, records, expected, transaction.store.premerger)
+    for step in plan.steps:
+        if isinstance(step, BatchDelta):
+            transaction.apply_delta(step)
+        elif step.kind == "correct":
+            assert step.envelope is not None
+            _correct(transaction, step.envelope, step.record.value)
+        else:
+            assert step.error is not None
+            transaction.park(step.record.position, step.error, step.record.value, step.event_type)
+    if plan.stop_at is not None:
+        step = plan.stop_at
+        raise ReplayError(
+            f"{projection.name} stops on poison events (on_error='stop') and the event at "
+            f"{step.record.position} is one: {step.error}"
+        )
+    return behind
 
 
 def _check_checkpoints(
@@ -609,16 +685,21 @@ def _log_reader(options: Mapping[str, str]) -> Any:
 def _apply_earlier_roots(transaction: StoreTransaction, resolution: Resolution) -> None:
     """Corrections of events applied before the range: the runner's own correction path."""
     for correction in resolution.before_range:
-        savepoint = transaction.connection.begin_nested()
-        try:
-            apply_correction(transaction, correction)
-        except HandlerError as exc:
-            savepoint.rollback()
-            assert correction.position is not None
-            value = resolution.values.get(correction.position)
-            transaction.park(correction.position, exc, value, Correction.event_type)
-        else:
-            savepoint.commit()
+        _correct(transaction, correction, resolution.values.get(_at(correction)))
+
+
+def _correct(
+    transaction: StoreTransaction, correction: Envelope[Correction], value: bytes | None
+) -> None:
+    """Apply one correction as the runner does, or park it if it cannot apply."""
+    savepoint = transaction.connection.begin_nested()
+    try:
+        apply_correction(transaction, correction)
+    except (HandlerError, EventError) as exc:
+        savepoint.rollback()
+        transaction.park(_at(correction), exc, value, Correction.event_type)
+    else:
+        savepoint.commit()
 
 
 Window = tuple[str, int, int, int | None]

@@ -9,16 +9,16 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import projection_test_app
+import projection_threads
 import pytest
 from broker_process import BrokerProcess, running_broker
 from click.testing import CliRunner
@@ -48,7 +48,6 @@ PARTITIONS = 2
 BROKER_OVERRIDES = [f"num.partitions={PARTITIONS}", "group.initial.rebalance.delay.ms=0"]
 APPLY_TIMEOUT_S = 30.0
 IDLE_EXIT_S = 2.0
-STOP_TIMEOUT_S = 30.0
 SUBPROCESS_TIMEOUT_S = 60
 SUPPORT = Path(__file__).resolve().parents[1] / "support"
 PLATFORM = Path(sys.executable).with_name("platform")
@@ -87,36 +86,14 @@ def producer(broker: BrokerProcess) -> Iterator[EventProducer]:
         yield producer
 
 
-@contextmanager
-def running_projection(url: str, bootstrap: str) -> Iterator[None]:
+def running_projection(url: str, bootstrap: str) -> AbstractContextManager[None]:
     """The test app's projection, run in a background thread until the block ends."""
-    stop = threading.Event()
-    failures: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            run_projection(
-                NAME, APPS, database_url=url, bootstrap=bootstrap, batch_size=100, stop=stop
-            )
-        except BaseException as exc:
-            failures.append(exc)
-
-    thread = threading.Thread(target=run, name="projection-runner", daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        thread.join(STOP_TIMEOUT_S)
-    assert not thread.is_alive(), "the runner did not stop"
-    if failures:
-        raise failures[0]
+    return projection_threads.running_projection(NAME, APPS, url, bootstrap)
 
 
 def apply_all(url: str, bootstrap: str, refs: list[EventRef]) -> None:
     """Run the test app's projection until it has applied ``refs``."""
-    with running_projection(url, bootstrap):
-        wait_until_applied(url, NAME, refs, timeout_s=APPLY_TIMEOUT_S)
+    projection_threads.apply_all(NAME, APPS, url, bootstrap, refs, APPLY_TIMEOUT_S)
 
 
 def run_until_stopped(url: str, bootstrap: str, batch_size: int = 1000) -> None:
