@@ -21,11 +21,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import make_url
 
 DATABASE_URL_ENV = "EVENTPLATFORM_DATABASE_URL"
 DATABASE_URL_DEFAULT = "sqlite:///.eventplatform/projections.db"
+READ_ONLY_OPTION = "ep_read_only"
+"""A connection execution option: its transactions only read (see :func:`reading`)."""
 SQLITE_BUSY_TIMEOUT_S = 30.0
 SQLITE_CACHE_KIB = 65_536
 SQLITE_WAL_CHECKPOINT_PAGES = 10_000
@@ -35,6 +37,16 @@ SQLITE_WAL_RETRY_S = 0.01
 def database_url(explicit: str | None = None) -> str:
     """The URL to use: the explicit one, else ``$EVENTPLATFORM_DATABASE_URL``, else SQLite."""
     return explicit or os.environ.get(DATABASE_URL_ENV) or DATABASE_URL_DEFAULT
+
+
+def reading(engine: Engine) -> Connection:
+    """A connection for reads only.
+
+    On SQLite its transactions begin deferred: in WAL mode a reader takes no
+    lock, so it neither waits for writers nor makes them wait. (A store
+    engine's other transactions begin immediate, taking the write lock.)
+    """
+    return engine.connect().execution_options(**{READ_ONLY_OPTION: True})
 
 
 def create_store_engine(url: str, **options: Any) -> Engine:
@@ -68,7 +80,10 @@ def _sqlite_engine(url: Any, **options: Any) -> Engine:
 
     @event.listens_for(engine, "begin")
     def _begin_immediate(connection: Any) -> None:
-        connection.exec_driver_sql("BEGIN IMMEDIATE")
+        if connection.get_execution_options().get(READ_ONLY_OPTION):
+            connection.exec_driver_sql("BEGIN")
+        else:
+            connection.exec_driver_sql("BEGIN IMMEDIATE")
 
     return engine
 

@@ -21,7 +21,7 @@ from eventplatform.projections import schema
 from eventplatform.projections.apps import App, find_projection
 from eventplatform.projections.batch import Record, plan_batch
 from eventplatform.projections.corrections import apply_correction
-from eventplatform.projections.database import create_store_engine
+from eventplatform.projections.database import create_store_engine, reading
 from eventplatform.projections.errors import ApplyTimeoutError, HandlerError
 from eventplatform.projections.kafka import KafkaEventReader, log_ends
 from eventplatform.projections.model import Projection
@@ -104,7 +104,7 @@ def projection_status(
     """Status of every known projection (installed or registered), or of one."""
     engine = create_store_engine(database_url)
     try:
-        with engine.connect() as connection:
+        with reading(engine) as connection:
             known = {row.name: row for row in registered(connection)}
             declared = {p.name: p for app in apps for p in app.projections}
             names = [name] if name else sorted(set(known) | set(declared))
@@ -177,7 +177,7 @@ def wait_until_applied(
     pause = WAIT_POLL_S_MIN
     try:
         while True:
-            with engine.connect() as connection:
+            with reading(engine) as connection:
                 checkpoints = checkpoints_of(connection, projection)
             if all(checkpoints.get(key, 0) > offset for key, offset in wanted.items()):
                 return
@@ -265,7 +265,7 @@ def _corrected_since(store: ProjectionStore, position: Position) -> bool:
         table.c.partition == position.partition,
         table.c.offset == position.offset,
     )
-    with store.engine.connect() as connection:
+    with reading(store.engine) as connection:
         return connection.execute(query).first() is not None
 
 
@@ -280,6 +280,6 @@ def _parked(engine: Engine, name: str, ids: Sequence[int]) -> list[tuple[int, Po
     )
     if ids:
         query = query.where(table.c.id.in_(list(ids)))
-    with engine.connect() as connection:
+    with reading(engine) as connection:
         rows = connection.execute(query.order_by(table.c.id)).all()
     return [(row.id, Position(row.topic, row.partition, row.offset)) for row in rows]

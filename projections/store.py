@@ -50,6 +50,7 @@ from eventplatform.events import Correction, Envelope, Event, Position
 from eventplatform.events.codec import envelope_of, parse
 from eventplatform.events.corrections import ReplacementEvent
 from eventplatform.projections import schema
+from eventplatform.projections.database import reading
 from eventplatform.projections.errors import CheckpointConflictError
 from eventplatform.projections.fold import (
     OpaqueEvent,
@@ -140,7 +141,7 @@ class ProjectionStore:
         query = select(table.c.topic, table.c.partition, table.c.next_offset).where(
             table.c.projection == self.projection.name
         )
-        with self.engine.connect() as connection:
+        with reading(self.engine) as connection:
             rows = connection.execute(query).all()
         return {(t, p): offset for t, p, offset in rows if (t, p) in wanted}
 

@@ -35,7 +35,7 @@ from eventplatform.projections.apps import (
     installed_apps,
     load_app,
 )
-from eventplatform.projections.database import create_store_engine
+from eventplatform.projections.database import create_store_engine, reading
 from eventplatform.projections.errors import MigrationError
 from eventplatform.projections.merge import Sum
 from eventplatform.projections.model import Projection, merge_column, projection_table
@@ -224,6 +224,31 @@ def test_connections_opening_a_new_sqlite_database_at_once_all_get_wal(tmp_path:
         for engine in engines:
             engine.dispose()
         assert modes == ["wal"] * threads
+
+
+def test_a_sqlite_reader_neither_waits_for_a_writer_nor_blocks_it(tmp_path: Path) -> None:
+    path = tmp_path / "readers.db"
+    engine = create_store_engine(f"sqlite:///{path}")
+    impatient = sqlite3.connect(path, timeout=0.2, isolation_level=None)
+    try:
+        with engine.begin() as connection:
+            connection.exec_driver_sql("CREATE TABLE counter (n INTEGER)")
+            connection.exec_driver_sql("INSERT INTO counter VALUES (1)")
+        with reading(engine) as reader, reader.begin():
+            assert reader.exec_driver_sql("SELECT n FROM counter").scalar() == 1
+            impatient.execute("BEGIN IMMEDIATE")  # the reader holds no lock that stops a writer
+            impatient.execute("UPDATE counter SET n = 2")
+            with reading(engine) as second:  # nor does a writer stop a reader
+                assert second.exec_driver_sql("SELECT n FROM counter").scalar() == 1
+            impatient.execute("COMMIT")
+            assert reader.exec_driver_sql("SELECT n FROM counter").scalar() == 1  # its snapshot
+        with reading(engine) as reader:
+            assert reader.exec_driver_sql("SELECT n FROM counter").scalar() == 2
+        with engine.begin(), pytest.raises(sqlite3.OperationalError, match="locked"):
+            impatient.execute("BEGIN IMMEDIATE")  # a store transaction holds the write lock
+    finally:
+        impatient.close()
+        engine.dispose()
 
 
 def test_a_failing_revision_leaves_the_schema_as_it_was(database_url: str, tmp_path: Path) -> None:
