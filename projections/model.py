@@ -203,6 +203,7 @@ class Projection:
         self.plans = {str(table.name): TablePlan.of(table) for table in tables}
         self._routes = [(plan.table, plan) for plan in self.plans.values()]
         self._plan_of = {id(table): plan for table, plan in self._routes}
+        self._aliases: list[Table] = []
         self.handlers: dict[str, tuple[type[Event], Handler]] = {}
         self._topics: tuple[str, ...] = ()
         self._catalog: EventCatalog | None = None
@@ -238,6 +239,7 @@ class Projection:
         # Spark ships projections to its executors: table ids and validators stay behind.
         state = dict(self.__dict__)
         state["_plan_of"] = None
+        state["_aliases"] = []
         state["_catalog"] = None
         return state
 
@@ -248,6 +250,25 @@ class Projection:
     def plan_of_table(self) -> dict[int, TablePlan]:
         """The plan each row's table (by ``id``) goes to."""
         return self._plan_of
+
+    def route(self, table: Table) -> TablePlan | None:
+        """The plan rows of ``table`` go to: by identity, else by name.
+
+        A projection unpickled in another process (a Spark executor) holds
+        copies of its tables, while handlers imported there yield rows of
+        their module's own: those are the same tables by name and columns.
+        A table found so is remembered (and kept alive, so its id stays its).
+        """
+        plan = self._plan_of.get(id(table))
+        if plan is not None:
+            return plan
+        name, columns = str(table.name), [column.name for column in table.columns]
+        for own, routed in self._routes:
+            if str(own.name) == name and [column.name for column in own.columns] == columns:
+                self._plan_of[id(table)] = routed
+                self._aliases.append(table)
+                return routed
+        return None
 
     def on(self, *event_classes: type[Event]) -> Callable[[Handler], Handler]:
         """Register a handler for ``event_classes``; it returns rows (or yields them)."""
@@ -324,7 +345,7 @@ class Projection:
         """One row a handler produced, as a contribution; raises HandlerError."""
         if not isinstance(row, Row):
             raise HandlerError(f"{self.name}: a handler yielded {type(row).__name__}, not Row")
-        plan = self._plan_of.get(id(row.table))
+        plan = self.route(row.table)
         if plan is None:
             raise HandlerError(f"{self.name}: table {row.table.name} is not one of its tables")
         values = row.values

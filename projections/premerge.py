@@ -144,24 +144,31 @@ class Premerger:
 
     def adder(self, delta: BatchDelta) -> Callable[[list[Any], int], None]:
         """``add(rows, rank)``: check one event's rows (HandlerError), then merge them all."""
-        validate = self.projection.validate_row
-        tables: dict[int, tuple[Any, ...]] = {}
-        for table_id, plan in self.projection.plan_of_table().items():
-            table = delta.tables[plan.name]
-            compiled = self.compiled.get(plan.name)
+        projection = self.projection
+        validate = projection.validate_row
+        entries: dict[str, tuple[Any, ...]] = {}
+        for name, plan in self.plans.items():
+            table = delta.tables[name]
+            compiled = self.compiled.get(name)
             index = table.index if plan.indexed else None
             if compiled is None:
-                tables[table_id] = (None, table.contributions, index)
+                entries[name] = (None, table.contributions, index)
             else:
-                tables[table_id] = (compiled.check, compiled.merge, table.states, index)
+                entries[name] = (compiled.check, compiled.merge, table.states, index)
+        tables = {
+            table_id: entries[plan.name] for table_id, plan in projection.plan_of_table().items()
+        }
 
         def add(rows: list[Any], rank: int) -> None:
             checked: list[tuple[tuple[Any, ...], Any]] = []
             for row in rows:
                 entry = tables.get(id(row.table)) if isinstance(row, Row) else None
                 if entry is None:
-                    validate(row, rank)  # raises: not a Row, or not one of the tables
-                    raise AssertionError(f"{row!r} passed validation")
+                    plan = projection.route(row.table) if isinstance(row, Row) else None
+                    if plan is None:
+                        validate(row, rank)  # raises: not a Row, or not one of the tables
+                        raise AssertionError(f"{row!r} passed validation")
+                    entry = tables[id(row.table)] = entries[plan.name]
                 check = entry[0]
                 if check is None:
                     checked.append((entry, validate(row, rank)))

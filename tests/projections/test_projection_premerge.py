@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 from typing import Any
 
 import projection_test_app
@@ -179,3 +180,26 @@ def test_a_batch_skips_what_it_does_not_read_and_parks_what_it_cannot() -> None:
     assert isinstance(poison, Step) and poison.kind == "poison"
     assert poison.record.position.offset == 4
     assert (first.events, last.events, plan.events) == (1, 1, 3)
+
+
+def test_an_unpickled_projection_routes_its_modules_tables_by_name() -> None:
+    # An executor unpickles copies of the tables, while the handler it imports
+    # yields rows of its module's own tables.
+    copy = pickle.loads(pickle.dumps(projection_test_app.totals_projection))
+    assert copy.plans["pt_totals"].table is not projection_test_app.totals
+    tick = projection_test_app.Tick(entity="a", amount=2, label="x")
+    records = [record(offset, tick, [(TYPE_HEADER, b"pt.tick")]) for offset in range(3)]
+    plan = plan_batch(copy, records, {("pt", 0): None})
+
+    [delta] = plan.steps
+    assert isinstance(delta, BatchDelta) and delta.events == 3
+    assert {c.key for c in delta.tables["pt_totals"].contributions} == {("a",)}
+    assert set(delta.tables["pt_label_totals"].states) == {("x",)}
+    stranger = projection_table(
+        "pm_stranger",
+        MetaData(),
+        Column("n", Integer, primary_key=True),
+        merge_column("c", BigInteger, Count()),
+    )
+    with pytest.raises(HandlerError, match="pm_stranger is not one of its tables"):
+        copy.validate_row(Row(stranger, n=1), 0)
