@@ -19,6 +19,8 @@ from eventplatform.db_cli import (
 from eventplatform.projections_cli import BOOTSTRAP_DEFAULT, BOOTSTRAP_ENV
 
 DATA_DIR_ENV = "EVENTPLATFORM_DATA_DIR"
+FROM_OFFSETS = "--from-offsets"
+FROM_TIMESTAMP = "--from-timestamp"
 
 
 def _timestamp_ms(value: str) -> int:
@@ -28,9 +30,13 @@ def _timestamp_ms(value: str) -> int:
     try:
         moment = datetime.fromisoformat(value)
     except ValueError as exc:
-        raise click.BadParameter(f"{value!r} is neither epoch milliseconds nor ISO 8601") from exc
+        raise click.BadParameter(
+            f"{value!r} is neither epoch milliseconds nor ISO 8601", param_hint=FROM_TIMESTAMP
+        ) from exc
     if moment.tzinfo is None:
-        raise click.BadParameter(f"{value!r} has no time zone (add Z or +00:00)")
+        raise click.BadParameter(
+            f"{value!r} has no time zone (add Z or +00:00)", param_hint=FROM_TIMESTAMP
+        )
     return int(moment.timestamp() * 1000)
 
 
@@ -38,13 +44,15 @@ def _offsets_json(value: str) -> dict[str, dict[str, int]]:
     try:
         parsed = json.loads(value)
     except json.JSONDecodeError as exc:
-        raise click.BadParameter(f"not JSON: {exc}") from exc
+        raise click.BadParameter(f"not JSON: {exc}", param_hint=FROM_OFFSETS) from exc
     if not isinstance(parsed, dict) or not all(
         isinstance(partitions, dict)
         and all(str(p).isdigit() and type(o) is int for p, o in partitions.items())
         for partitions in parsed.values()
     ):
-        raise click.BadParameter('expected {"topic": {"partition": offset, ...}, ...}')
+        raise click.BadParameter(
+            'expected {"topic": {"partition": offset, ...}, ...}', param_hint=FROM_OFFSETS
+        )
     return {str(t): {str(p): o for p, o in ps.items()} for t, ps in parsed.items()}
 
 
