@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -38,16 +37,12 @@ from correction_streams import (
     run_until_applied,
     stored_tables,
 )
-from database_fixtures import fresh_postgres_database
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from sqlalchemy import Engine, select
+from replay_databases import checkpoints, databases, ranges, url_of
 
 from eventplatform.events import EventProducer
-from eventplatform.projections import migrate, schema
-from eventplatform.projections.database import create_store_engine
-from eventplatform.projections.kafka import log_ends
-from eventplatform.spark_projections.replay import OffsetRange, backfill, rebuild
+from eventplatform.spark_projections.replay import backfill, rebuild
 
 PARTITIONS = 3
 BROKER_OVERRIDES = [f"num.partitions={PARTITIONS}", "group.initial.rebalance.delay.ms=0"]
@@ -59,46 +54,6 @@ BATCH_SIZE = 7
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     with running_broker(tmp_path_factory.mktemp("broker"), BROKER_OVERRIDES) as process:
         yield process
-
-
-@contextmanager
-def databases(kind: str, directory: Path, count: int) -> Iterator[list[Engine]]:
-    """``count`` fresh, migrated databases of one kind."""
-    with ExitStack() as stack:
-        engines = []
-        for number in range(count):
-            if kind == "sqlite":
-                url = f"sqlite:///{directory / f'replay-{uuid.uuid4().hex[:8]}-{number}.db'}"
-            else:
-                url = stack.enter_context(fresh_postgres_database(f"ep_{uuid.uuid4().hex[:12]}"))
-            engine = create_store_engine(url)
-            stack.callback(engine.dispose)
-            migrate.upgrade(engine)
-            engines.append(engine)
-        yield engines
-
-
-def ranges(bootstrap: str, topic: str, starts: dict[tuple[str, int], int]) -> list[OffsetRange]:
-    ends = log_ends(bootstrap, [topic])
-    return [
-        OffsetRange(t, p, starts.get((t, p), low), high, low, high)
-        for (t, p), (low, high) in sorted(ends.items())
-    ]
-
-
-def checkpoints(engine: Engine, name: str) -> dict[tuple[str, int], int]:
-    table = schema.checkpoints
-    with engine.connect() as connection:
-        rows = connection.execute(
-            select(table.c.topic, table.c.partition, table.c.next_offset).where(
-                table.c.projection == name
-            )
-        )
-        return {(t, p): offset for t, p, offset in rows}
-
-
-def url_of(engine: Engine) -> str:
-    return engine.url.render_as_string(hide_password=False)
 
 
 def check_equivalence(

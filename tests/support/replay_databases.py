@@ -1,0 +1,56 @@
+"""Databases and offset ranges for the replay tests."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+
+from database_fixtures import fresh_postgres_database
+from sqlalchemy import Engine, select
+
+from eventplatform.projections import migrate, schema
+from eventplatform.projections.database import create_store_engine
+from eventplatform.projections.kafka import log_ends
+from eventplatform.spark_projections.replay import OffsetRange
+
+
+@contextmanager
+def databases(kind: str, directory: Path, count: int) -> Iterator[list[Engine]]:
+    """``count`` fresh, migrated databases of one kind."""
+    with ExitStack() as stack:
+        engines = []
+        for number in range(count):
+            if kind == "sqlite":
+                url = f"sqlite:///{directory / f'replay-{uuid.uuid4().hex[:8]}-{number}.db'}"
+            else:
+                url = stack.enter_context(fresh_postgres_database(f"ep_{uuid.uuid4().hex[:12]}"))
+            engine = create_store_engine(url)
+            stack.callback(engine.dispose)
+            migrate.upgrade(engine)
+            engines.append(engine)
+        yield engines
+
+
+def ranges(bootstrap: str, topic: str, starts: dict[tuple[str, int], int]) -> list[OffsetRange]:
+    ends = log_ends(bootstrap, [topic])
+    return [
+        OffsetRange(t, p, starts.get((t, p), low), high, low, high)
+        for (t, p), (low, high) in sorted(ends.items())
+    ]
+
+
+def checkpoints(engine: Engine, name: str) -> dict[tuple[str, int], int]:
+    table = schema.checkpoints
+    with engine.connect() as connection:
+        rows = connection.execute(
+            select(table.c.topic, table.c.partition, table.c.next_offset).where(
+                table.c.projection == name
+            )
+        )
+        return {(t, p): offset for t, p, offset in rows}
+
+
+def url_of(engine: Engine) -> str:
+    return engine.url.render_as_string(hide_password=False)
