@@ -6,14 +6,18 @@ A rebuild reads the projection's topics over an offset range with the
 :mod:`.execute`). Then one transaction swaps the shadows in, records the
 corrections and poison events of the range, and sets the runner's
 checkpoints to the end of the range, so a runner continues from there:
-without a gap and without applying anything twice. A runner that applied
-past the end meanwhile finds its checkpoint moved, drops its batch and
-seeks back.
+without a gap and without applying anything twice. Where a running runner
+applied past the end meanwhile, that transaction first applies the records
+up to its checkpoint to the shadows through the runner's own path, and the
+checkpoint stays (see :func:`_catch_up`).
 
 A rebuild from the start of the log starts from empty shadows. A rebuild
 from later offsets starts from a copy of the live tables, which must then be
 checkpointed exactly at those offsets: the copy holds every event before
 them and none after.
+
+A backfill (:func:`backfill`) instead recomputes only the rows a range's
+events touch, from the whole log, and merges them into the live tables.
 """
 
 from __future__ import annotations
