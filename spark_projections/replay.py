@@ -90,6 +90,13 @@ class ReplaySummary:
     seconds: float = 0.0
     dry_run: bool = False
 
+    @classmethod
+    def of(
+        cls, projection: Projection, mode: str, ranges: Sequence[OffsetRange], *, dry_run: bool
+    ) -> ReplaySummary:
+        tables = [str(table.name) for table in projection.tables]
+        return cls(projection.name, mode, list(ranges), tables, dry_run=dry_run)
+
     @property
     def events_per_second(self) -> float:
         return self.events_read / self.seconds if self.seconds > 0 else 0.0
@@ -253,13 +260,7 @@ def rebuild(
     ``from_start``: the ranges start at the log start (empty shadows), else
     at the live checkpoints (shadows copied from the live tables).
     """
-    summary = ReplaySummary(
-        projection.name,
-        "rebuild",
-        list(ranges),
-        [str(t.name) for t in projection.tables],
-        dry_run=dry_run,
-    )
+    summary = ReplaySummary.of(projection, "rebuild", ranges, dry_run=dry_run)
     if dry_run:
         return summary
     started = time.monotonic()
@@ -341,13 +342,7 @@ def backfill(
     all events up to it already. A runner that applied past the watermark
     meanwhile makes the attempt start over (up to ``BACKFILL_ATTEMPTS``).
     """
-    summary = ReplaySummary(
-        projection.name,
-        "backfill",
-        list(ranges),
-        [str(t.name) for t in projection.tables],
-        dry_run=dry_run,
-    )
+    summary = ReplaySummary.of(projection, "backfill", ranges, dry_run=dry_run)
     if dry_run:
         return summary
     started = time.monotonic()
