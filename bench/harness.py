@@ -1,22 +1,34 @@
-"""Shared pieces of the benchmarks: bounded loops, timing, spreads, machine facts, tables.
+"""Shared pieces of the benchmarks: bounded loops, timing, spreads, machine facts, tables,
+and the page-view workload of ``projections.py`` and ``replay.py``.
 
 Every benchmark script under ``bench/`` reports medians with min-max spreads,
 checks a :class:`Deadline` besides its count in every loop, and records the
 machine it ran on, because the machines these run on are usually shared.
+
+The workload lives here, in a module Spark's Python workers can import by
+name (``bench/`` on ``PYTHONPATH``): a worker runs in the repository root,
+where ``projections`` is the package of that name, not ``bench/projections.py``.
 """
 
 from __future__ import annotations
 
 import platform
+import random
 import shlex
 import shutil
 import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from sqlalchemy import BigInteger, Column, DateTime, Integer, MetaData, String
+
+from eventplatform.events import Envelope, Event
+from eventplatform.projections.merge import Count, First, Latest, Max, Min, Sum
+from eventplatform.projections.model import Projection, Row, merge_column, projection_table
 
 KIB = 1024
 MIB = 1024 * KIB
@@ -24,6 +36,11 @@ GIB = 1024 * MIB
 MEGABYTE = 1_000_000
 GIGABYTE = 1_000_000_000
 LSCPU_LINES = 15
+USERS = 10_000
+URLS = 2_000
+DURATION_MS_MAX = 120_000
+SEED = 20261121
+KEY_LENGTH = 200
 
 
 class Deadline:
@@ -160,3 +177,103 @@ def markdown_table(rows: list[list[str]]) -> str:
     lines = ["| " + " | ".join(row) + " |" for row in rows]
     lines.insert(1, "|" + "|".join(" --- " for _ in rows[0]) + "|")
     return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- the page-view workload
+
+
+class PageViewed(Event, type="benchviews.page_viewed", version=1, key="user_id"):
+    """A user viewed a page for ``duration_ms``."""
+
+    user_id: str
+    url: str
+    duration_ms: int
+
+
+metadata = MetaData()
+
+page_stats = projection_table(
+    "bench_page_stats",
+    metadata,
+    Column("url", String(KEY_LENGTH), primary_key=True),
+    merge_column("views", BigInteger, Count()),
+    merge_column("total_duration_ms", BigInteger, Sum()),
+    merge_column("longest_ms", Integer, Max()),
+    merge_column("first_seen", DateTime(timezone=True), Min()),
+    merge_column("last_seen", DateTime(timezone=True), Max()),
+    merge_column("last_user", String(KEY_LENGTH), Latest()),
+)
+
+user_stats = projection_table(
+    "bench_user_stats",
+    metadata,
+    Column("user_id", String(KEY_LENGTH), primary_key=True),
+    merge_column("views", BigInteger, Count()),
+    merge_column("total_duration_ms", BigInteger, Sum()),
+    merge_column("first_url", String(KEY_LENGTH), First()),
+    merge_column("last_url", String(KEY_LENGTH), Latest()),
+    merge_column("last_seen", DateTime(timezone=True), Max()),
+)
+
+
+def page_view_projection(group_id: str) -> Projection:
+    """The projection, with its own consumer group (a fresh one per repetition).
+
+    The handler is defined in here, not at module level, so that Spark ships
+    it to its workers by value, in one pickle with the projection and its
+    tables. A module-level handler would travel by name, and in a worker it
+    would yield rows of that worker's own ``page_stats``, which is not the
+    unpickled projection's copy of the table, so every event would be parked
+    as "not one of its tables".
+    """
+    pages, users = page_stats, user_stats
+
+    def page_view_rows(envelope: Envelope[PageViewed]) -> Iterator[Row]:
+        view, seen = envelope.event, envelope.occurred_at
+        yield Row(
+            pages,
+            url=view.url,
+            total_duration_ms=view.duration_ms,
+            longest_ms=view.duration_ms,
+            first_seen=seen,
+            last_seen=seen,
+            last_user=view.user_id,
+        )
+        yield Row(
+            users,
+            user_id=view.user_id,
+            total_duration_ms=view.duration_ms,
+            first_url=view.url,
+            last_url=view.url,
+            last_seen=seen,
+        )
+
+    projection = Projection("bench.page_views", tables=[pages, users], group_id=group_id)
+    projection.on(PageViewed)(page_view_rows)
+    return projection
+
+
+def page_views(count: int) -> list[PageViewed]:
+    """``count`` views: uniform users, URLs of Zipf-like popularity, fixed seed."""
+    return [view for chunk in page_view_chunks(count, max(count, 1)) for view in chunk]
+
+
+def page_view_chunks(count: int, size: int) -> Iterator[list[PageViewed]]:
+    """``count`` views in lists of at most ``size``, drawn one list at a time.
+
+    The first list is ``page_views(size)``; later lists continue the same
+    random sequence, so no more than ``size`` views are held at once.
+    """
+    generator = random.Random(SEED)
+    urls = [f"/articles/{index:05d}" for index in range(URLS)]
+    weights = [1 / (rank + 1) for rank in range(URLS)]
+    for start in range(0, count, size):
+        chosen = generator.choices(urls, weights, k=min(size, count - start))
+        yield [
+            PageViewed(
+                user_id=f"user-{generator.randrange(USERS):05d}",
+                url=url,
+                duration_ms=generator.randrange(DURATION_MS_MAX),
+            )
+            for url in chosen
+        ]

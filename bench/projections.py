@@ -42,7 +42,6 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import json
-import random
 import shutil
 import statistics
 import sys
@@ -58,14 +57,11 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-from sqlalchemy import BigInteger, Column, DateTime, Integer, MetaData, String
 from sqlalchemy.engine import make_url
 
-from eventplatform.events import Envelope, Event, EventProducer
+from eventplatform.events import EventProducer
 from eventplatform.projections.database import create_store_engine
-from eventplatform.projections.merge import Count, First, Latest, Max, Min, Sum
 from eventplatform.projections.migrate import upgrade
-from eventplatform.projections.model import Projection, Row, merge_column, projection_table
 from eventplatform.projections.runner import ProjectionRunner, RunnerStats
 from eventplatform.projections.store import ProjectionStore
 
@@ -75,12 +71,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "suppo
 from broker_process import BrokerProcess
 from harness import (
     Deadline,
+    PageViewed,
     Spread,
     describe_machine,
     format_spread,
     invocation,
     markdown_table,
+    metadata,
+    page_stats,
+    page_view_projection,
+    page_views,
     progress,
+    user_stats,
 )
 
 try:
@@ -105,96 +107,13 @@ EVENTS_SINGLE_DEFAULT = 10_000
 PEER_EVENTS_DEFAULT = 20_000
 REPEAT_DEFAULT = 3
 PARTITIONS_DEFAULT = 4
-USERS = 10_000
-URLS = 2_000
-DURATION_MS_MAX = 120_000
-SEED = 20261121
 APPEND_CHUNK = 5_000
 PEER_SAVE_CHUNK = 2_000
 STEP_TIMEOUT_S = 900.0
 POSTGRES_ADMIN_DEFAULT = "postgresql://postgres@127.0.0.1:5432/test"
-KEY_LENGTH = 200
 
 
-# ---------------------------------------------------------------- the workload
-
-
-class PageViewed(Event, type="benchviews.page_viewed", version=1, key="user_id"):
-    """A user viewed a page for ``duration_ms``."""
-
-    user_id: str
-    url: str
-    duration_ms: int
-
-
-metadata = MetaData()
-
-page_stats = projection_table(
-    "bench_page_stats",
-    metadata,
-    Column("url", String(KEY_LENGTH), primary_key=True),
-    merge_column("views", BigInteger, Count()),
-    merge_column("total_duration_ms", BigInteger, Sum()),
-    merge_column("longest_ms", Integer, Max()),
-    merge_column("first_seen", DateTime(timezone=True), Min()),
-    merge_column("last_seen", DateTime(timezone=True), Max()),
-    merge_column("last_user", String(KEY_LENGTH), Latest()),
-)
-
-user_stats = projection_table(
-    "bench_user_stats",
-    metadata,
-    Column("user_id", String(KEY_LENGTH), primary_key=True),
-    merge_column("views", BigInteger, Count()),
-    merge_column("total_duration_ms", BigInteger, Sum()),
-    merge_column("first_url", String(KEY_LENGTH), First()),
-    merge_column("last_url", String(KEY_LENGTH), Latest()),
-    merge_column("last_seen", DateTime(timezone=True), Max()),
-)
-
-
-def page_view_rows(envelope: Envelope[PageViewed]) -> Iterator[Row]:
-    view, seen = envelope.event, envelope.occurred_at
-    yield Row(
-        page_stats,
-        url=view.url,
-        total_duration_ms=view.duration_ms,
-        longest_ms=view.duration_ms,
-        first_seen=seen,
-        last_seen=seen,
-        last_user=view.user_id,
-    )
-    yield Row(
-        user_stats,
-        user_id=view.user_id,
-        total_duration_ms=view.duration_ms,
-        first_url=view.url,
-        last_url=view.url,
-        last_seen=seen,
-    )
-
-
-def page_view_projection(group_id: str) -> Projection:
-    """The projection, with its own consumer group (a fresh one per repetition)."""
-    projection = Projection("bench.page_views", tables=[page_stats, user_stats], group_id=group_id)
-    projection.on(PageViewed)(page_view_rows)
-    return projection
-
-
-def page_views(count: int) -> list[PageViewed]:
-    """``count`` views: uniform users, URLs of Zipf-like popularity, fixed seed."""
-    generator = random.Random(SEED)
-    urls = [f"/articles/{index:05d}" for index in range(URLS)]
-    weights = [1 / (rank + 1) for rank in range(URLS)]
-    chosen = generator.choices(urls, weights, k=count)
-    return [
-        PageViewed(
-            user_id=f"user-{generator.randrange(USERS):05d}",
-            url=url,
-            duration_ms=generator.randrange(DURATION_MS_MAX),
-        )
-        for url in chosen
-    ]
+# ---------------------------------------------------------------- appending
 
 
 def append_all(bootstrap: str, views: Sequence[PageViewed]) -> None:
@@ -264,7 +183,11 @@ def fresh_database(kind: str, admin_url: str, scratch: Path) -> Iterator[str]:
 
 
 class Timer:
-    """Notes when the runner got its partitions and when it committed the ``target``-th event."""
+    """Notes when the runner got its partitions and when it committed the ``target``-th event.
+
+    ``timed`` is the count committed at that moment (the target, or a little
+    more when a batch crosses it); ``events`` the count at the last commit.
+    """
 
     def __init__(self, target: int) -> None:
         self.target = target
@@ -272,6 +195,7 @@ class Timer:
         self.started: tuple[float, float] | None = None
         self.finished: tuple[float, float] | None = None
         self.events = 0
+        self.timed = 0
 
     def assigned(self, _partitions: list[tuple[str, int]]) -> None:
         if self.started is None:
@@ -281,6 +205,7 @@ class Timer:
         self.events = stats.events
         if self.finished is None and stats.events >= self.target:
             self.finished = (time.perf_counter(), time.process_time())
+            self.timed = stats.events
             self.stop_event.set()
 
 
@@ -304,14 +229,14 @@ def run_eventplatform(url: str, kind: str, bootstrap: str, batch_size: int, even
             runner.run(clock.stop_event)
         finally:
             timeout.cancel()
-        check_rows(engine, events)
+        check_rows(engine, clock.events)
     finally:
         engine.dispose()
     if clock.started is None or clock.finished is None:
         raise SystemExit(f"{kind} batch {batch_size}: applied {clock.events} of {events}")
     seconds = clock.finished[0] - clock.started[0]
     cpu_seconds = clock.finished[1] - clock.started[1]
-    return Sample("eventplatform", kind, batch_size, clock.events, seconds, cpu_seconds)
+    return Sample("eventplatform", kind, batch_size, clock.timed, seconds, cpu_seconds)
 
 
 def check_rows(engine: Any, events: int) -> None:

@@ -80,6 +80,9 @@ UUID_TEXT_LENGTH = 36
 because importing the SDK (pydantic) costs each Python worker Spark starts about 0.2 s;
 a test keeps them equal."""
 _INLINE_BYTES = 12
+_ID_PREFIX_BYTES = np.frombuffer(EVENT_ID_PREFIX, dtype=np.uint8)
+_ID_WINDOW_BYTES = len(EVENT_ID_PREFIX) + UUID_TEXT_LENGTH + 1
+"""An id's window in a value: the prefix, the id and its closing quote."""
 
 
 @dataclass(slots=True)
@@ -155,7 +158,7 @@ def decode_spans(group: Sequence[RawBatch]) -> RecordSpans:
                 raise CorruptRecordError(
                     f"{batch.path}: record batch at byte {batch.header.position}: {exc}"
                 ) from exc
-    buffer = b"".join(bodies) + bytes(PADDING_BYTES)
+    buffer = b"".join([*bodies, bytes(PADDING_BYTES)])  # one copy, padding included
     record_starts, record_ends, batch_of_record = _record_bounds(buffer, group, bodies)
     spans, bad = _decode_fields(buffer, record_starts, record_ends)
     if bad.any():
@@ -416,7 +419,7 @@ def to_arrow(spans: RecordSpans, *, topic: str, partition: int) -> pa.RecordBatc
         headers,
         _as_text(event_type),
         _parse_versions(version),
-        _event_ids(values),
+        _event_ids(data, spans.value_start, spans.value_length, values),
     ]
     return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA)
 
@@ -503,23 +506,41 @@ def _parse_versions(raw: pa.Array) -> pa.Array:
     return pc.cast(pc.if_else(digits, text, pa.scalar(None, pa.string())), pa.int32())
 
 
-def _event_ids(values: pa.Array) -> pa.Array:
+def _event_ids(
+    data: npt.NDArray[np.uint8], starts: Int64Array, lengths: Int64Array, values: pa.Array
+) -> pa.Array:
     """The envelope's id: cut from values that start ``{"id":"<36 characters>"``, parsed
-    with orjson from other values that look like JSON objects."""
+    with orjson from other values that look like JSON objects.
+
+    The cut is made on the value spans in ``data``, in bulk: one fixed-width
+    window per value holds the prefix, the id and its closing quote.
+    """
+    rows = len(starts)
     prefix = len(EVENT_ID_PREFIX)
-    candidate = pc.binary_slice(values, prefix, prefix + UUID_TEXT_LENGTH)
-    closing = pc.binary_slice(values, prefix + UUID_TEXT_LENGTH, prefix + UUID_TEXT_LENGTH + 1)
-    fast = pc.and_(
-        pc.and_(pc.starts_with(values, EVENT_ID_PREFIX.decode()), pc.equal(closing, b'"')),
-        pc.invert(pc.match_substring(candidate, "\\")),
+    fast = np.zeros(rows, dtype=np.bool_)
+    ids = np.empty((0, UUID_TEXT_LENGTH), dtype=np.uint8)
+    wide = np.flatnonzero(lengths >= _ID_WINDOW_BYTES)
+    if wide.size:
+        window = _windows(data, _ID_WINDOW_BYTES, starts[wide])
+        candidate = window[:, prefix : prefix + UUID_TEXT_LENGTH]
+        hit = (window[:, :prefix] == _ID_PREFIX_BYTES).all(axis=1)
+        hit &= window[:, -1] == ord('"')
+        hit &= ~(candidate == ord("\\")).any(axis=1)
+        fast[wide] = hit
+        ids = candidate[hit]
+    offsets = np.zeros(rows + 1, dtype=np.int32)
+    np.cumsum(np.where(fast, UUID_TEXT_LENGTH, 0), out=offsets[1:])
+    validity = None if fast.all() else pa.py_buffer(np.packbits(fast, bitorder="little"))
+    column = _as_text(
+        pa.Array.from_buffers(
+            pa.binary(), rows, [validity, pa.py_buffer(offsets), pa.py_buffer(ids.tobytes())]
+        )
     )
-    fast = pc.fill_null(fast, False)
-    column = _as_text(pc.if_else(fast, candidate, pa.scalar(None, pa.binary())))
-    slow = pc.and_(pc.invert(fast), pc.fill_null(pc.starts_with(values, "{"), False))
-    slow_rows = np.flatnonzero(slow.to_numpy(zero_copy_only=False))
+    opening = np.flatnonzero(~fast & (lengths > 0))
+    slow_rows = opening[data[starts[opening]] == ord("{")]
     if slow_rows.size:
         identifiers = [_json_id(raw) for raw in values.take(pa.array(slow_rows)).to_pylist()]
-        mask = np.zeros(len(values), dtype=np.bool_)
+        mask = np.zeros(rows, dtype=np.bool_)
         mask[slow_rows] = True
         column = pc.replace_with_mask(column, pa.array(mask), pa.array(identifiers, pa.string()))
     return column
