@@ -16,7 +16,7 @@ from later offsets starts from a copy of the live tables, which must then be
 checkpointed exactly at those offsets: the copy holds every event before
 them and none after.
 
-A backfill (:func:`backfill`) instead recomputes only the rows a range's
+A backfill (:func:`~.backfill.backfill`) instead recomputes only the rows a range's
 events touch, from the whole log, and merges them into the live tables.
 """
 
@@ -208,23 +208,10 @@ def plan_ranges(
     options = {**base, "startingOffsets": json.dumps(starting), "endingOffsets": json.dumps(ending)}
     if timestamps:
         options["startingOffsetsByTimestamp"] = json.dumps(timestamps)
-    return [_range_of(item) for item in plan(options).partitions]
+    return [range_of(item) for item in plan(options).partitions]
 
 
-def _whole_log(projection: Projection, source_options: Mapping[str, str]) -> list[OffsetRange]:
-    """Every partition of the projection's topics, from its log start to its high watermark."""
-    from eventplatform.spark_projections.offsets import plan
-
-    options = {
-        **source_options,
-        "topics": ",".join(projection.topics),
-        "startingOffsets": "earliest",
-        "endingOffsets": "latest",
-    }
-    return [_range_of(item) for item in plan(options).partitions]
-
-
-def _range_of(item: Any) -> OffsetRange:
+def range_of(item: Any) -> OffsetRange:
     return OffsetRange(
         item.range.topic,
         item.range.partition,
@@ -271,20 +258,20 @@ def rebuild(
         tables = shadow.create_shadows(engine, projection, copy_live=not from_start)
         try:
             bound = projection.bound_to(tables)
-            events = _events(spark, ranges, source_options)
-            resolution = _resolve_corrections(events, projection, ranges, source_options)
+            events = read_events(spark, ranges, source_options)
+            resolution = resolve_corrections(events, projection, ranges, source_options)
             summary.corrections = len(resolution.corrections)
-            outcome = _run(spark, events, projection, bound, database_url, resolution)
+            outcome = run_job(spark, events, projection, bound, database_url, resolution)
             poison = outcome.poison
             summary.events_read = sum(r.events for r in ranges)
             summary.events_applied, summary.rows_written = outcome.applied, outcome.rows
             summary.parked = len(poison) + len(resolution.invalid)
             if summary.parked and projection.on_error == "stop":
-                raise ReplayError(_stop_reason(projection, poison, resolution))
+                raise ReplayError(stop_reason(projection, poison, resolution))
             with engine.begin() as connection:
-                now = _lock_checkpoints(connection, projection, ranges)
+                now = lock_checkpoints(connection, projection, ranges)
                 store = ProjectionStore(engine, bound)
-                reader = _log_reader(source_options)
+                reader = log_reader(source_options)
                 transaction = StoreTransaction(store, connection, reader)
                 # The range's corrected roots first: recomputing a row for an earlier
                 # root reads every root's current content.
@@ -292,13 +279,15 @@ def rebuild(
                     (r.topic, r.partition, 0 if from_start else r.start, None) for r in ranges
                 ]
                 parked = [(r.topic, r.partition, r.start, None) for r in ranges]
-                _record(transaction, projection, corrected_from, parked, resolution, poison)
+                record_bookkeeping(
+                    transaction, projection, corrected_from, parked, resolution, poison
+                )
                 _apply_earlier_roots(transaction, resolution)
                 caught_up = _catch_up(transaction, source_options, ranges, now)
                 summary.caught_up = sum(r.events for r in caught_up)
                 shadow.swap(connection, projection, tables)
                 ends = {(r.topic, r.partition): r for r in caught_up}
-                _set_checkpoints(
+                set_checkpoints(
                     connection,
                     projection,
                     [
@@ -316,125 +305,7 @@ def rebuild(
     return summary
 
 
-BACKFILL_ATTEMPTS = 3
-
-
-class _OvertakenError(Exception):
-    """A runner applied past the end of a backfill's read while it ran."""
-
-
-def backfill(
-    spark: Any,
-    projection: Projection,
-    database_url: str,
-    ranges: Sequence[OffsetRange],
-    source_options: Mapping[str, str],
-    *,
-    dry_run: bool = False,
-) -> ReplaySummary:
-    """Recompute the rows the events of ``ranges`` touch, and merge them into the live tables.
-
-    A touched row is recomputed from every event of the log, up to the high
-    watermark read at the start, and replaces the live row (or its absence
-    does). The events the streaming runner had not applied by then (from its
-    checkpoint to that watermark) count as touching too, so the checkpoints
-    can move to the watermark in the same transaction: every other row holds
-    all events up to it already. A runner that applied past the watermark
-    meanwhile makes the attempt start over (up to ``BACKFILL_ATTEMPTS``).
-    """
-    summary = ReplaySummary.of(projection, "backfill", ranges, dry_run=dry_run)
-    if dry_run:
-        return summary
-    started = time.monotonic()
-    engine = create_store_engine(database_url)
-    try:
-        for attempt in range(1, BACKFILL_ATTEMPTS + 1):
-            try:
-                _backfill_once(
-                    spark, projection, engine, database_url, ranges, source_options, summary
-                )
-                break
-            except _OvertakenError as exc:
-                if attempt == BACKFILL_ATTEMPTS:
-                    raise ReplayError(
-                        f"{exc}; the streaming runner kept overtaking the backfill "
-                        f"({BACKFILL_ATTEMPTS} attempts): stop it, or run again"
-                    ) from exc
-                log.info(
-                    "backfill attempt %d of %d: %s; starting over", attempt, BACKFILL_ATTEMPTS, exc
-                )
-    finally:
-        engine.dispose()
-    summary.seconds = time.monotonic() - started
-    return summary
-
-
-def _backfill_once(
-    spark: Any,
-    projection: Projection,
-    engine: Engine,
-    database_url: str,
-    ranges: Sequence[OffsetRange],
-    source_options: Mapping[str, str],
-    summary: ReplaySummary,
-) -> None:
-    whole = _whole_log(projection, source_options)
-    ends = {(r.topic, r.partition): r.end for r in whole}
-    applied = ProjectionStore(engine, projection).checkpoints(ends)
-    windows: dict[TopicPartition, list[tuple[int, int]]] = {}
-    for r in ranges:
-        if r.events:
-            windows.setdefault((r.topic, r.partition), []).append((r.start, r.end))
-    for r in whole:
-        here = applied.get((r.topic, r.partition), r.log_start)
-        if here < r.end:
-            windows.setdefault((r.topic, r.partition), []).append((here, r.end))
-    tables = shadow.create_shadows(engine, projection, copy_live=False)
-    try:
-        bound = projection.bound_to(tables)
-        events = _events(spark, whole, source_options)
-        resolution = _resolve_corrections(events, projection, whole, source_options)
-        touch = execute.Touch({tp: tuple(w) for tp, w in windows.items()}, {})
-        versions = {
-            root: tuple(content for _, content in chain)
-            for root, chain in resolution.chains.items()
-            if any(touch.covers(*where) for where, _ in chain)
-        }
-        touch = execute.Touch(touch.windows, versions)
-        outcome = _run(spark, events, projection, bound, database_url, resolution, touch)
-        parked: list[Window] = [
-            (topic, partition, lo, hi) for (topic, partition), w in windows.items() for lo, hi in w
-        ]
-        poison = [p for p in outcome.poison if _in_windows(parked, p[0])]
-        invalid = [c for c, _ in resolution.invalid if _in_windows(parked, _at(c))]
-        summary.events_read = sum(r.events for r in whole)
-        summary.events_applied, summary.rows_written = outcome.applied, outcome.rows
-        summary.rows_touched = sum(len(keys) for keys in outcome.touched.values())
-        summary.corrections = len(resolution.corrections)
-        summary.parked = len(poison) + len(invalid)
-        if summary.parked and projection.on_error == "stop":
-            raise ReplayError(_stop_reason(projection, poison, resolution))
-        with engine.begin() as connection:
-            now = _lock_checkpoints(connection, projection, whole)
-            for r in whole:
-                before = applied.get((r.topic, r.partition), r.log_start)
-                at = now.get((r.topic, r.partition), r.log_start)
-                if not before <= at <= r.end:
-                    raise _OvertakenError(
-                        f"{projection.name} moved {r.topic}/{r.partition} from offset {before} "
-                        f"to {at}, outside the backfill's read (up to {r.end})"
-                    )
-            store = ProjectionStore(engine, bound)
-            transaction = StoreTransaction(store, connection, _log_reader(source_options))
-            corrected_from = [(r.topic, r.partition, r.log_start, None) for r in whole]
-            _record(transaction, projection, corrected_from, parked, resolution, poison)
-            shadow.merge(connection, projection, tables, outcome.touched)
-            _set_checkpoints(connection, projection, whole)
-    finally:
-        shadow.drop_shadows(engine, projection)
-
-
-def _at(envelope: Envelope[Any]) -> Position:
+def position_of(envelope: Envelope[Any]) -> Position:
     assert envelope.position is not None, "a replayed event has its log position"
     return envelope.position
 
@@ -512,7 +383,7 @@ def _check_checkpoints(
             )
 
 
-def _events(spark: Any, ranges: Sequence[OffsetRange], options: Mapping[str, str]) -> Any:
+def read_events(spark: Any, ranges: Sequence[OffsetRange], options: Mapping[str, str]) -> Any:
     topics = sorted({r.topic for r in ranges})
     starting: dict[str, dict[str, int]] = {}
     ending: dict[str, dict[str, int]] = {}
@@ -530,7 +401,7 @@ def _events(spark: Any, ranges: Sequence[OffsetRange], options: Mapping[str, str
     )
 
 
-def _resolve_corrections(
+def resolve_corrections(
     events: Any, projection: Projection, ranges: Sequence[OffsetRange], options: Mapping[str, str]
 ) -> Resolution:
     from pyspark.sql import functions as sql
@@ -586,7 +457,7 @@ class _Outcome:
     """Backfill only: the keys of the rows its windows touch, per table."""
 
 
-def _run(
+def run_job(
     spark: Any,
     events: Any,
     projection: Projection,
@@ -655,7 +526,7 @@ def _replay_error(exc: Exception) -> Exception:
     return exc
 
 
-def _stop_reason(
+def stop_reason(
     projection: Projection,
     poison: list[tuple[Position, str, str | None, bytes | None]],
     resolution: Resolution,
@@ -670,7 +541,7 @@ def _stop_reason(
     )
 
 
-def _log_reader(options: Mapping[str, str]) -> Any:
+def log_reader(options: Mapping[str, str]) -> Any:
     """Reads records back for corrections of earlier events, on the replay's read path."""
 
     def read(positions: Sequence[Position]) -> dict[Position, bytes]:
@@ -684,7 +555,7 @@ def _log_reader(options: Mapping[str, str]) -> Any:
 def _apply_earlier_roots(transaction: StoreTransaction, resolution: Resolution) -> None:
     """Corrections of events applied before the range: the runner's own correction path."""
     for correction in resolution.before_range:
-        _correct(transaction, correction, resolution.values.get(_at(correction)))
+        _correct(transaction, correction, resolution.values.get(position_of(correction)))
 
 
 def _correct(
@@ -696,7 +567,7 @@ def _correct(
         apply_correction(transaction, correction)
     except (HandlerError, EventError) as exc:
         savepoint.rollback()
-        transaction.park(_at(correction), exc, value, Correction.event_type)
+        transaction.park(position_of(correction), exc, value, Correction.event_type)
     else:
         savepoint.commit()
 
@@ -705,7 +576,7 @@ Window = tuple[str, int, int, int | None]
 """(topic, partition, first offset, end offset or None for no end)."""
 
 
-def _record(
+def record_bookkeeping(
     transaction: StoreTransaction,
     projection: Projection,
     corrected_from: Sequence[Window],
@@ -742,11 +613,11 @@ def _record(
         )
         transaction.record_correction(root, correction)
     for position, error, event_type, value in poison:
-        if _in_windows(parked, position):
+        if in_windows(parked, position):
             transaction.park(position, ReplayError(error), value, event_type)
     for correction, reason in resolution.invalid:
         assert correction.position is not None
-        if _in_windows(parked, correction.position):
+        if in_windows(parked, correction.position):
             value = resolution.values.get(correction.position)
             transaction.park(correction.position, ReplayError(reason), value, Correction.event_type)
 
@@ -759,7 +630,7 @@ def _within(table: Any, window: Window) -> Any:
     return and_(*clauses)
 
 
-def _in_windows(windows: Sequence[Window], position: Position) -> bool:
+def in_windows(windows: Sequence[Window], position: Position) -> bool:
     return any(
         (topic, partition) == (position.topic, position.partition)
         and first <= position.offset
@@ -768,7 +639,7 @@ def _in_windows(windows: Sequence[Window], position: Position) -> bool:
     )
 
 
-def _lock_checkpoints(
+def lock_checkpoints(
     connection: Connection, projection: Projection, ranges: Sequence[OffsetRange]
 ) -> dict[TopicPartition, int]:
     """The checkpoints of ``ranges``' partitions, locked until the transaction ends.
@@ -791,9 +662,7 @@ def _lock_checkpoints(
     }
 
 
-def _set_checkpoints(
-    connection: Any, projection: Projection, ranges: Sequence[OffsetRange]
-) -> None:
+def set_checkpoints(connection: Any, projection: Projection, ranges: Sequence[OffsetRange]) -> None:
     table = schema.checkpoints
     now = datetime.now(UTC)
     postgresql = connection.dialect.name == "postgresql"

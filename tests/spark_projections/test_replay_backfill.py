@@ -23,7 +23,8 @@ from replay_databases import checkpoints, databases, ranges, url_of
 
 from eventplatform.events import EventProducer
 from eventplatform.projections.kafka import log_ends
-from eventplatform.spark_projections.replay import OffsetRange, backfill
+from eventplatform.spark_projections.backfill import backfill
+from eventplatform.spark_projections.replay import OffsetRange
 
 PARTITIONS = 3
 BATCH_SIZE = 5

@@ -42,7 +42,8 @@ from hypothesis import strategies as st
 from replay_databases import checkpoints, databases, ranges, url_of
 
 from eventplatform.events import EventProducer
-from eventplatform.spark_projections.replay import backfill, rebuild
+from eventplatform.spark_projections.backfill import backfill
+from eventplatform.spark_projections.replay import rebuild
 
 PARTITIONS = 3
 BROKER_OVERRIDES = [f"num.partitions={PARTITIONS}", "group.initial.rebalance.delay.ms=0"]
