@@ -95,7 +95,8 @@ from eventplatform.events import EventProducer, EventRef
 from eventplatform.projections.database import create_store_engine
 from eventplatform.projections.migrate import upgrade
 from eventplatform.spark_projections.columns import ROWS_PER_ARROW_BATCH
-from eventplatform.spark_projections.offsets import ReadOptions, parse_options, plan
+from eventplatform.spark_projections.offsets import ReadOptions, parse_options
+from eventplatform.spark_projections.offsets import plan as read_plan
 from eventplatform.spark_projections.read_paths import read_chunk
 from eventplatform.spark_projections.source import SCHEMA, EventLogPartition
 from projections import POSTGRES_ADMIN_DEFAULT, fresh_database, run_eventplatform
@@ -293,7 +294,7 @@ def direct_decode(options: dict[str, str], events: int) -> Sample:
     read_options = parse_options(options)
     started = time.perf_counter()
     rows = 0
-    for chunk in plan(read_options).chunks:
+    for chunk in read_plan(read_options).chunks:
         for batch in read_chunk(read_options, chunk):
             rows += batch.num_rows
     seconds = time.perf_counter() - started
@@ -395,7 +396,7 @@ class RepeatedReader(DataSourceReader):
 
     @override
     def partitions(self) -> list[InputPartition]:
-        return [EventLogPartition(chunk) for chunk in plan(self.options).chunks]
+        return [EventLogPartition(chunk) for chunk in read_plan(self.options).chunks]
 
     @override
     def read(self, partition: InputPartition) -> Iterator[Any]:
@@ -453,8 +454,17 @@ def premerge_factory() -> Callable[[Iterator[Any]], Iterator[Any]]:
 # ---------------------------------------------------------------- Spark's jobs of a rebuild
 
 
-def spark_jobs(event_dir: Path, windows: Sequence[tuple[float, float]]) -> list[dict[str, Any]]:
-    """From Spark's event log, the jobs that ran inside each window (epoch seconds)."""
+@dataclass(frozen=True)
+class Window:
+    """When one rebuild ran (epoch seconds), and into which database."""
+
+    database: str
+    start: float
+    end: float
+
+
+def spark_jobs(event_dir: Path, windows: Sequence[Window]) -> list[dict[str, Any]]:
+    """From Spark's event log, the jobs that ran inside each rebuild's window."""
     jobs: dict[int, dict[str, Any]] = {}
     stages: dict[int, str] = {}
     for path in sorted(event_dir.rglob("events_*")):  # Spark 4: <dir>/eventlog_v2_<app>/
@@ -473,33 +483,34 @@ def spark_jobs(event_dir: Path, windows: Sequence[tuple[float, float]]) -> list[
                 elif kind == "SparkListenerJobEnd" and event["Job ID"] in jobs:
                     jobs[event["Job ID"]]["ended"] = event["Completion Time"] / 1000
     found = []
-    for number, (start, end) in enumerate(windows, 1):
+    for number, window in enumerate(windows, 1):
         for job_id, job in sorted(jobs.items()):
-            if start <= job["started"] and job.get("ended", end + 1) <= end:
+            if window.start <= job["started"] and job.get("ended", window.end + 1) <= window.end:
                 names = [stages.get(stage, "?") for stage in job["stages"] if stage in stages]
                 found.append(
                     {
                         "rebuild": number,
+                        "database": window.database,
                         "job": job_id,
                         "stages": names,
-                        "offset_s": job["started"] - start,
+                        "offset_s": job["started"] - window.start,
                         "seconds": job["ended"] - job["started"],
                     }
                 )
     return found
 
 
-def jobs_table(jobs: Sequence[dict[str, Any]], windows: Sequence[tuple[float, float]]) -> str:
+def jobs_table(jobs: Sequence[dict[str, Any]], windows: Sequence[Window]) -> str:
     rows = [["rebuild", "Spark job (its stages)", "starts at s", "seconds", "share"]]
     for job in jobs:
-        start, end = windows[job["rebuild"] - 1]
+        window = windows[job["rebuild"] - 1]
         rows.append(
             [
-                str(job["rebuild"]),
+                f"{job['rebuild']} ({job['database']})",
                 " / ".join(job["stages"]),
                 f"{job['offset_s']:.1f}",
                 f"{job['seconds']:.1f}",
-                f"{job['seconds'] / (end - start):.0%}",
+                f"{job['seconds'] / (window.end - window.start):.0%}",
             ]
         )
     return markdown_table(rows)
@@ -634,16 +645,19 @@ def spark_settings(pairs: Sequence[str]) -> dict[str, str]:
 
 def measure(
     plan: Plan, spark: Any, broker: BrokerProcess, admin_url: str, scratch: Path
-) -> tuple[list[Sample], list[tuple[float, float]]]:
+) -> tuple[list[Sample], list[Window]]:
     """Every sample, and when each rebuild ran."""
     deadline = Deadline(RUN_TIMEOUT_S)
     direct = {"topics": TOPIC, "dataDir": str(broker.data_dir), "readPath": "direct"}
     empty = {**direct, "startingOffsets": "latest"}
     samples: list[Sample] = []
-    windows: list[tuple[float, float]] = []
+    windows: list[Window] = []
     # Warm-up, not timed: the first query starts Spark's Python workers and JIT.
     time_count(spark, empty, "warm-up", 0)
-    ends = {str(partition): WARM_UP_OFFSETS for partition in range(plan.partitions)}
+    ends = {
+        str(partition): min(high, WARM_UP_OFFSETS)
+        for (_, partition), (_, high) in read_plan(direct).bounds().items()
+    }
     eventlog(spark, {**direct, "endingOffsets": json.dumps({TOPIC: ends})}).count()
     for repetition in range(plan.repeat):
         if deadline.passed():
@@ -677,7 +691,7 @@ def measure(
             sample, digest, window = run_rebuild(
                 spark, database, admin_url, scratch, replay_options, plan.events
             )
-            windows.append(window)
+            windows.append(Window(database, *window))
             if runner_digest is not None and digest != runner_digest:
                 raise SystemExit(f"{database}: the rebuilt tables differ from the runner's")
             same = "; tables equal the runner's" if runner_digest is not None else ""
