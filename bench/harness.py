@@ -217,15 +217,7 @@ user_stats = projection_table(
 
 
 def page_view_projection(group_id: str) -> Projection:
-    """The projection, with its own consumer group (a fresh one per repetition).
-
-    The handler is defined in here, not at module level, so that Spark ships
-    it to its workers by value, in one pickle with the projection and its
-    tables. A module-level handler would travel by name, and in a worker it
-    would yield rows of that worker's own ``page_stats``, which is not the
-    unpickled projection's copy of the table, so every event would be parked
-    as "not one of its tables".
-    """
+    """The projection, with its own consumer group (a fresh one per repetition)."""
     pages, users = page_stats, user_stats
 
     def page_view_rows(envelope: Envelope[PageViewed]) -> Iterator[Row]:
