@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PACKAGES := platform log projections spark_projections apps
 
-.PHONY: demo test lint typecheck pytest venv bench-storage bench-broker bench-projections clean
+.PHONY: demo test lint typecheck pytest venv bench-storage bench-broker bench-projections bench-replay clean
 
 venv: $(STAMP)
 
@@ -50,6 +50,9 @@ $(BENCH_STAMP): $(STAMP)
 
 bench-projections: $(BENCH_STAMP)
 	$(BIN)/python bench/projections.py
+
+bench-replay: $(STAMP)
+	$(BIN)/python bench/replay.py --phases --rebuild-repeat 3
 
 clean:
 	rm -rf $(VENV) .eventplatform .pytest_cache .mypy_cache .ruff_cache .hypothesis
