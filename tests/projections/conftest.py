@@ -8,20 +8,16 @@ another server.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from database_fixtures import fresh_postgres_database
+from database_fixtures import fresh_database
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
 def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'projections.db'}"
-        return
-    with fresh_postgres_database(f"ep_{uuid.uuid4().hex[:12]}") as url:
+    with fresh_database(request.param, tmp_path) as url:
         yield url
 
 
@@ -32,5 +28,5 @@ def sqlite_url(tmp_path: Path) -> str:
 
 @pytest.fixture
 def postgres_url() -> Iterator[str]:
-    with fresh_postgres_database(f"ep_{uuid.uuid4().hex[:12]}") as url:
+    with fresh_database("postgresql", Path()) as url:
         yield url

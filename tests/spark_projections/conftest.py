@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import os
 import sys
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from database_fixtures import fresh_postgres_database
+from database_fixtures import fresh_database
 
 SUPPORT = Path(__file__).resolve().parent.parent / "support"
 
@@ -39,8 +38,5 @@ def spark() -> Iterator[Any]:
 
 @pytest.fixture(params=["sqlite", "postgresql"])
 def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'projections.db'}"
-        return
-    with fresh_postgres_database(f"ep_{uuid.uuid4().hex[:12]}") as url:
+    with fresh_database(request.param, tmp_path) as url:
         yield url

@@ -15,16 +15,14 @@ from __future__ import annotations
 import random
 import threading
 import time
-import uuid
 from collections.abc import Iterator
-from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 import projection_test_app
 import pytest
 from broker_process import BrokerProcess, running_broker
-from database_fixtures import fresh_postgres_database
+from database_fixtures import fresh_database
 from projection_test_app import Tick, label_totals, totals, totals_projection
 from projection_threads import apply_all, running_projection
 from sqlalchemy import Engine, create_engine, func, select
@@ -130,16 +128,9 @@ def test_a_rebuild_under_live_traffic_leaves_the_runner_state_and_queries_intact
     spark: Any, broker: BrokerProcess, database_url: str, tmp_path: Path
 ) -> None:
     url = migrated(database_url)
-    with ExitStack() as stack:
-        if url.startswith("sqlite"):
-            reference = migrated(f"sqlite:///{tmp_path / 'reference.db'}")
-        else:
-            reference = migrated(stack.enter_context(fresh_postgres_database(unique_name())))
-        check_live_rebuild(spark, broker, url, reference)
-
-
-def unique_name() -> str:
-    return f"ep_{uuid.uuid4().hex[:12]}"
+    kind = "sqlite" if url.startswith("sqlite") else "postgresql"
+    with fresh_database(kind, tmp_path) as reference:
+        check_live_rebuild(spark, broker, url, migrated(reference))
 
 
 def check_live_rebuild(spark: Any, broker: BrokerProcess, url: str, reference: str) -> None:

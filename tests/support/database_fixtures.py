@@ -1,10 +1,12 @@
-"""Fresh PostgreSQL databases for tests, on the local server (trust auth)."""
+"""Fresh databases for tests: SQLite files, or PostgreSQL on the local server (trust auth)."""
 
 from __future__ import annotations
 
 import os
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import psycopg
 
@@ -28,3 +30,13 @@ def fresh_postgres_database(name: str) -> Iterator[str]:
     finally:
         with psycopg.connect(POSTGRES_ADMIN_URL, autocommit=True, connect_timeout=10) as admin:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@contextmanager
+def fresh_database(kind: str, directory: Path) -> Iterator[str]:
+    """A fresh, empty database of ``kind`` ("sqlite": a new file in ``directory``)."""
+    if kind == "sqlite":
+        yield f"sqlite:///{directory / f'projections-{uuid.uuid4().hex[:8]}.db'}"
+        return
+    with fresh_postgres_database(f"ep_{uuid.uuid4().hex[:12]}") as url:
+        yield url

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
-from database_fixtures import fresh_postgres_database
+from database_fixtures import fresh_database
 from sqlalchemy import Engine, select
 
 from eventplatform.projections import migrate, schema
@@ -21,11 +20,8 @@ def databases(kind: str, directory: Path, count: int) -> Iterator[list[Engine]]:
     """``count`` fresh, migrated databases of one kind."""
     with ExitStack() as stack:
         engines = []
-        for number in range(count):
-            if kind == "sqlite":
-                url = f"sqlite:///{directory / f'replay-{uuid.uuid4().hex[:8]}-{number}.db'}"
-            else:
-                url = stack.enter_context(fresh_postgres_database(f"ep_{uuid.uuid4().hex[:12]}"))
+        for _ in range(count):
+            url = stack.enter_context(fresh_database(kind, directory))
             engine = create_store_engine(url)
             stack.callback(engine.dispose)
             migrate.upgrade(engine)
