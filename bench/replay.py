@@ -29,16 +29,15 @@ Spark's event log goes to the scratch directory (uncompressed), and the
 report lists each Spark job of each rebuild with its duration.
 
 ``--phases`` (``--phase-repeat`` times) also times the steps of the read
-path on the same events: the data source's partition function
-(``read_chunk``) called in this process, on one core and without Spark; a
-count of the same rows from a source whose workers only re-yield one decoded
-sample (``bench_repeated``: what Spark costs to take the rows in); the
-rebuild's first job alone (the scan for corrections); and Spark jobs that
-stop after each step of the rebuild's pre-merge: the rows handed to a
-second Python worker (``mapInArrow``), turned into Python objects
-(``to_pydict``), and planned and pre-merged by the runner's code. The last
-two also run with only the five columns the pre-merge reads, selected
-before ``mapInArrow``.
+path and of the rebuild on the same events: the data source's partition
+function (``read_chunk``) called in this process, on one core and without
+Spark; a count of the same rows from a source whose workers only re-yield
+one decoded sample (``bench_repeated``: what Spark costs to take the rows
+in); and, over the rebuild's own chunks, Spark jobs that only read them,
+that scan them for corrections (the rebuild's first job), and that read and
+pre-merge them (its second job, without the shuffle and the writes). The
+same pre-merge also runs fed through the ``eventlog`` DataFrame and
+``mapInArrow``, as rebuilds did before they read their chunks themselves.
 
 Spark's Python workers import this workload from ``harness``, so ``bench/``
 goes on ``PYTHONPATH``; they run this interpreter (``PYSPARK_PYTHON``).
@@ -303,71 +302,45 @@ def direct_decode(options: dict[str, str], events: int) -> Sample:
     return Sample("read_chunk in this process (1 core, no Spark)", "-", rows, seconds)
 
 
-def count_rows(batches: Iterator[Any]) -> Iterator[Any]:
-    """``mapInArrow``: receive the rows in a second Python worker, only count them."""
-    import pyarrow as pa
+def replay_input(spark: Any, options: dict[str, str]) -> Any:
+    """The rebuild's input over every event (its chunks, as ``rebuild`` plans them)."""
+    from eventplatform.spark_projections.replay import range_of
+    from eventplatform.spark_projections.replay_input import ReplayInput
 
-    rows = sum(batch.num_rows for batch in batches)
-    yield pa.RecordBatch.from_pydict({"rows": [rows]})
-
-
-def to_python(batches: Iterator[Any]) -> Iterator[Any]:
-    """``mapInArrow``: every batch as Python objects, as the pre-merge takes them."""
-    import pyarrow as pa
-
-    rows = 0
-    for batch in batches:
-        rows += len(batch.to_pydict()["offset"])
-    yield pa.RecordBatch.from_pydict({"rows": [rows]})
+    ranges = [range_of(item) for item in read_plan(options).partitions]
+    return ReplayInput.of(spark, ranges, options)
 
 
-def premerge_only(group_id: str) -> Callable[[Iterator[Any]], Iterator[Any]]:
-    """``mapInArrow``: the rebuild's pre-merge, its partials counted and dropped."""
-    from eventplatform.spark_projections import execute
+def read_only(options: Any) -> Callable[[Iterator[Any]], Iterator[int]]:
+    """``mapPartitions`` over the rebuild's chunks: read them, count the records."""
 
-    job = execute.PartialsJob(page_view_projection(group_id), {}, frozenset())
-    premerge = execute.premerge_partitions(job)
-
-    def run(batches: Iterator[Any]) -> Iterator[Any]:
-        import pyarrow as pa
-
-        rows = sum(batch.num_rows for batch in premerge(batches))
-        yield pa.RecordBatch.from_pydict({"rows": [rows]})
+    def run(chunks: Iterator[Any]) -> Iterator[int]:
+        yield sum(batch.num_rows for chunk in chunks for batch in read_chunk(options, chunk))
 
     return run
 
 
-def time_map(
-    spark: Any,
-    options: dict[str, str],
-    step: str,
-    columns: Sequence[str] | None,
-    function: Any,
-    events: int,
-) -> Sample:
-    from pyspark.sql import functions as sql
+def premerged_events(partials: Iterator[Any]) -> Iterator[int]:
+    """Of the pre-merge's partials, the events they hold (its count partials)."""
+    import pickle
 
-    frame = eventlog(spark, options)
-    if columns:
-        frame = frame.select(*columns)
-    with job_deadline(spark, SPARK_JOB_TIMEOUT_S):
-        started = time.perf_counter()
-        frame.mapInArrow(function, "rows long").agg(sql.sum("rows")).collect()
-        seconds = time.perf_counter() - started
-    return Sample(step, "-", events, seconds)
+    from eventplatform.spark_projections import execute
+
+    yield sum(pickle.loads(p[3]) for p in partials if p[0] == execute.COUNT)
 
 
-def time_corrections_scan(spark: Any, options: dict[str, str], events: int) -> Sample:
-    """As the rebuild's first job: every record read to find the corrections."""
-    from pyspark.sql import functions as sql
+def premerge_arrow(job: Any) -> Callable[[Iterator[Any]], Iterator[Any]]:
+    """``mapInArrow``: the pre-merge fed through the DataFrame, its events counted."""
 
-    frame = eventlog(spark, options)
-    wanted = (sql.col("event_type") == "platform.correction") | sql.col("event_type").isNull()
-    with job_deadline(spark, SPARK_JOB_TIMEOUT_S):
-        started = time.perf_counter()
-        frame.where(wanted).select("topic", "partition", "offset", "value").collect()
-        seconds = time.perf_counter() - started
-    return Sample("scan for corrections (filter on event_type, collect)", "-", events, seconds)
+    def run(batches: Iterator[Any]) -> Iterator[Any]:
+        import pyarrow as pa
+
+        from eventplatform.spark_projections import execute
+
+        events = next(premerged_events(execute.premerge(job, batches)))
+        yield pa.RecordBatch.from_pydict({"rows": [events]})
+
+    return run
 
 
 class RepeatedBatches(DataSource):
@@ -412,20 +385,47 @@ class RepeatedReader(DataSourceReader):
 
 
 REPEATED_STEP = "count without decoding (bench_repeated: one sample re-yielded)"
-PREMERGE_COLUMNS = ("topic", "partition", "offset", "value", "headers")
-"""The columns the pre-merge reads (``execute._records``)."""
 
 
 def measure_phases(
     spark: Any, options: dict[str, str], events: int, repeat: int, deadline: Deadline
 ) -> list[Sample]:
-    five = PREMERGE_COLUMNS
-    steps: list[tuple[str, Sequence[str] | None, Callable[[], Any]]] = [
-        ("rows into a second Python worker (mapInArrow)", None, lambda: count_rows),
-        ("... and to_pydict, all 11 columns (as the pre-merge)", None, lambda: to_python),
-        ("... and to_pydict, the pre-merge's 5 columns selected first", five, lambda: to_python),
-        ("pre-merge of all 11 columns (as a rebuild)", None, premerge_factory),
-        ("pre-merge of the 5 columns, selected first", five, premerge_factory),
+    from pyspark.sql import functions as sql
+
+    from eventplatform.events import Correction
+    from eventplatform.spark_projections import execute
+
+    source = replay_input(spark, options)
+
+    def premerge_job() -> Any:
+        group = f"bench-replay-{uuid.uuid4().hex[:10]}"
+        return execute.PartialsJob(page_view_projection(group), {}, frozenset())
+
+    def scan() -> int:
+        source.corrections(spark, Correction.event_type)
+        return events  # the scan reads them all; none is a correction
+
+    def fused() -> int:
+        job = premerge_job()
+        premerged = source.rdd(spark).mapPartitions(execute.premerge_chunks(job, source.options))
+        return int(premerged.mapPartitions(premerged_events).sum())
+
+    def through_dataframe() -> int:
+        frame = eventlog(spark, options).select(*execute.PREMERGE_COLUMNS)
+        counted = frame.mapInArrow(premerge_arrow(premerge_job()), "rows long")
+        return int(counted.agg(sql.sum("rows")).collect()[0][0])
+
+    steps: list[tuple[str, Callable[[], int]]] = [
+        (
+            "read the chunks in the rebuild's workers (records counted)",
+            lambda: int(source.rdd(spark).mapPartitions(read_only(source.options)).sum()),
+        ),
+        ("scan for corrections (the rebuild's first job)", scan),
+        ("read and pre-merge in the same workers (the rebuild's second job)", fused),
+        (
+            "pre-merge fed through the eventlog DataFrame and mapInArrow (5 columns)",
+            through_dataframe,
+        ),
     ]
     samples = []
     for repetition in range(repeat):
@@ -434,10 +434,15 @@ def measure_phases(
         done = [
             direct_decode(options, events),
             time_count(spark, options, REPEATED_STEP, events, source="bench_repeated"),
-            time_corrections_scan(spark, options, events),
         ]
-        for step, columns, function in steps:
-            done.append(time_map(spark, options, step, columns, function(), events))
+        for step, job in steps:
+            with job_deadline(spark, SPARK_JOB_TIMEOUT_S):
+                started = time.perf_counter()
+                counted = job()
+                seconds = time.perf_counter() - started
+            if counted != events:
+                raise SystemExit(f"{step}: {counted:,} events, expected {events:,}")
+            done.append(Sample(step, "-", events, seconds))
         for sample in done:
             progress(
                 f"phase {repetition + 1}: {sample.step}: {sample.seconds:.1f} s, "
@@ -445,10 +450,6 @@ def measure_phases(
             )
         samples += done
     return samples
-
-
-def premerge_factory() -> Callable[[Iterator[Any]], Iterator[Any]]:
-    return premerge_only(f"bench-replay-{uuid.uuid4().hex[:10]}")
 
 
 # ---------------------------------------------------------------- Spark's jobs of a rebuild

@@ -67,10 +67,9 @@ def find_root(transaction: StoreTransaction, correction: Envelope[Correction]) -
         target = current.event.of
         position = target.position
         here = _at(current)
-        if (position.topic, position.partition) != (here.topic, here.partition):
-            raise InvalidCorrectionError(f"{here}: names {position}, in another partition")
-        if position.offset >= here.offset:
-            raise InvalidCorrectionError(f"{here}: names {position}, which is not earlier")
+        problem = link_problem(here, position)
+        if problem is not None:
+            raise InvalidCorrectionError(f"{here}: names {position}, {problem}")
         found = transaction.read_envelopes([position]).get(position)
         if found is None or found.event_id != target.event_id:
             raise InvalidCorrectionError(
@@ -79,6 +78,19 @@ def find_root(transaction: StoreTransaction, correction: Envelope[Correction]) -
             )
         current = found
     raise InvalidCorrectionError(f"{_at(correction)}: the chain is longer than {CHAIN_LENGTH_MAX}")
+
+
+def link_problem(here: Position, target: Position) -> str | None:
+    """Why a correction at ``here`` cannot name ``target``; None if it can.
+
+    A correction amends an event earlier in its own partition: only there is
+    the original's order against the correction fixed by the log.
+    """
+    if (target.topic, target.partition) != (here.topic, here.partition):
+        return "in another partition"
+    if target.offset >= here.offset:
+        return "which is not earlier"
+    return None
 
 
 def is_parked(transaction: StoreTransaction, root: Envelope[Any]) -> bool:

@@ -21,6 +21,13 @@ SCAN_GAP_RECORDS = 500
 # A point read must not sit out a long-poll fetch for data that is already there.
 READER_FETCH_WAIT_MS = 10
 POLL_S = 0.2
+_NO_SUCH_PARTITION = frozenset(
+    {
+        confluent_kafka.KafkaError._UNKNOWN_PARTITION,
+        confluent_kafka.KafkaError._UNKNOWN_TOPIC,
+        confluent_kafka.KafkaError.UNKNOWN_TOPIC_OR_PART,
+    }
+)
 
 
 class LogReadError(ProjectionError):
@@ -95,9 +102,14 @@ class KafkaEventReader:
     def _read_partition(
         self, topic: str, partition: int, offsets: list[int]
     ) -> dict[Position, bytes]:
-        low, high = self._consumer.get_watermark_offsets(
-            confluent_kafka.TopicPartition(topic, partition), timeout=READ_TIMEOUT_S
-        )
+        try:
+            low, high = self._consumer.get_watermark_offsets(
+                confluent_kafka.TopicPartition(topic, partition), timeout=READ_TIMEOUT_S
+            )
+        except confluent_kafka.KafkaException as exc:
+            if exc.args[0].code() in _NO_SUCH_PARTITION:
+                return {}  # a position in a partition the topic lacks holds nothing
+            raise LogReadError(f"{topic}/{partition}: {exc.args[0]}") from exc
         pending = [offset for offset in offsets if low <= offset < high]
         found: dict[Position, bytes] = {}
         deadline = time.monotonic() + READ_TIMEOUT_S

@@ -82,7 +82,8 @@ class ProjectionStatus:
     status: str
     group_id: str
     partitions: list[PartitionLag]
-    rows: dict[str, int]
+    rows: dict[str, int | None]
+    """Rows per table; None for a table the database lacks (``platform db upgrade``)."""
     parked: int
     last_error: str | None
     last_error_at: datetime | None

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import func, inspect, select
 
 from eventplatform.projections import schema
 from eventplatform.projections.statements import upsert_insert
@@ -86,8 +86,12 @@ def parked_count(connection: Any, name: str) -> int:
     return int(connection.execute(query).scalar_one())
 
 
-def row_counts(connection: Any, tables: list[Any]) -> dict[str, int]:
+def row_counts(connection: Any, tables: list[Any]) -> dict[str, int | None]:
+    """Rows per table; None for a table the database does not have (not migrated yet)."""
+    existing = set(inspect(connection).get_table_names())
     return {
         table.name: int(connection.execute(select(func.count()).select_from(table)).scalar_one())
+        if table.name in existing
+        else None
         for table in tables
     }

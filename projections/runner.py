@@ -15,12 +15,10 @@ never has a batch in flight.
 
 from __future__ import annotations
 
-import gc
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,8 +26,14 @@ import confluent_kafka
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from eventplatform.events import EventError, Position
-from eventplatform.projections.batch import BatchPlan, Record, Step, plan_batch
-from eventplatform.projections.corrections import apply_correction
+from eventplatform.projections.batch import (
+    BatchPlan,
+    Record,
+    Step,
+    plan_batch,
+    young_collections_rare,
+)
+from eventplatform.projections.corrections import apply_correction, link_problem
 from eventplatform.projections.errors import (
     CheckpointConflictError,
     HandlerError,
@@ -46,7 +50,6 @@ BATCH_SIZE_DEFAULT = 1000
 POLL_TIMEOUT_S_DEFAULT = 0.5
 RETRY_BACKOFF_S = 0.5
 RETRY_BACKOFF_S_MAX = 10.0
-GC_YOUNG_THRESHOLD = 50_000
 TopicPartition = tuple[str, int]
 
 
@@ -99,7 +102,7 @@ class ProjectionRunner:
     def run(self, stop: threading.Event | None = None, *, idle_exit_s: float | None = None) -> None:
         """Consume and apply until ``stop`` is set (or, given ``idle_exit_s``, until idle)."""
         register_projection(self.store)
-        with _young_collections_rare():
+        with young_collections_rare():
             self._run(stop, idle_exit_s)
 
     def _run(self, stop: threading.Event | None, idle_exit_s: float | None) -> None:
@@ -222,6 +225,14 @@ class ProjectionRunner:
             self._on_commit(self.stats)
 
     def _run_steps(self, transaction: StoreTransaction, steps: list[Step | BatchDelta]) -> None:
+        targets = [
+            target
+            for step in steps
+            if isinstance(step, Step) and step.kind == "correct" and step.envelope is not None
+            if link_problem(step.record.position, target := step.envelope.event.of.position) is None
+        ]
+        if targets:  # one pass over the log for every correction's original
+            transaction.prefetch(targets)
         for step in steps:
             if isinstance(step, BatchDelta):
                 transaction.apply_delta(step)
@@ -265,24 +276,6 @@ class ProjectionRunner:
             self.expected[partition] = checkpoint
             offset = confluent_kafka.OFFSET_BEGINNING if checkpoint is None else checkpoint
             self._consumer.seek(confluent_kafka.TopicPartition(*partition, offset))
-
-
-@contextmanager
-def _young_collections_rare() -> Iterator[None]:
-    """Keep what exists out of collections, and collect young objects seldom.
-
-    A batch allocates and frees hundreds of thousands of small objects, none
-    in cycles the runner makes; at the default threshold the collector would
-    walk the young generation every 700 allocations.
-    """
-    threshold = gc.get_threshold()
-    gc.freeze()
-    gc.set_threshold(max(threshold[0], GC_YOUNG_THRESHOLD), *threshold[1:])
-    try:
-        yield
-    finally:
-        gc.set_threshold(*threshold)
-        gc.unfreeze()
 
 
 class _PoisonStopError(Exception):

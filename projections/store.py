@@ -90,6 +90,14 @@ KEYS_PER_STATEMENT = 500
 OPAQUE = OpaqueEvent()
 
 
+_CORRECTED_ROWS = select(schema.corrected_events).where(
+    schema.corrected_events.c.projection == bindparam("projection"),
+    schema.corrected_events.c.topic == bindparam("topic"),
+    schema.corrected_events.c.partition == bindparam("partition"),
+    schema.corrected_events.c.offset.in_(bindparam("offsets", expanding=True)),
+)
+"""The corrected-events rows of some offsets of one partition."""
+
 _ADVANCE = (
     update(schema.checkpoints)
     .where(
@@ -159,6 +167,29 @@ class ProjectionStore:
         return self._upserts[plan.name]
 
 
+class CachedReader:
+    """An event reader that reads each log position once (records are immutable).
+
+    A transaction's corrections read the same records again and again: each
+    correction of one session recomputes the session's row from all its
+    events. The runner also reads a whole batch's correction targets in one
+    pass up front (:meth:`StoreTransaction.prefetch`).
+    """
+
+    def __init__(self, reader: EventReader) -> None:
+        self._reader = reader
+        self._values: dict[Position, bytes | None] = {}
+
+    def __call__(self, positions: Sequence[Position]) -> dict[Position, bytes]:
+        missing = [position for position in positions if position not in self._values]
+        if missing:
+            found = self._reader(missing)
+            for position in missing:
+                self._values[position] = found.get(position)
+        values = self._values
+        return {p: value for p in positions if (value := values[p]) is not None}
+
+
 class StoreTransaction:
     """The writes of one batch. Any exception rolls all of them back."""
 
@@ -166,7 +197,7 @@ class StoreTransaction:
         self.store = store
         self.projection = store.projection
         self.connection = connection
-        self.reader = reader
+        self.reader: EventReader = CachedReader(reader)
         self._locked: set[str] = set()
         self._staged: set[str] = set()
 
@@ -416,6 +447,10 @@ class StoreTransaction:
 
     # corrections ---------------------------------------------------------
 
+    def prefetch(self, positions: Sequence[Position]) -> None:
+        """Read the records at ``positions`` now, in one pass; later reads find them."""
+        self.reader(positions)
+
     def read_envelopes(self, positions: Sequence[Position]) -> dict[Position, Envelope[Any]]:
         """The raw (uncorrected) events at ``positions``, read back from the log."""
         values = self.reader(positions)
@@ -452,23 +487,20 @@ class StoreTransaction:
         return bool(self._corrected_rows([root.position]))
 
     def _corrected_rows(self, positions: Sequence[Position]) -> dict[Position, Any]:
-        table = schema.corrected_events
+        offsets: dict[TopicPartition, list[int]] = {}
+        for position in positions:
+            offsets.setdefault((position.topic, position.partition), []).append(position.offset)
         found: dict[Position, Any] = {}
-        for start in range(0, len(positions), KEYS_PER_STATEMENT):
-            chunk = positions[start : start + KEYS_PER_STATEMENT]
-            condition = or_(
-                *(
-                    and_(
-                        table.c.topic == p.topic,
-                        table.c.partition == p.partition,
-                        table.c.offset == p.offset,
-                    )
-                    for p in chunk
-                )
-            )
-            query = select(table).where(table.c.projection == self.projection.name, condition)
-            for row in self.connection.execute(query).mappings():
-                found[Position(row["topic"], row["partition"], row["offset"])] = row
+        for (topic, partition), wanted in offsets.items():
+            for start in range(0, len(wanted), KEYS_PER_STATEMENT):
+                parameters = {
+                    "projection": self.projection.name,
+                    "topic": topic,
+                    "partition": partition,
+                    "offsets": wanted[start : start + KEYS_PER_STATEMENT],
+                }
+                for row in self.connection.execute(_CORRECTED_ROWS, parameters).mappings():
+                    found[Position(row["topic"], row["partition"], row["offset"])] = row
         return found
 
     def contributions_of(self, root: Envelope[Any], content: Event | None) -> list[Contribution]:

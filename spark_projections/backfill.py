@@ -22,7 +22,7 @@ from eventplatform.projections.store import ProjectionStore, StoreTransaction
 from eventplatform.spark_projections import execute, shadow
 from eventplatform.spark_projections.errors import ReplayError
 from eventplatform.spark_projections.replay import (
-    OffsetRange,
+    ReplayRange,
     ReplaySummary,
     TopicPartition,
     Window,
@@ -31,13 +31,13 @@ from eventplatform.spark_projections.replay import (
     log_reader,
     position_of,
     range_of,
-    read_events,
     record_bookkeeping,
     resolve_corrections,
     run_job,
     set_checkpoints,
     stop_reason,
 )
+from eventplatform.spark_projections.replay_input import ReplayInput
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +53,7 @@ def backfill(
     spark: Any,
     projection: Projection,
     database_url: str,
-    ranges: Sequence[OffsetRange],
+    ranges: Sequence[ReplayRange],
     source_options: Mapping[str, str],
     *,
     dry_run: bool = False,
@@ -100,7 +100,7 @@ def _backfill_once(
     projection: Projection,
     engine: Engine,
     database_url: str,
-    ranges: Sequence[OffsetRange],
+    ranges: Sequence[ReplayRange],
     source_options: Mapping[str, str],
     summary: ReplaySummary,
 ) -> None:
@@ -118,8 +118,8 @@ def _backfill_once(
     tables = shadow.create_shadows(engine, projection, copy_live=False)
     try:
         bound = projection.bound_to(tables)
-        events = read_events(spark, whole, source_options)
-        resolution = resolve_corrections(events, projection, whole, source_options)
+        source = ReplayInput.of(spark, whole, source_options)
+        resolution = resolve_corrections(spark, source, projection, whole)
         touch = execute.Touch({tp: tuple(w) for tp, w in windows.items()}, {})
         versions = {
             root: tuple(content for _, content in chain)
@@ -127,7 +127,7 @@ def _backfill_once(
             if any(touch.covers(*where) for where, _ in chain)
         }
         touch = execute.Touch(touch.windows, versions)
-        outcome = run_job(spark, events, projection, bound, database_url, resolution, touch)
+        outcome = run_job(spark, source, projection, bound, database_url, resolution, touch)
         parked: list[Window] = [
             (topic, partition, lo, hi) for (topic, partition), w in windows.items() for lo, hi in w
         ]
@@ -160,7 +160,7 @@ def _backfill_once(
         shadow.drop_shadows(engine, projection)
 
 
-def _whole_log(projection: Projection, source_options: Mapping[str, str]) -> list[OffsetRange]:
+def _whole_log(projection: Projection, source_options: Mapping[str, str]) -> list[ReplayRange]:
     """Every partition of the projection's topics, from its log start to its high watermark."""
     from eventplatform.spark_projections.offsets import plan
 

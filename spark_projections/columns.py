@@ -539,14 +539,15 @@ def _event_ids(
     opening = np.flatnonzero(~fast & (lengths > 0))
     slow_rows = opening[data[starts[opening]] == ord("{")]
     if slow_rows.size:
-        identifiers = [_json_id(raw) for raw in values.take(pa.array(slow_rows)).to_pylist()]
+        identifiers = [envelope_id(raw) for raw in values.take(pa.array(slow_rows)).to_pylist()]
         mask = np.zeros(rows, dtype=np.bool_)
         mask[slow_rows] = True
         column = pc.replace_with_mask(column, pa.array(mask), pa.array(identifiers, pa.string()))
     return column
 
 
-def _json_id(value: bytes) -> str | None:
+def envelope_id(value: bytes) -> str | None:
+    """The ``"id"`` of an envelope's JSON; None if ``value`` is no JSON object with a text id."""
     try:
         document = orjson.loads(value)
     except orjson.JSONDecodeError:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from eventplatform.events import Correction, Envelope, Position
+from eventplatform.projections.corrections import link_problem
 from eventplatform.spark_projections.execute import Replacement
 
 PositionKey = tuple[str, int, int]
@@ -74,7 +75,9 @@ def resolve(
     for envelope in ordered:
         here = _at(envelope)
         target = envelope.event.of
-        problem = _link_problem(here, target.position)
+        problem = link_problem(here, target.position)
+        if problem is not None:
+            problem = f"{here}: names {target.position}, {problem}"
         root: tuple[Position, str] | _Before | None = None
         if problem is None and before(target.position):
             root = BEFORE  # the runner's own path resolves it against the log
@@ -116,14 +119,6 @@ def _content(correction: Correction) -> Replacement:
         return None
     data: Any = replacement.data
     return (replacement.type, replacement.version, data)
-
-
-def _link_problem(here: Position, target: Position) -> str | None:
-    if (target.topic, target.partition) != (here.topic, here.partition):
-        return f"{here}: names {target}, in another partition"
-    if target.offset >= here.offset:
-        return f"{here}: names {target}, which is not earlier"
-    return None
 
 
 def _mismatch(here: Position, wanted: Any, target: Position, held: str | None) -> str:

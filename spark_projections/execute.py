@@ -2,10 +2,11 @@
 
 A replay is a grouped aggregation in two steps, both on the executors:
 
-1. :func:`premerge_partitions` (through ``mapInArrow``) turns the records of
-   one input partition into one *partial* per row key, with the streaming
-   runner's own planner and pre-merge (:func:`~eventplatform.projections.batch.plan_batch`):
-   the same decoding, upcasting, handlers, validation and poison handling.
+1. :func:`premerge_chunks` (through ``mapPartitions``) reads its chunks of
+   the log and turns their records into one *partial* per row key, with the
+   streaming runner's own planner and pre-merge
+   (:func:`~eventplatform.projections.batch.plan_batch`): the same decoding,
+   upcasting, handlers, validation and poison handling.
    Tables of declarative merges give pre-merged row states; tables with a
    ``SetAdd`` or ``Fold`` column give their contributions, to be folded per
    key in log order. Corrected events arrive here already rewritten to their
@@ -22,24 +23,26 @@ compute the same rows.
 
 from __future__ import annotations
 
+import math
 import pickle
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Any
 
 import orjson
 
 from eventplatform.events import Position
 from eventplatform.events.codec import TYPE_HEADER, VERSION_HEADER
-from eventplatform.projections.batch import Record, Step, plan_batch
+from eventplatform.projections.batch import Record, Step, plan_batch, young_collections_rare
 from eventplatform.projections.database import create_store_engine
 from eventplatform.projections.fold import merge_states
 from eventplatform.projections.model import Contribution, Projection
 from eventplatform.projections.premerge import BatchDelta, Premerger, TableDelta, row_key_text
 from eventplatform.projections.store import ProjectionStore
 from eventplatform.spark_projections.errors import ReplayError
+from eventplatform.spark_projections.offsets import OffsetRange, ReadOptions
 
-PARTIAL_SCHEMA = "kind string, tbl string, row_key string, payload binary"
 STATE, CONTRIBUTIONS, POISON, COUNT = "state", "contributions", "poison", "count"
 TOUCHED = "touched"
 WRITE_CHUNK_ROWS = 5_000
@@ -83,71 +86,122 @@ class PartialsJob:
     """Backfill only: also emit the keys of the rows the windows touch."""
 
 
-def premerge_partitions(job: PartialsJob) -> Callable[[Iterator[Any]], Iterator[Any]]:
-    """The ``mapInArrow`` function: Arrow batches of records in, partials out."""
+Partial = tuple[str, str, str, bytes]
+"""(kind, declared table, row key text, pickled payload): what the pre-merge emits."""
+PREMERGE_COLUMNS = ("topic", "partition", "offset", "value", "headers")
+"""The columns of the ``eventlog`` rows the pre-merge reads."""
 
-    def run(batches: Iterator[Any]) -> Iterator[Any]:
-        import pyarrow as pa
 
-        projection = job.projection
-        premerger = Premerger(projection)
-        touching: list[Record] = []
-        records = _records(batches, job, touching)
-        plan = plan_batch(projection, records, _Everything(), premerger)
-        if plan.stop_at is not None:
-            raise ReplayError(_stop_message(projection, plan.stop_at))
-        rows: dict[str, list[Any]] = {"kind": [], "tbl": [], "row_key": [], "payload": []}
-        for table, key in _touched_keys(projection, touching):
-            _append(rows, TOUCHED, table, row_key_text(key), pickle.dumps(key))
-        events = 0
-        for step in plan.steps:
-            if isinstance(step, BatchDelta):
-                events += step.events
-                for kind, table, key, payload in _partials(step):
-                    _append(rows, kind, table, key, payload)
-            elif step.kind == "poison":
-                _append(rows, POISON, "", "", _poison_payload(step))
-            else:
-                position = step.record.position
-                raise ReplayError(f"{position}: a correction the plan did not account for")
-        _append(rows, COUNT, "", "", pickle.dumps(events))
-        yield pa.RecordBatch.from_pydict(rows)
+def premerge_chunks(
+    job: PartialsJob, options: ReadOptions
+) -> Callable[[Iterator[OffsetRange]], Iterator[Partial]]:
+    """The ``mapPartitions`` function: chunks of the log in, read and pre-merged here."""
+
+    def run(chunks: Iterator[OffsetRange]) -> Iterator[Partial]:
+        from eventplatform.spark_projections.read_paths import read_chunk
+
+        with young_collections_rare():
+            batches = (batch for chunk in chunks for batch in read_chunk(options, chunk))
+            yield from premerge(job, batches)
 
     return run
 
 
-def _records(batches: Iterator[Any], job: PartialsJob, touching: list[Record]) -> Iterator[Record]:
+def premerge(job: PartialsJob, batches: Iterable[Any]) -> Iterator[Partial]:
+    """The partials of the records in ``batches`` (Arrow batches of ``eventlog`` rows)."""
+    projection = job.projection
+    premerger = Premerger(projection)
+    touching: list[Record] = []
+    records = _records(batches, job, touching)
+    plan = plan_batch(projection, records, _Everything(), premerger)
+    if plan.stop_at is not None:
+        raise ReplayError(_stop_message(projection, plan.stop_at))
+    for table, key in _touched_keys(projection, touching):
+        yield TOUCHED, table, row_key_text(key), pickle.dumps(key)
+    events = 0
+    for step in plan.steps:
+        if isinstance(step, BatchDelta):
+            events += step.events
+            yield from _partials(step)
+        elif step.kind == "poison":
+            yield POISON, "", "", _poison_payload(step)
+        else:
+            position = step.record.position
+            raise ReplayError(f"{position}: a correction the plan did not account for")
+    yield COUNT, "", "", pickle.dumps(events)
+
+
+def _records(batches: Iterable[Any], job: PartialsJob, touching: list[Record]) -> Iterator[Record]:
     """The records to plan, as their effective content; those that touch rows go to ``touching``."""
     replacements, corrections, touch = job.replacements, job.corrections, job.touch
     for batch in batches:
-        columns = batch.to_pydict()
-        for topic, partition, offset, value, headers in zip(
-            columns["topic"],
-            columns["partition"],
-            columns["offset"],
-            columns["value"],
-            columns["headers"],
-            strict=True,
-        ):
-            where = (topic, partition, offset)
+        for record in records_of(batch):
+            position = record.position
+            where = (position.topic, position.partition, position.offset)
             if where in corrections:
                 continue  # its effect is in the replacements
-            pairs = [(h["key"], h["value"]) for h in headers] if headers else None
-            position = Position(topic, partition, offset)
             if touch is not None and where in touch.versions:
-                touching.append(Record(position, value, pairs))
+                touching.append(record)
                 for version in touch.versions[where]:
                     if version is not None:
-                        touching.append(Record(position, *_replaced(value, pairs, version)))
+                        touching.append(
+                            Record(position, *_replaced(record.value, record.headers, version))
+                        )
             if where in replacements:
                 replacement = replacements[where]
                 if replacement is None:
                     continue
-                value, pairs = _replaced(value, pairs, replacement)
-            record = Record(position, value, pairs)
-            if touch is not None and touch.covers(topic, partition, offset):
+                record = Record(position, *_replaced(record.value, record.headers, replacement))
+            if touch is not None and touch.covers(*where):
                 touching.append(record)
             yield record
+
+
+def records_of(batch: Any) -> Iterator[Record]:
+    """Every row of an Arrow batch of ``eventlog`` rows as the planner's :class:`Record`."""
+    columns = [batch.column(name).to_pylist() for name in PREMERGE_COLUMNS[:4]]
+    for topic, partition, offset, value, pairs in zip(*columns, header_pairs(batch), strict=True):
+        yield Record(Position(topic, partition, offset), value, pairs)
+
+
+def header_pairs(batch: Any) -> list[list[tuple[str, bytes | None]] | None]:
+    """Per row, its headers as (name, value) pairs; None for none.
+
+    Events of one type carry the same headers, so where every row has as
+    many headers, rows whose headers are alike share one list (the planner
+    only reads them). A dict per header, as ``to_pylist`` makes, costs more
+    than the rest of the row.
+    """
+    import numpy as np
+    import pyarrow.compute as pc
+
+    headers = batch.column("headers")
+    bounds = headers.offsets.to_numpy()
+    bounds = bounds - bounds[0]  # into flatten()'s values, which start at the slice
+    fields = headers.flatten().flatten()  # names, values
+    counts = np.diff(bounds)
+    width = int(counts[0]) if len(counts) else 0
+    encoded = [pc.dictionary_encode(field, null_encoding="encode") for field in fields]
+    sizes = [len(column.dictionary) for column in encoded]
+    if width and (counts == width).all() and math.prod(sizes) ** width < 2**62:
+        # one integer per row that says which names and values it holds
+        kind = np.zeros(len(counts), dtype=np.int64)
+        for column, size in zip(encoded, sizes, strict=True):
+            codes = column.indices.to_numpy().reshape(-1, width)
+            for at in range(width):
+                kind = kind * size + codes[:, at]
+        _, first, kind_of_row = np.unique(kind, return_index=True, return_inverse=True)
+        names, values = fields
+        shared = []
+        for row in first.tolist():
+            cut = slice(row * width, (row + 1) * width)
+            shared.append(list(zip(names[cut].to_pylist(), values[cut].to_pylist(), strict=True)))
+        return [shared[kind] for kind in kind_of_row.tolist()]
+    names, values = (field.to_pylist() for field in fields)
+    return [
+        list(zip(names[low:high], values[low:high], strict=True)) or None
+        for low, high in pairwise(bounds.tolist())
+    ]
 
 
 def _touched_keys(projection: Projection, records: list[Record]) -> Iterator[tuple[str, Any]]:
@@ -182,7 +236,7 @@ def _replaced(
     ]
 
 
-def _partials(delta: BatchDelta) -> Iterator[tuple[str, str, str, bytes]]:
+def _partials(delta: BatchDelta) -> Iterator[Partial]:
     for name, table in delta.tables.items():
         index = table.index if table.plan.indexed else {}
         for key, state in table.states.items():
@@ -194,13 +248,6 @@ def _partials(delta: BatchDelta) -> Iterator[tuple[str, str, str, bytes]]:
         for key, contributions in by_key.items():
             payload = pickle.dumps((key, contributions, index.get(key, [])))
             yield CONTRIBUTIONS, name, row_key_text(key), payload
-
-
-def _append(rows: dict[str, list[Any]], kind: str, table: str, key: str, payload: bytes) -> None:
-    rows["kind"].append(kind)
-    rows["tbl"].append(table)
-    rows["row_key"].append(key)
-    rows["payload"].append(payload)
 
 
 def _poison_payload(step: Step) -> bytes:

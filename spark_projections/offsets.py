@@ -485,18 +485,29 @@ def _resolve(
 def split_ranges(ranges: Iterable[OffsetRange], options: ReadOptions) -> list[OffsetRange]:
     """Chunks of at most ``maxRecordsPerPartition`` offsets; with ``minPartitions``,
     long ranges split further, in proportion to their length, until there are that many.
-    Empty ranges give no chunk."""
+    Each range's chunks are of equal length (within one). Empty ranges give no chunk."""
     ranges = [item for item in ranges if item.records > 0]
+    pieces = [math.ceil(item.records / options.max_records_per_partition) for item in ranges]
     total = sum(item.records for item in ranges)
+    if options.min_partitions is not None and total:
+        # Shares of min_partitions by length, rounded down, then one more for the largest
+        # remainders until the sum is reached: no range gets a chunk it does not need.
+        shares = [options.min_partitions * item.records / total for item in ranges]
+        pieces = [
+            max(count, math.floor(share)) for count, share in zip(pieces, shares, strict=True)
+        ]
+        missing = options.min_partitions - sum(pieces)
+        by_remainder = sorted(
+            range(len(ranges)), key=lambda i: shares[i] - math.floor(shares[i]), reverse=True
+        )
+        for index in by_remainder[: max(0, missing)]:
+            pieces[index] += 1
     chunks = []
-    for item in ranges:
-        pieces = math.ceil(item.records / options.max_records_per_partition)
-        if options.min_partitions is not None and total:
-            pieces = max(pieces, math.ceil(options.min_partitions * item.records / total))
-        pieces = min(pieces, item.records)
-        step, extra = divmod(item.records, pieces)
+    for item, count in zip(ranges, pieces, strict=True):
+        count = min(count, item.records)
+        step, extra = divmod(item.records, count)
         start = item.start
-        for index in range(pieces):
+        for index in range(count):
             end = start + step + (1 if index < extra else 0)
             chunks.append(OffsetRange(item.topic, item.partition, start, end))
             start = end

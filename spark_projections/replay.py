@@ -49,6 +49,7 @@ from eventplatform.projections.store import ProjectionStore, StoreTransaction
 from eventplatform.spark_projections import execute, shadow
 from eventplatform.spark_projections.corrections import Resolution, resolve
 from eventplatform.spark_projections.errors import ReplayConfigError, ReplayError
+from eventplatform.spark_projections.replay_input import ReplayInput
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +57,7 @@ TopicPartition = tuple[str, int]
 
 
 @dataclass(frozen=True)
-class OffsetRange:
+class ReplayRange:
     topic: str
     partition: int
     start: int
@@ -76,7 +77,7 @@ class ReplaySummary:
 
     projection: str
     mode: str
-    ranges: list[OffsetRange]
+    ranges: list[ReplayRange]
     tables: list[str]
     events_read: int = 0
     events_applied: int = 0
@@ -92,7 +93,7 @@ class ReplaySummary:
 
     @classmethod
     def of(
-        cls, projection: Projection, mode: str, ranges: Sequence[OffsetRange], *, dry_run: bool
+        cls, projection: Projection, mode: str, ranges: Sequence[ReplayRange], *, dry_run: bool
     ) -> ReplaySummary:
         tables = [str(table.name) for table in projection.tables]
         return cls(projection.name, mode, list(ranges), tables, dry_run=dry_run)
@@ -149,7 +150,7 @@ def plan_ranges(
     database_url: str,
     source_options: Mapping[str, str],
     request: ReplayRequest,
-) -> list[OffsetRange]:
+) -> list[ReplayRange]:
     """Every partition's range for ``request``, checked against the log; raises ReplayError.
 
     Partitions the request does not select (``topic``/``partition``, or
@@ -211,8 +212,8 @@ def plan_ranges(
     return [range_of(item) for item in plan(options).partitions]
 
 
-def range_of(item: Any) -> OffsetRange:
-    return OffsetRange(
+def range_of(item: Any) -> ReplayRange:
+    return ReplayRange(
         item.range.topic,
         item.range.partition,
         item.range.start,
@@ -236,7 +237,7 @@ def rebuild(
     spark: Any,
     projection: Projection,
     database_url: str,
-    ranges: Sequence[OffsetRange],
+    ranges: Sequence[ReplayRange],
     source_options: Mapping[str, str],
     *,
     from_start: bool,
@@ -258,10 +259,10 @@ def rebuild(
         tables = shadow.create_shadows(engine, projection, copy_live=not from_start)
         try:
             bound = projection.bound_to(tables)
-            events = read_events(spark, ranges, source_options)
-            resolution = resolve_corrections(events, projection, ranges, source_options)
+            source = ReplayInput.of(spark, ranges, source_options)
+            resolution = resolve_corrections(spark, source, projection, ranges)
             summary.corrections = len(resolution.corrections)
-            outcome = run_job(spark, events, projection, bound, database_url, resolution)
+            outcome = run_job(spark, source, projection, bound, database_url, resolution)
             poison = outcome.poison
             summary.events_read = sum(r.events for r in ranges)
             summary.events_applied, summary.rows_written = outcome.applied, outcome.rows
@@ -313,9 +314,9 @@ def position_of(envelope: Envelope[Any]) -> Position:
 def _catch_up(
     transaction: StoreTransaction,
     source_options: Mapping[str, str],
-    ranges: Sequence[OffsetRange],
+    ranges: Sequence[ReplayRange],
     now: Mapping[TopicPartition, int],
-) -> list[OffsetRange]:
+) -> list[ReplayRange]:
     """Apply to the shadows what a running runner applied past the ranges' ends meanwhile.
 
     The records from each range's end to the runner's checkpoint go through
@@ -341,12 +342,7 @@ def _catch_up(
     for r in behind:
         chunk = offsets.OffsetRange(r.topic, r.partition, r.start, r.end)
         for batch in read_chunk(options, chunk):
-            columns = batch.to_pydict()
-            for offset, value, headers in zip(
-                columns["offset"], columns["value"], columns["headers"], strict=True
-            ):
-                pairs = [(h["key"], h["value"]) for h in headers] if headers else None
-                records.append(Record(Position(r.topic, r.partition, offset), value, pairs))
+            records.extend(execute.records_of(batch))
     projection = transaction.store.projection
     expected: dict[TopicPartition, int | None] = {(r.topic, r.partition): r.start for r in behind}
     plan = plan_batch(projection, records, expected, transaction.store.premerger)
@@ -369,7 +365,7 @@ def _catch_up(
 
 
 def _check_checkpoints(
-    engine: Engine, projection: Projection, ranges: Sequence[OffsetRange]
+    engine: Engine, projection: Projection, ranges: Sequence[ReplayRange]
 ) -> None:
     store = ProjectionStore(engine, projection)
     stored = store.checkpoints([(r.topic, r.partition) for r in ranges])
@@ -383,65 +379,24 @@ def _check_checkpoints(
             )
 
 
-def read_events(spark: Any, ranges: Sequence[OffsetRange], options: Mapping[str, str]) -> Any:
-    topics = sorted({r.topic for r in ranges})
-    starting: dict[str, dict[str, int]] = {}
-    ending: dict[str, dict[str, int]] = {}
-    for r in ranges:
-        starting.setdefault(r.topic, {})[str(r.partition)] = r.start
-        ending.setdefault(r.topic, {})[str(r.partition)] = r.end
-    reader = spark.read.format("eventlog")
-    for key, value in options.items():
-        reader = reader.option(key, value)
-    return (
-        reader.option("topics", ",".join(topics))
-        .option("startingOffsets", json.dumps(starting))
-        .option("endingOffsets", json.dumps(ending))
-        .load()
-    )
-
-
 def resolve_corrections(
-    events: Any, projection: Projection, ranges: Sequence[OffsetRange], options: Mapping[str, str]
+    spark: Any, source: ReplayInput, projection: Projection, ranges: Sequence[ReplayRange]
 ) -> Resolution:
-    from pyspark.sql import functions as sql
-
     catalog = projection.decoding_catalog()
-    found = (
-        events.where(
-            (sql.col("event_type") == Correction.event_type) | sql.col("event_type").isNull()
-        )
-        .select("topic", "partition", "offset", "value")
-        .collect()
-    )
     corrections: list[Envelope[Correction]] = []
     values: dict[Position, bytes] = {}
-    for row in found:
-        position = Position(row.topic, row.partition, row.offset)
+    for position, value in source.corrections(spark, Correction.event_type):
         try:
-            if parse(row.value)["type"] != Correction.event_type:
+            if parse(value)["type"] != Correction.event_type:
                 continue
-            envelope = catalog.decode(row.value, position, Correction.event_type)
+            envelope = catalog.decode(value, position, Correction.event_type)
         except EventError:
             continue  # poison: the executors park it like any record that does not decode
         if isinstance(envelope.event, Correction):
             corrections.append(cast(Envelope[Correction], envelope))
-            values[position] = row.value
-
-    def ids_at(positions: list[Position]) -> dict[Position, str | None]:
-        if not positions:
-            return {}
-        wanted = [(p.topic, p.partition, p.offset) for p in positions]
-        frame = events.sparkSession.createDataFrame(
-            wanted, "topic string, partition int, offset long"
-        )
-        rows = events.join(sql.broadcast(frame), ["topic", "partition", "offset"]).select(
-            "topic", "partition", "offset", "event_id"
-        )
-        return {Position(r.topic, r.partition, r.offset): r.event_id for r in rows.collect()}
-
+            values[position] = value
     starts = {(r.topic, r.partition): r.start for r in ranges}
-    resolution = resolve(corrections, starts, ids_at)
+    resolution = resolve(corrections, starts, source.event_ids)
     resolution.values = values
     return resolution
 
@@ -459,7 +414,7 @@ class _Outcome:
 
 def run_job(
     spark: Any,
-    events: Any,
+    source: ReplayInput,
     projection: Projection,
     bound: Projection,
     database_url: str,
@@ -467,7 +422,6 @@ def run_job(
     touch: execute.Touch | None = None,
 ) -> _Outcome:
     """Run the aggregation and the writes (of touched rows only, given ``touch``)."""
-    from pyspark.sql import functions as sql
 
     job = execute.PartialsJob(
         projection,
@@ -477,29 +431,28 @@ def run_job(
     )
     renames = dict(zip(projection.plans, bound.plans, strict=True))
     write = execute.WriteJob(database_url, bound, renames)
-    partials = events.mapInArrow(execute.premerge_partitions(job), execute.PARTIAL_SCHEMA)
-    partials = partials.persist()
+    premerged = source.rdd(spark).mapPartitions(execute.premerge_chunks(job, source.options))
+    partials = premerged.persist()
     try:
-        kinds = [execute.POISON, execute.COUNT, execute.TOUCHED]
-        side = partials.where(sql.col("kind").isin(*kinds)).collect()
-        applied = sum(pickle.loads(r.payload) for r in side if r.kind == execute.COUNT)
-        poison = [pickle.loads(r.payload) for r in side if r.kind == execute.POISON]
+        kinds = {execute.POISON, execute.COUNT, execute.TOUCHED}
+        side = partials.filter(lambda p: p[0] in kinds).collect()
+        applied = sum(
+            pickle.loads(payload) for kind, _, _, payload in side if kind == execute.COUNT
+        )
+        poison = [pickle.loads(payload) for kind, _, _, payload in side if kind == execute.POISON]
         touched: dict[str, dict[str, tuple[Any, ...]]] = {}
-        for r in side:
-            if r.kind == execute.TOUCHED:
-                touched.setdefault(r.tbl, {})[r.row_key] = pickle.loads(r.payload)
-        rows_in = partials.where(sql.col("kind").isin(execute.STATE, execute.CONTRIBUTIONS))
+        for kind, table, key, payload in side:
+            if kind == execute.TOUCHED:
+                touched.setdefault(table, {})[key] = pickle.loads(payload)
+        rows_in = partials.filter(lambda p: p[0] in (execute.STATE, execute.CONTRIBUTIONS))
         if touch is not None:
-            wanted = spark.createDataFrame(
-                [(table, key) for table, keys in touched.items() for key in keys],
-                "tbl string, row_key string",
+            wanted = spark.sparkContext.broadcast(
+                {(table, key) for table, keys in touched.items() for key in keys}
             )
-            rows_in = rows_in.join(sql.broadcast(wanted), ["tbl", "row_key"], "left_semi")
+            rows_in = rows_in.filter(lambda p: (p[1], p[2]) in wanted.value)
         merge = execute.combine(projection)
         rows = (
-            rows_in.rdd.map(
-                lambda r: ((r.kind, r.tbl, r.row_key), (f"{r.kind}\0{r.tbl}", r.payload))
-            )
+            rows_in.map(lambda p: ((p[0], p[1], p[2]), (f"{p[0]}\0{p[1]}", p[3])))
             .reduceByKey(merge)
             .mapPartitions(execute.write_partition(write))
             .sum()
@@ -640,7 +593,7 @@ def in_windows(windows: Sequence[Window], position: Position) -> bool:
 
 
 def lock_checkpoints(
-    connection: Connection, projection: Projection, ranges: Sequence[OffsetRange]
+    connection: Connection, projection: Projection, ranges: Sequence[ReplayRange]
 ) -> dict[TopicPartition, int]:
     """The checkpoints of ``ranges``' partitions, locked until the transaction ends.
 
@@ -662,7 +615,7 @@ def lock_checkpoints(
     }
 
 
-def set_checkpoints(connection: Any, projection: Projection, ranges: Sequence[OffsetRange]) -> None:
+def set_checkpoints(connection: Any, projection: Projection, ranges: Sequence[ReplayRange]) -> None:
     table = schema.checkpoints
     now = datetime.now(UTC)
     postgresql = connection.dialect.name == "postgresql"

@@ -7,7 +7,11 @@ reading ``T`` until :func:`swap` commits:
 
 * on PostgreSQL the swap is one transaction of renames (``T`` to
   ``T__ep_old``, the shadow to ``T``, index names back to the live ones),
-  after which the old table is dropped;
+  after which the old table is dropped. Views over ``T`` (directly or
+  through other views, materialized ones included) are dropped first and
+  created again over the new ``T`` from their stored definitions, and the
+  new tables and views get the old ones' grants to other roles, comments
+  and column comments (and a materialized view its indexes);
 * on SQLite it is one transaction that replaces ``T``'s rows with the
   shadow's and drops the shadow (SQLite cannot rename indexes, and a
   reader in WAL mode sees the old rows until the commit).
@@ -22,6 +26,7 @@ rows of the keys it recomputed are replaced, the others left as they are.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Connection, Engine, MetaData, Table, bindparam, delete, inspect, text
@@ -149,9 +154,13 @@ def _swap_by_renames(connection: Connection, projection: Projection) -> None:
     names = list(projection.plans)
     for name in names:  # lock in a fixed order, the runners' own order
         connection.execute(text(f"LOCK TABLE {quote(name)} IN ACCESS EXCLUSIVE MODE"))
+    views = _dependent_views(connection, names)
+    for view in reversed(views):
+        _execute(connection, f"DROP {view.kind} IF EXISTS {view.name}")
     for name in names:
         shadow, old = shadow_name(name), name + OLD_SUFFIX
         live_indexes = _postgres_indexes(connection, name)
+        keep = _kept_attributes(connection, quote(name), "TABLE")
         connection.execute(text(f"ALTER TABLE {quote(name)} RENAME TO {quote(old)}"))
         for index in live_indexes:
             connection.execute(text(f"ALTER INDEX {quote(index)} RENAME TO {quote(_aside(index))}"))
@@ -161,6 +170,130 @@ def _swap_by_renames(connection: Connection, projection: Projection) -> None:
                 renamed = index.replace(shadow, name).replace(SHADOW_SUFFIX, "")
                 connection.execute(text(f"ALTER INDEX {quote(index)} RENAME TO {quote(renamed)}"))
         connection.execute(text(f"DROP TABLE {quote(old)}"))
+        _restore(connection, keep)
+    for view in views:
+        _execute(connection, f"CREATE {view.kind} {view.name} AS {view.definition}")
+        _restore(connection, view.keep)
+
+
+@dataclass(frozen=True)
+class _View:
+    """A view (or materialized view) over projection tables, to recreate after a swap."""
+
+    name: str
+    """Schema-qualified and quoted."""
+    kind: str
+    """``VIEW`` or ``MATERIALIZED VIEW``."""
+    definition: str
+    keep: list[str]
+    """Statements that restore its grants, comments and indexes."""
+
+
+def _dependent_views(connection: Connection, tables: Sequence[str]) -> list[_View]:
+    """Views that read ``tables`` directly or through other views, in creation order.
+
+    A renamed table keeps its views (they follow it by identity), so the
+    swap drops them before the renames and creates them again, from their
+    stored definitions, over the new tables.
+    """
+    rows = connection.execute(
+        text(
+            """
+            WITH RECURSIVE dependents(oid, depth) AS (
+                SELECT r.ev_class, 1
+                FROM pg_depend d JOIN pg_rewrite r ON r.oid = d.objid
+                WHERE d.classid = 'pg_rewrite'::regclass
+                  AND d.refclassid = 'pg_class'::regclass
+                  AND d.refobjid IN (
+                      SELECT c.oid FROM pg_class c
+                      WHERE c.relnamespace = current_schema()::regnamespace
+                        AND c.relname = ANY(:tables))
+                  AND r.ev_class <> d.refobjid
+              UNION ALL
+                SELECT r.ev_class, dependents.depth + 1
+                FROM dependents
+                JOIN pg_depend d ON d.refobjid = dependents.oid
+                    AND d.classid = 'pg_rewrite'::regclass
+                    AND d.refclassid = 'pg_class'::regclass
+                JOIN pg_rewrite r ON r.oid = d.objid
+                WHERE r.ev_class <> dependents.oid
+            )
+            SELECT quote_ident(n.nspname) || '.' || quote_ident(c.relname), c.relkind,
+                   pg_get_viewdef(c.oid), max(dependents.depth)
+            FROM dependents
+            JOIN pg_class c ON c.oid = dependents.oid
+            JOIN pg_namespace n ON n.oid = c.relnamespace
+            GROUP BY c.oid, n.nspname, c.relname, c.relkind
+            ORDER BY max(dependents.depth), 1
+            """
+        ),
+        {"tables": list(tables)},
+    )
+    views = []
+    for name, relkind, definition, _ in rows.all():
+        kind = "MATERIALIZED VIEW" if relkind == "m" else "VIEW"
+        keep = _kept_attributes(connection, name, kind)
+        views.append(_View(name, kind, definition.rstrip().rstrip(";"), keep))
+    return views
+
+
+def _kept_attributes(connection: Connection, name: str, kind: str) -> list[str]:
+    """Statements that give a new relation ``name`` what the current one has besides its
+    rows: privileges granted to other roles, its comment and its columns' comments, and a
+    materialized view's indexes."""
+    relation = connection.execute(
+        text("SELECT oid, relowner FROM pg_class WHERE oid = to_regclass(:name)"), {"name": name}
+    ).one()
+    statements: list[str] = []
+    grants = connection.execute(
+        text(
+            "SELECT CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE quote_ident(r.rolname) END, "
+            "a.privilege_type, a.is_grantable "
+            "FROM pg_class c, aclexplode(c.relacl) a LEFT JOIN pg_roles r ON r.oid = a.grantee "
+            "WHERE c.oid = :oid AND a.grantee <> :owner ORDER BY 1, 2"
+        ),
+        {"oid": relation.oid, "owner": relation.relowner},
+    )
+    for grantee, privilege, grantable in grants:
+        option = " WITH GRANT OPTION" if grantable else ""
+        statements.append(f"GRANT {privilege} ON {name} TO {grantee}{option}")
+    comment = connection.execute(
+        text("SELECT quote_literal(obj_description(:oid, 'pg_class'))"), {"oid": relation.oid}
+    ).scalar()
+    if comment is not None:
+        statements.append(f"COMMENT ON {kind} {name} IS {comment}")
+    columns = connection.execute(
+        text(
+            "SELECT quote_ident(attname), quote_literal(col_description(attrelid, attnum)) "
+            "FROM pg_attribute WHERE attrelid = :oid AND attnum > 0 AND NOT attisdropped "
+            "AND col_description(attrelid, attnum) IS NOT NULL ORDER BY attnum"
+        ),
+        {"oid": relation.oid},
+    )
+    statements += [f"COMMENT ON COLUMN {name}.{column} IS {text_}" for column, text_ in columns]
+    if kind == "MATERIALIZED VIEW":
+        indexes = connection.execute(
+            text("SELECT pg_get_indexdef(indexrelid) FROM pg_index WHERE indrelid = :oid"),
+            {"oid": relation.oid},
+        )
+        statements += [definition for (definition,) in indexes]
+    return statements
+
+
+def _restore(connection: Connection, statements: Sequence[str]) -> None:
+    for statement in statements:
+        _execute(connection, statement)
+
+
+def _execute(connection: Connection, statement: str) -> None:
+    """Run SQL the server produced (a view's definition, an index's) as it is, in the
+    transaction: with no parameters, so neither SQLAlchemy nor the driver reads its
+    ``:name`` or ``%`` as placeholders."""
+    cursor = connection.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+    try:
+        cursor.execute(statement)
+    finally:
+        cursor.close()
 
 
 def _aside(index: str) -> str:

@@ -24,7 +24,7 @@ from replay_databases import checkpoints, databases, ranges, url_of
 from eventplatform.events import EventProducer
 from eventplatform.projections.kafka import log_ends
 from eventplatform.spark_projections.backfill import backfill
-from eventplatform.spark_projections.replay import OffsetRange
+from eventplatform.spark_projections.replay import ReplayRange
 
 PARTITIONS = 3
 BATCH_SIZE = 5
@@ -90,7 +90,7 @@ def test_a_backfill_after_a_handler_fix_recomputes_the_window_rows_only(
                 fixed.labels.update().values(total=999).where(fixed.labels.c.label == "green")
             )
         window = [
-            OffsetRange(
+            ReplayRange(
                 r.topic,
                 r.partition,
                 window_start[(r.topic, r.partition)],

@@ -37,9 +37,9 @@ def running_projection(
     finally:
         stop.set()
         thread.join(STOP_TIMEOUT_S)
+        if failures:  # the runner's own error, even when it made the block time out
+            raise failures[0]
     assert not thread.is_alive(), "the runner did not stop"
-    if failures:
-        raise failures[0]
 
 
 def apply_all(

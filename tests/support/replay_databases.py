@@ -12,7 +12,7 @@ from sqlalchemy import Engine, select
 from eventplatform.projections import migrate, schema
 from eventplatform.projections.database import create_store_engine
 from eventplatform.projections.kafka import log_ends
-from eventplatform.spark_projections.replay import OffsetRange
+from eventplatform.spark_projections.replay import ReplayRange
 
 
 @contextmanager
@@ -29,10 +29,10 @@ def databases(kind: str, directory: Path, count: int) -> Iterator[list[Engine]]:
         yield engines
 
 
-def ranges(bootstrap: str, topic: str, starts: dict[tuple[str, int], int]) -> list[OffsetRange]:
+def ranges(bootstrap: str, topic: str, starts: dict[tuple[str, int], int]) -> list[ReplayRange]:
     ends = log_ends(bootstrap, [topic])
     return [
-        OffsetRange(t, p, starts.get((t, p), low), high, low, high)
+        ReplayRange(t, p, starts.get((t, p), low), high, low, high)
         for (t, p), (low, high) in sorted(ends.items())
     ]
 
