@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PACKAGES := platform log projections spark_projections apps
 
-.PHONY: demo test lint typecheck pytest venv bench-storage bench-broker bench-projections bench-replay clean
+.PHONY: demo test lint typecheck pytest venv bench-storage bench-broker bench-projections bench-replay bench-collector clean
 
 venv: $(STAMP)
 
@@ -53,6 +53,9 @@ bench-projections: $(BENCH_STAMP)
 
 bench-replay: $(STAMP)
 	$(BIN)/python bench/replay.py --phases --rebuild-repeat 3
+
+bench-collector: $(STAMP)
+	$(BIN)/python bench/collector.py
 
 clean:
 	rm -rf $(VENV) .eventplatform .pytest_cache .mypy_cache .ruff_cache .hypothesis

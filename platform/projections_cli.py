@@ -22,7 +22,7 @@ BOOTSTRAP_ENV = "EVENTPLATFORM_BOOTSTRAP"
 BOOTSTRAP_DEFAULT = "127.0.0.1:9092"
 
 
-def _bootstrap_option(command: Any) -> Any:
+def bootstrap_option(command: Any) -> Any:
     return click.option(
         "--bootstrap",
         default=lambda: os.environ.get(BOOTSTRAP_ENV, BOOTSTRAP_DEFAULT),
@@ -60,7 +60,7 @@ def projections() -> None:
     default="INFO",
     show_default=True,
 )
-@_bootstrap_option
+@bootstrap_option
 @database_option
 @apps_option
 def projections_run(
@@ -116,7 +116,7 @@ def projections_list(database: str | None, app_references: tuple[str, ...]) -> N
 
 @projections.command("status")
 @click.argument("name", required=False)
-@_bootstrap_option
+@bootstrap_option
 @database_option
 @apps_option
 def projections_status(
@@ -144,7 +144,8 @@ def projections_status(
         click.echo(f"  parked events: {status.parked}")
         click.echo(f"  last error: {status.last_error or '-'}")
         for table, count in status.rows.items():
-            click.echo(f"  rows {table}: {count}")
+            shown = "no such table (run platform db upgrade)" if count is None else count
+            click.echo(f"  rows {table}: {shown}")
 
 
 @projections.command("retry")
@@ -152,7 +153,7 @@ def projections_status(
 @click.option(
     "--id", "ids", type=int, multiple=True, help="Retry only this dead letter; repeatable."
 )
-@_bootstrap_option
+@bootstrap_option
 @database_option
 @apps_option
 def projections_retry(

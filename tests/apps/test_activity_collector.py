@@ -1,0 +1,178 @@
+"""The beacon collector over real HTTP, into a real broker: 202 with positions for good
+beacons, 400 naming every bad one, and nothing lost under concurrent load."""
+
+from __future__ import annotations
+
+import http.client
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import activity_dataset as data
+import orjson
+import pytest
+import trio
+from broker_process import BrokerProcess, running_broker
+from confluent_kafka import Consumer, TopicPartition
+
+from eventplatform.apps.activity_tracking.collector import BEACONS_PATH, Collector
+from eventplatform.apps.activity_tracking.events import TOPIC
+from eventplatform.events import EventProducer
+
+START_TIMEOUT_S = 30.0
+HTTP_TIMEOUT_S = 30.0
+CLIENTS = 8
+REQUESTS_PER_CLIENT = 25
+BEACONS_PER_REQUEST = 20
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    with running_broker(tmp_path_factory.mktemp("broker"), data.BROKER_OVERRIDES) as process:
+        yield process
+
+
+@pytest.fixture(scope="module")
+def collector(broker: BrokerProcess) -> Iterator[tuple[Collector, int]]:
+    """A collector serving on a free port, in a trio loop of its own thread."""
+    started = threading.Event()
+    found: dict[str, Any] = {}
+
+    async def run() -> None:
+        with EventProducer(broker.bootstrap) as producer:
+            found["collector"] = Collector(producer, max_body_bytes=64 * 1024)
+            async with trio.open_nursery() as nursery:
+                found["port"] = await nursery.start(found["collector"].serve, "127.0.0.1", 0)
+                found["cancel"] = nursery.cancel_scope
+                found["token"] = trio.lowlevel.current_trio_token()
+                started.set()
+
+    thread = threading.Thread(target=trio.run, args=(run,), daemon=True)
+    thread.start()
+    assert started.wait(START_TIMEOUT_S), "the collector did not start"
+    yield found["collector"], found["port"]
+    trio.from_thread.run_sync(found["cancel"].cancel, trio_token=found["token"])
+    thread.join(START_TIMEOUT_S)
+
+
+def post(port: int, body: bytes, path: str = BEACONS_PATH, method: str = "POST") -> tuple[int, Any]:
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=HTTP_TIMEOUT_S)
+    try:
+        connection.request(method, path, body=body, headers={"content-type": "application/json"})
+        response = connection.getresponse()
+        return response.status, orjson.loads(response.read())
+    finally:
+        connection.close()
+
+
+def beacon(n: int, **changes: Any) -> dict[str, Any]:
+    return {
+        "type": "page_viewed",
+        "url": f"https://shop.example/page-{n % 7}",
+        "session_id": f"s{n % 11}",
+        "anonymous_id": f"a{n % 5}",
+        "at": "2026-11-20T10:00:00Z",
+        **changes,
+    }
+
+
+def values_at(bootstrap: str, positions: list[dict[str, Any]]) -> list[bytes]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "collector-test"})
+    values = []
+    try:
+        for position in positions:
+            consumer.assign([TopicPartition(TOPIC, position["partition"], position["offset"])])
+            message = consumer.poll(HTTP_TIMEOUT_S)
+            assert message is not None and message.error() is None
+            assert message.offset() == position["offset"]
+            values.append(message.value())
+    finally:
+        consumer.close()
+    return values
+
+
+def test_a_beacon_and_a_batch_are_appended(
+    broker: BrokerProcess, collector: tuple[Any, int]
+) -> None:
+    _, port = collector
+    status, one = post(port, orjson.dumps(beacon(1, title="Home")))
+    assert status == 202 and one["accepted"] == 1
+    batch = [beacon(n) for n in range(5)] + [
+        {
+            "type": "searched",
+            "url": "https://shop.example/docs",
+            "session_id": "s1",
+            "user_id": "u1",
+            "query": "api",
+            "results": 0,
+        },
+    ]
+    status, many = post(port, orjson.dumps(batch))
+    assert status == 202 and many["accepted"] == 6
+    values = values_at(broker.bootstrap, one["positions"] + many["positions"])
+    envelopes = [orjson.loads(value) for value in values]
+    assert [e["type"] for e in envelopes] == ["activity.page_viewed"] * 6 + ["activity.searched"]
+    assert envelopes[0]["data"]["title"] == "Home"
+    assert envelopes[-1]["data"]["query"] == "api"
+    assert envelopes[-1]["data"]["at"]  # the collector stamped the time it got it
+
+
+@pytest.mark.parametrize(
+    ("body", "wanted"),
+    [
+        (b"{not json", "the body is not JSON"),
+        (b"[]", "the batch is empty"),
+        (b"[1]", "a beacon is a JSON object"),
+        (orjson.dumps({"type": "teleported", "url": "x"}), "type must be one of"),
+        (orjson.dumps(beacon(1, anonymous_id=None)), "give user_id (signed in) or anonymous_id"),
+        (orjson.dumps(beacon(1, url="")), "url: String should have at least 1 character"),
+        (orjson.dumps(beacon(1, at="yesterday")), "at: "),
+    ],
+)
+def test_bad_beacons_get_400_and_nothing_is_appended(
+    collector: tuple[Collector, int], body: bytes, wanted: str
+) -> None:
+    instance, port = collector
+    before = instance.stats.accepted
+    status, answer = post(port, body)
+    assert status == 400
+    assert wanted in orjson.dumps(answer).decode()
+    assert instance.stats.accepted == before
+
+
+def test_one_bad_beacon_in_a_batch_names_its_index(collector: tuple[Collector, int]) -> None:
+    _, port = collector
+    status, answer = post(port, orjson.dumps([beacon(1), beacon(2, session_id=""), beacon(3)]))
+    assert status == 400
+    assert [item["index"] for item in answer["beacons"]] == [1]
+    assert "session_id" in answer["beacons"][0]["errors"][0]
+
+
+def test_other_requests_get_their_status(collector: tuple[Collector, int]) -> None:
+    _, port = collector
+    assert post(port, b"", "/health", "GET")[0] == 200
+    assert post(port, b"{}", "/nowhere")[0] == 404
+    assert post(port, b"", BEACONS_PATH, "GET")[0] == 405
+    assert post(port, b"[" + b"0," * 40_000 + b"0]")[0] == 413
+
+
+def test_concurrent_clients_lose_nothing(broker: BrokerProcess, collector: tuple[Any, int]) -> None:
+    _, port = collector
+
+    def client(number: int) -> list[dict[str, Any]]:
+        positions = []
+        for request in range(REQUESTS_PER_CLIENT):
+            beacons = [
+                beacon(number * 10_000 + request * 100 + n) for n in range(BEACONS_PER_REQUEST)
+            ]
+            status, answer = post(port, orjson.dumps(beacons))
+            assert status == 202, answer
+            positions += answer["positions"]
+        return positions
+
+    with ThreadPoolExecutor(CLIENTS) as pool:
+        results = list(pool.map(client, range(CLIENTS)))
+    positions = [p for result in results for p in result]
+    assert len(positions) == CLIENTS * REQUESTS_PER_CLIENT * BEACONS_PER_REQUEST
+    assert len({(p["partition"], p["offset"]) for p in positions}) == len(positions)
