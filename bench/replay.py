@@ -93,11 +93,17 @@ from typing_extensions import override
 from eventplatform.events import EventProducer, EventRef
 from eventplatform.projections.database import create_store_engine
 from eventplatform.projections.migrate import upgrade
+from eventplatform.spark_projections import columns
 from eventplatform.spark_projections.columns import ROWS_PER_ARROW_BATCH
 from eventplatform.spark_projections.offsets import ReadOptions, parse_options
 from eventplatform.spark_projections.offsets import plan as read_plan
 from eventplatform.spark_projections.read_paths import read_chunk
-from eventplatform.spark_projections.source import SCHEMA, EventLogPartition
+from eventplatform.spark_projections.source import (
+    SCHEMA,
+    EventLogDataSource,
+    EventLogPartition,
+    EventLogReader,
+)
 from projections import POSTGRES_ADMIN_DEFAULT, fresh_database, run_eventplatform
 
 EVENTS_DEFAULT = 5_000_000
@@ -170,6 +176,7 @@ def start_spark(settings: dict[str, str], event_dir: Path) -> Any:
     )
     session.sparkContext.setLogLevel("ERROR")
     session.dataSource.register(RepeatedBatches)
+    session.dataSource.register(NumpyDecoded)
     return session
 
 
@@ -387,6 +394,30 @@ class RepeatedReader(DataSourceReader):
 REPEATED_STEP = "count without decoding (bench_repeated: one sample re-yielded)"
 
 
+class NumpyDecoded(EventLogDataSource):
+    """``eventlog_numpy``: the ``eventlog`` source with the compiled decoder switched off
+    in its workers, so a count times the NumPy decoder against the compiled one."""
+
+    @classmethod
+    @override
+    def name(cls) -> str:
+        return "eventlog_numpy"
+
+    @override
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return NumpyDecodedReader(parse_options(self.options))
+
+
+class NumpyDecodedReader(EventLogReader):
+    @override
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        columns.compiled = None
+        return super().read(partition)
+
+
+NUMPY_COUNT_STEP = "count, NumPy decoder (eventlog_numpy)"
+
+
 def measure_phases(
     spark: Any, options: dict[str, str], events: int, repeat: int, deadline: Deadline
 ) -> list[Sample]:
@@ -566,6 +597,13 @@ def report(samples: Sequence[Sample], databases: Sequence[str]) -> tuple[str, li
                 f"({statistics.median(spark):,.0f} / {statistics.median(runner):,.0f} events/s; "
                 f"goal >= {GOAL_RATIO:.0f}: {'met' if ratio >= GOAL_RATIO else 'not met'})"
             )
+    count, numpy_count = rates(samples, "count"), rates(samples, NUMPY_COUNT_STEP)
+    if count and numpy_count:
+        lines.append(
+            f"count, compiled / NumPy decoder: "
+            f"{statistics.median(count) / statistics.median(numpy_count):.2f} "
+            f"({statistics.median(count):,.0f} / {statistics.median(numpy_count):,.0f} events/s)"
+        )
     return markdown_table(rows), lines
 
 
@@ -665,9 +703,13 @@ def measure(
             break
         samples.append(time_count(spark, empty, "empty range (Spark's cost per query)", 0))
         samples.append(time_count(spark, direct, "count", plan.events))
+        samples.append(
+            time_count(spark, direct, NUMPY_COUNT_STEP, plan.events, source="eventlog_numpy")
+        )
         progress(
-            f"count {repetition + 1}: {samples[-1].events_per_second:,.0f} events/s "
-            f"(empty range {samples[-2].seconds:.2f} s)"
+            f"count {repetition + 1}: {samples[-2].events_per_second:,.0f} events/s, "
+            f"NumPy decoder {samples[-1].events_per_second:,.0f} "
+            f"(empty range {samples[-3].seconds:.2f} s)"
         )
     if plan.phase_repeat:
         samples += measure_phases(spark, direct, plan.events, plan.phase_repeat, deadline)
