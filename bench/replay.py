@@ -411,8 +411,12 @@ class NumpyDecoded(EventLogDataSource):
 class NumpyDecodedReader(EventLogReader):
     @override
     def read(self, partition: InputPartition) -> Iterator[Any]:
+        compiled = columns.compiled  # Spark reuses the worker: put the decoder back after
         columns.compiled = None
-        return super().read(partition)
+        try:
+            yield from super().read(partition)
+        finally:
+            columns.compiled = compiled
 
 
 NUMPY_COUNT_STEP = "count, NumPy decoder (eventlog_numpy)"

@@ -150,38 +150,71 @@ static int64_t parse_all(const uint8_t *data, int64_t size, const int64_t *body_
 
 /* ------------------------------------------------------------ Arrow buffers */
 
+/* One output buffer: an object from the caller's allocator, written through its
+ * buffer. Arrow's allocator keeps freed memory for the next batch; buffers from
+ * the system allocator would fault in fresh pages for every batch. */
 typedef struct {
-    PyObject *offsets; /* int32, rows + 1 */
-    PyObject *data;
-    PyObject *validity; /* bitmap, LSB first */
+    PyObject *object;
+    Py_buffer view;
+} Output;
+
+static void *output_open(Output *output, PyObject *allocate, int64_t size) {
+    output->object = PyObject_CallFunction(allocate, "L", (long long)size);
+    if (output->object == NULL) return NULL;
+    if (PyObject_GetBuffer(output->object, &output->view, PyBUF_WRITABLE) != 0) {
+        Py_CLEAR(output->object);
+        return NULL;
+    }
+    if (output->view.len < size) {
+        PyBuffer_Release(&output->view);
+        Py_CLEAR(output->object);
+        PyErr_SetString(PyExc_ValueError, "the allocator returned a buffer too small");
+        return NULL;
+    }
+    return output->view.buf;
+}
+
+static void output_close(Output *output) {
+    if (output->object == NULL) return;
+    PyBuffer_Release(&output->view);
+    Py_CLEAR(output->object);
+}
+
+static uint8_t *bitmap_open(Output *output, PyObject *allocate, int64_t rows) {
+    uint8_t *bits = output_open(output, allocate, (rows + 7) / 8);
+    if (bits != NULL) memset(bits, 0, (size_t)((rows + 7) / 8));
+    return bits;
+}
+
+typedef struct {
+    Output offsets; /* int32, rows + 1 */
+    Output data;
+    Output validity; /* bitmap, LSB first */
     int32_t *offset_cursor;
     char *data_cursor;
     uint8_t *bits;
     int64_t row;
 } Column;
 
-static int column_open(Column *column, int64_t rows, int64_t data_bytes) {
-    memset(column, 0, sizeof(*column));
-    if (data_bytes > ARROW_OFFSET_MAX) {
-        PyErr_SetString(PyExc_OverflowError, "a column's data exceeds 2 GiB");
+static int column_open(Column *column, PyObject *allocate, int64_t rows, int64_t data_bytes) {
+    if (data_bytes > ARROW_OFFSET_MAX || rows > ARROW_OFFSET_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "a column exceeds Arrow's 32-bit offsets");
         return -1;
     }
-    column->offsets = PyBytes_FromStringAndSize(NULL, (rows + 1) * (Py_ssize_t)sizeof(int32_t));
-    column->data = PyBytes_FromStringAndSize(NULL, data_bytes);
-    column->validity = PyBytes_FromStringAndSize(NULL, (rows + 7) / 8);
-    if (!column->offsets || !column->data || !column->validity) return -1;
-    column->offset_cursor = (int32_t *)PyBytes_AS_STRING(column->offsets);
-    column->data_cursor = PyBytes_AS_STRING(column->data);
-    column->bits = (uint8_t *)PyBytes_AS_STRING(column->validity);
-    memset(column->bits, 0, (size_t)((rows + 7) / 8));
+    column->offset_cursor = output_open(&column->offsets, allocate, (rows + 1) * 4);
+    if (column->offset_cursor == NULL) return -1;
+    column->data_cursor = output_open(&column->data, allocate, data_bytes);
+    if (column->data_cursor == NULL) return -1;
+    column->bits = bitmap_open(&column->validity, allocate, rows);
+    if (column->bits == NULL) return -1;
     column->offset_cursor[0] = 0;
     return 0;
 }
 
 static void column_close(Column *column) {
-    Py_XDECREF(column->offsets);
-    Py_XDECREF(column->data);
-    Py_XDECREF(column->validity);
+    output_close(&column->offsets);
+    output_close(&column->data);
+    output_close(&column->validity);
 }
 
 /* Append `length` bytes at `source`; a negative length appends a null. */
@@ -236,8 +269,25 @@ typedef struct {
     Py_ssize_t length;
 } Name;
 
-static PyObject *build_columns(const uint8_t *data, const Parsed *parsed, int64_t rows,
-                               Name type_name, Name version_name) {
+/* Every column's buffers. */
+typedef struct {
+    Column key, value, header_key, header_value, event_type, event_id;
+    Output offset_delta, timestamp_delta, header_offsets, version, version_validity;
+} Columns;
+
+static void columns_close(Columns *columns) {
+    Column *each[] = {&columns->key,        &columns->value,      &columns->header_key,
+                      &columns->header_value, &columns->event_type, &columns->event_id};
+    for (size_t index = 0; index < sizeof(each) / sizeof(each[0]); index++)
+        column_close(each[index]);
+    output_close(&columns->offset_delta);
+    output_close(&columns->timestamp_delta);
+    output_close(&columns->header_offsets);
+    output_close(&columns->version);
+    output_close(&columns->version_validity);
+}
+
+static int columns_open(Columns *columns, PyObject *allocate, const Parsed *parsed, int64_t rows) {
     int64_t key_bytes = 0, value_bytes = 0, header_key_bytes = 0, header_value_bytes = 0;
     for (int64_t row = 0; row < rows; row++) {
         key_bytes += span_bytes(parsed->records[row].key);
@@ -247,38 +297,35 @@ static PyObject *build_columns(const uint8_t *data, const Parsed *parsed, int64_
         header_key_bytes += span_bytes(parsed->headers[index].key);
         header_value_bytes += span_bytes(parsed->headers[index].value);
     }
-    Column key, value, header_key, header_value, event_type, event_id;
-    PyObject *result = NULL, *offset_delta = NULL, *timestamp_delta = NULL;
-    PyObject *header_offsets = NULL, *version = NULL, *version_validity = NULL, *slow = NULL;
-    int opened = column_open(&key, rows, key_bytes) | column_open(&value, rows, value_bytes) |
-                 column_open(&header_key, parsed->header_total, header_key_bytes) |
-                 column_open(&header_value, parsed->header_total, header_value_bytes) |
-                 column_open(&event_type, rows, header_value_bytes) |
-                 column_open(&event_id, rows, rows * UUID_TEXT_LENGTH);
-    if (opened) goto done;
-    if (parsed->header_total > ARROW_OFFSET_MAX) {
-        PyErr_SetString(PyExc_OverflowError, "too many headers for one Arrow batch");
-        goto done;
-    }
-    offset_delta = PyBytes_FromStringAndSize(NULL, rows * (Py_ssize_t)sizeof(int64_t));
-    timestamp_delta = PyBytes_FromStringAndSize(NULL, rows * (Py_ssize_t)sizeof(int64_t));
-    header_offsets = PyBytes_FromStringAndSize(NULL, (rows + 1) * (Py_ssize_t)sizeof(int32_t));
-    version = PyBytes_FromStringAndSize(NULL, rows * (Py_ssize_t)sizeof(int32_t));
-    version_validity = PyBytes_FromStringAndSize(NULL, (rows + 7) / 8);
-    slow = PyList_New(0);
-    if (!offset_delta || !timestamp_delta || !header_offsets || !version || !version_validity ||
-        !slow)
-        goto done;
-    int64_t *offsets_out = (int64_t *)PyBytes_AS_STRING(offset_delta);
-    int64_t *timestamps_out = (int64_t *)PyBytes_AS_STRING(timestamp_delta);
-    int32_t *header_offsets_out = (int32_t *)PyBytes_AS_STRING(header_offsets);
-    int32_t *versions_out = (int32_t *)PyBytes_AS_STRING(version);
-    uint8_t *version_bits = (uint8_t *)PyBytes_AS_STRING(version_validity);
-    memset(version_bits, 0, (size_t)((rows + 7) / 8));
+    if (column_open(&columns->key, allocate, rows, key_bytes) ||
+        column_open(&columns->value, allocate, rows, value_bytes) ||
+        column_open(&columns->header_key, allocate, parsed->header_total, header_key_bytes) ||
+        column_open(&columns->header_value, allocate, parsed->header_total, header_value_bytes) ||
+        column_open(&columns->event_type, allocate, rows, header_value_bytes) ||
+        column_open(&columns->event_id, allocate, rows, rows * UUID_TEXT_LENGTH))
+        return -1;
+    if (!output_open(&columns->offset_delta, allocate, rows * 8) ||
+        !output_open(&columns->timestamp_delta, allocate, rows * 8) ||
+        !output_open(&columns->header_offsets, allocate, (rows + 1) * 4) ||
+        !output_open(&columns->version, allocate, rows * 4) ||
+        !bitmap_open(&columns->version_validity, allocate, rows))
+        return -1;
+    return 0;
+}
+
+/* Fill every column from the parsed records; the rows whose id needs a JSON parse
+ * go to `slow`. 0 on success. */
+static int fill_columns(Columns *columns, const uint8_t *data, const Parsed *parsed, int64_t rows,
+                        Name type_name, Name version_name, PyObject *slow) {
+    int64_t *offsets_out = columns->offset_delta.view.buf;
+    int64_t *timestamps_out = columns->timestamp_delta.view.buf;
+    int32_t *header_offsets_out = columns->header_offsets.view.buf;
+    int32_t *versions_out = columns->version.view.buf;
+    uint8_t *version_bits = columns->version_validity.view.buf;
     for (int64_t index = 0; index < parsed->header_total; index++) {
         const HeaderSpans *header = &parsed->headers[index];
-        column_append(&header_key, data + header->key.start, header->key.length);
-        column_append(&header_value, data + header->value.start, header->value.length);
+        column_append(&columns->header_key, data + header->key.start, header->key.length);
+        column_append(&columns->header_value, data + header->value.start, header->value.length);
     }
     header_offsets_out[0] = 0;
     for (int64_t row = 0; row < rows; row++) {
@@ -286,11 +333,11 @@ static PyObject *build_columns(const uint8_t *data, const Parsed *parsed, int64_
         offsets_out[row] = record->offset_delta;
         timestamps_out[row] = record->timestamp_delta;
         header_offsets_out[row + 1] = (int32_t)(record->first_header + record->header_count);
-        column_append(&key, data + record->key.start, record->key.length);
-        column_append(&value, data + record->value.start, record->value.length);
+        column_append(&columns->key, data + record->key.start, record->key.length);
+        column_append(&columns->value, data + record->value.start, record->value.length);
         const HeaderSpans *typed =
             first_header(data, parsed->headers, record, type_name.name, type_name.length);
-        column_append(&event_type, typed ? data + typed->value.start : NULL,
+        column_append(&columns->event_type, typed ? data + typed->value.start : NULL,
                       typed ? typed->value.length : -1);
         const HeaderSpans *versioned =
             first_header(data, parsed->headers, record, version_name.name, version_name.length);
@@ -298,40 +345,53 @@ static PyObject *build_columns(const uint8_t *data, const Parsed *parsed, int64_
         if (versioned && parse_version(data, versioned->value, &versions_out[row]))
             version_bits[row >> 3] |= (uint8_t)(1u << (row & 7));
         if (fast_id(data, record->value)) {
-            column_append(&event_id, data + record->value.start + ID_PREFIX_LENGTH,
+            column_append(&columns->event_id, data + record->value.start + ID_PREFIX_LENGTH,
                           UUID_TEXT_LENGTH);
-        } else {
-            column_append(&event_id, NULL, -1);
-            if (record->value.length > 0 && data[record->value.start] == '{') {
-                PyObject *number = PyLong_FromLongLong(row);
-                int failed = number == NULL || PyList_Append(slow, number) != 0;
-                Py_XDECREF(number);
-                if (failed) goto done;
-            }
+            continue;
+        }
+        column_append(&columns->event_id, NULL, -1);
+        if (record->value.length > 0 && data[record->value.start] == '{') {
+            PyObject *number = PyLong_FromLongLong(row);
+            int failed = number == NULL || PyList_Append(slow, number) != 0;
+            Py_XDECREF(number);
+            if (failed) return -1;
         }
     }
+    return 0;
+}
+
+static PyObject *build_columns(const uint8_t *data, const Parsed *parsed, int64_t rows,
+                               Name type_name, Name version_name, PyObject *allocate) {
+    Columns columns;
+    memset(&columns, 0, sizeof(columns));
+    PyObject *result = NULL;
+    PyObject *slow = PyList_New(0);
+    if (slow == NULL) return NULL;
+    if (parsed->header_total > ARROW_OFFSET_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "too many headers for one Arrow batch");
+        goto done;
+    }
+    if (columns_open(&columns, allocate, parsed, rows)) goto done;
+    if (fill_columns(&columns, data, parsed, rows, type_name, version_name, slow)) goto done;
+    Columns *c = &columns;
     result = Py_BuildValue(
-        "{s:O,s:O,s:(OOO),s:(OOO),s:O,s:(OO),s:(OOO),s:(OOO),s:(OO),s:(OOO),s:O}", "offset_delta",
-        offset_delta, "timestamp_delta", timestamp_delta, "key", key.validity, key.offsets,
-        key.data, "value", value.validity, value.offsets, value.data, "header_offsets",
-        header_offsets, "header_key", header_key.offsets, header_key.data, "header_value",
-        header_value.validity, header_value.offsets, header_value.data, "event_type",
-        event_type.validity, event_type.offsets, event_type.data, "event_version",
-        version_validity, version, "event_id", event_id.validity, event_id.offsets,
-        event_id.data, "slow_ids", slow);
+        "{s:O,s:O,s:(OOO),s:(OOO),s:O,s:(OO),s:(OOO),s:(OOO),s:(OO),s:(OOO),s:O}",
+        "offset_delta", c->offset_delta.object, "timestamp_delta", c->timestamp_delta.object,
+        "key", c->key.validity.object, c->key.offsets.object, c->key.data.object,
+        "value", c->value.validity.object, c->value.offsets.object, c->value.data.object,
+        "header_offsets", c->header_offsets.object,
+        "header_key", c->header_key.offsets.object, c->header_key.data.object,
+        "header_value", c->header_value.validity.object, c->header_value.offsets.object,
+        c->header_value.data.object,
+        "event_type", c->event_type.validity.object, c->event_type.offsets.object,
+        c->event_type.data.object,
+        "event_version", c->version_validity.object, c->version.object,
+        "event_id", c->event_id.validity.object, c->event_id.offsets.object,
+        c->event_id.data.object,
+        "slow_ids", slow);
 done:
-    column_close(&key);
-    column_close(&value);
-    column_close(&header_key);
-    column_close(&header_value);
-    column_close(&event_type);
-    column_close(&event_id);
-    Py_XDECREF(offset_delta);
-    Py_XDECREF(timestamp_delta);
-    Py_XDECREF(header_offsets);
-    Py_XDECREF(version);
-    Py_XDECREF(version_validity);
-    Py_XDECREF(slow);
+    columns_close(&columns);
+    Py_DECREF(slow);
     return result;
 }
 
@@ -346,18 +406,19 @@ static int int64_view(PyObject *object, Py_buffer *view, const char *what) {
 }
 
 PyDoc_STRVAR(decode_doc,
-             "decode(buffer, body_ends, counts, type_header, version_header)\n--\n\n"
+             "decode(buffer, body_ends, counts, type_header, version_header, allocate)\n--\n\n"
              "The Arrow buffers of the records in `buffer` (a dict), or the index of the\n"
              "first batch whose records do not parse (an int). `body_ends` and `counts`\n"
-             "are int64 arrays: each batch's end in `buffer` and its record count.");
+             "are int64 arrays: each batch's end in `buffer` and its record count.\n"
+             "`allocate(size)` returns a writable buffer of at least `size` bytes.");
 
 static PyObject *decode(PyObject *module, PyObject *args) {
     (void)module;
-    PyObject *buffer_object, *ends_object, *counts_object;
+    PyObject *buffer_object, *ends_object, *counts_object, *allocate;
     Name type_name, version_name;
-    if (!PyArg_ParseTuple(args, "OOOs#s#", &buffer_object, &ends_object, &counts_object,
+    if (!PyArg_ParseTuple(args, "OOOs#s#O", &buffer_object, &ends_object, &counts_object,
                           &type_name.name, &type_name.length, &version_name.name,
-                          &version_name.length))
+                          &version_name.length, &allocate))
         return NULL;
     Py_buffer buffer, ends, counts;
     if (PyObject_GetBuffer(buffer_object, &buffer, PyBUF_C_CONTIGUOUS) != 0) return NULL;
@@ -400,7 +461,7 @@ static PyObject *decode(PyObject *module, PyObject *args) {
     else if (bad >= 0)
         result = PyLong_FromLongLong(bad);
     else
-        result = build_columns(buffer.buf, &parsed, rows, type_name, version_name);
+        result = build_columns(buffer.buf, &parsed, rows, type_name, version_name, allocate);
     free(parsed.records);
     free(parsed.headers);
 release:

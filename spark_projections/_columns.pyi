@@ -1,5 +1,6 @@
 """Types of the compiled record decoder (``_columns.c``)."""
 
+from collections.abc import Callable
 from typing import Any
 
 def decode(
@@ -8,5 +9,6 @@ def decode(
     counts: Any,
     type_header: str,
     version_header: str,
+    allocate: Callable[[int], Any],
     /,
 ) -> int | dict[str, Any]: ...

@@ -226,7 +226,9 @@ def _decode_compiled(
     bodies = _bodies(group)
     counts = np.array([batch.header.records_count for batch in group], dtype=np.int64)
     body_ends = np.cumsum([len(body) for body in bodies], dtype=np.int64)
-    decoded = compiled.decode(b"".join(bodies), body_ends, counts, TYPE_HEADER, VERSION_HEADER)
+    decoded = compiled.decode(
+        b"".join(bodies), body_ends, counts, TYPE_HEADER, VERSION_HEADER, pa.allocate_buffer
+    )
     if isinstance(decoded, int):
         _raise_corrupt(group[decoded])
     rows = int(counts.sum())
@@ -241,7 +243,7 @@ def _decode_compiled(
         _arrow_binary(pa.string(), header_count, None, header_keys_offsets, header_keys_data)
     )
     headers = pa.ListArray.from_arrays(
-        pa.array(np.frombuffer(decoded["header_offsets"], dtype=np.int32)),
+        pa.Array.from_buffers(pa.int32(), rows + 1, [None, decoded["header_offsets"]]),
         pa.StructArray.from_arrays(
             [header_keys, _arrow_binary(pa.binary(), header_count, *decoded["header_value"])],
             fields=list(HEADER_STRUCT),
@@ -260,9 +262,7 @@ def _decode_compiled(
         values,
         headers,
         _as_text(_arrow_binary(pa.binary(), rows, *decoded["event_type"])),
-        pa.Array.from_buffers(
-            pa.int32(), rows, [pa.py_buffer(version_validity), pa.py_buffer(versions)]
-        ),
+        pa.Array.from_buffers(pa.int32(), rows, [version_validity, versions]),
         _slow_ids(
             _as_text(_arrow_binary(pa.binary(), rows, *decoded["event_id"])),
             values,
@@ -273,10 +273,13 @@ def _decode_compiled(
 
 
 def _arrow_binary(
-    arrow_type: pa.DataType, rows: int, validity: bytes | None, offsets: bytes, data: bytes
+    arrow_type: pa.DataType,
+    rows: int,
+    validity: pa.Buffer | None,
+    offsets: pa.Buffer,
+    data: pa.Buffer,
 ) -> pa.Array:
-    buffers = [None if validity is None else pa.py_buffer(validity), pa.py_buffer(offsets)]
-    return pa.Array.from_buffers(arrow_type, rows, [*buffers, pa.py_buffer(data)])
+    return pa.Array.from_buffers(arrow_type, rows, [validity, offsets, data])
 
 
 def _record_bounds(
