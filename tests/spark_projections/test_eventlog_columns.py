@@ -29,6 +29,21 @@ from eventplatform.spark_projections.columns import (
 )
 
 
+@pytest.fixture(params=["compiled", "numpy"])
+def decoder(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Each direct-path test runs with the compiled decoder and with the NumPy one."""
+    if request.param == "numpy":
+        monkeypatch.setattr(columns, "compiled", None)
+    else:
+        assert columns.compiled is not None, "the _columns extension is not built"
+    return str(request.param)
+
+
+def test_the_compiled_decoder_is_built() -> None:
+    """Installs build it (a C compiler is on every machine the project runs CI on)."""
+    assert columns.compiled is not None
+
+
 def test_the_sdk_names_are_the_ones_decoded() -> None:
     assert columns.TYPE_HEADER == codec.TYPE_HEADER
     assert columns.VERSION_HEADER == codec.VERSION_HEADER
@@ -142,21 +157,6 @@ def test_malformed_records_raise_with_file_and_byte(decoder: str, tmp_path: Path
     with pytest.raises(CorruptRecordError) as caught:
         list(decode_batches([batch], topic="t", partition=0, start=0, end=4))
     assert "00000000000000000000.log: record batch at byte 0" in str(caught.value)
-
-
-@pytest.fixture(params=["compiled", "numpy"])
-def decoder(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Each direct-path test runs with the compiled decoder and with the NumPy one."""
-    if request.param == "numpy":
-        monkeypatch.setattr(columns, "compiled", None)
-    else:
-        assert columns.compiled is not None, "the _columns extension is not built"
-    return str(request.param)
-
-
-def test_the_compiled_decoder_is_built() -> None:
-    """Installs build it (a C compiler is on every machine the project runs CI on)."""
-    assert columns.compiled is not None
 
 
 def direct_rows(batches: list[RawBatch], start: int, end: int) -> list[dict[str, object]]:
