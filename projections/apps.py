@@ -26,9 +26,10 @@ import importlib
 import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from pathlib import Path
+from typing import Any
 
 from eventplatform.events import Event
 from eventplatform.projections.errors import ProjectionError
@@ -46,6 +47,23 @@ class AppError(ProjectionError):
     """An app reference does not resolve to an :class:`App`, or names collide."""
 
 
+@dataclass(frozen=True)
+class NamedQuery:
+    """SQL an app ships for analysts, run as ``platform query <app>.<name>``.
+
+    The SQL must run on SQLite and PostgreSQL alike. With ``since_default``
+    (a duration such as ``1h``) it binds ``:since``, the start of the window:
+    now minus the duration, or minus ``--since``. ``parameters`` are its
+    other bind parameters with their defaults (``--param name=value``).
+    """
+
+    name: str
+    sql: str
+    description: str
+    since_default: str | None = None
+    parameters: Mapping[str, Any] = field(default_factory=dict)
+
+
 @dataclass(frozen=True, eq=False)
 class App:
     """An installed application, as the platform sees it.
@@ -60,6 +78,7 @@ class App:
     event_types: Sequence[type[Event]] = ()
     migrations: Path | None = None
     description: str = ""
+    queries: Sequence[NamedQuery] = ()
 
     def __post_init__(self) -> None:
         if not APP_NAME_PATTERN.match(self.name):
@@ -70,6 +89,9 @@ class App:
         for projection in self.projections:
             if not isinstance(projection, Projection):
                 raise AppError(f"app {self.name}: {projection!r} is not a Projection")
+        names = [query.name for query in self.queries]
+        if len(set(names)) != len(names):
+            raise AppError(f"app {self.name}: two named queries share a name")
         for event_type in self.event_types:
             if not (isinstance(event_type, type) and issubclass(event_type, Event)):
                 raise AppError(f"app {self.name}: {event_type!r} is not an Event class")

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from eventplatform.apps.activity_tracking.events import ACTIVITY_EVENTS, BotTrafficRetracted
 from eventplatform.apps.activity_tracking.projections import traffic, visits
+from eventplatform.apps.activity_tracking.queries import QUERIES
 from eventplatform.projections.apps import App
 
 APP_NAME = "activity"
@@ -21,6 +22,7 @@ app = App(
     projections=[traffic, visits],
     event_types=[*ACTIVITY_EVENTS, BotTrafficRetracted],
     migrations=Path(__file__).resolve().parent / "migrations",
+    queries=QUERIES,
     description="Website activity: traffic per page, sessions, referrers, a signup funnel "
     "and search terms.",
 )

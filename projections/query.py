@@ -1,0 +1,168 @@
+"""Analysts' queries: SQL over the projection database, read-only, and apps' named queries.
+
+:func:`run_query` opens its own connection that cannot write: on SQLite the
+file is opened read-only (``mode=ro``) with ``PRAGMA query_only``; on
+PostgreSQL the session's transactions default to read-only. Either way the
+statement runs inside a transaction that is rolled back, never committed, so
+even a statement that got past those guards leaves nothing behind.
+
+A named query is SQL an app ships (:class:`~eventplatform.projections.apps.NamedQuery`),
+run by its full name, ``<app>.<query>``. Its ``:since`` parameter is bound to
+a moment: now minus a duration such as ``15m``, ``1h``, ``7d``.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from sqlalchemy import Date, DateTime, Engine, bindparam, create_engine, event, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+from sqlalchemy.types import TypeEngine
+
+from eventplatform.projections.apps import App, NamedQuery
+from eventplatform.projections.errors import ProjectionError
+
+SINCE_PARAMETER = "since"
+SINCE_DAY_PARAMETER = "since_day"
+DURATION_PATTERN = re.compile(r"^\s*(\d+)\s*(s|m|h|d|w)\s*$")
+DURATION_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+READ_ONLY_MARKERS = ("readonly", "read-only", "query_only", "attempt to write")
+POSTGRES_READ_ONLY_OPTIONS = "-c default_transaction_read_only=on"
+
+
+class QueryError(ProjectionError):
+    """A query could not run: bad SQL, a write refused, no database, an unknown name."""
+
+
+@dataclass(frozen=True)
+class QueryResult:
+    columns: list[str]
+    rows: list[tuple[Any, ...]]
+
+
+def parse_duration(value: str) -> timedelta:
+    """``30s``, ``15m``, ``1h``, ``7d`` or ``2w`` as a timedelta."""
+    match = DURATION_PATTERN.match(value)
+    if match is None:
+        raise QueryError(f"duration {value!r}: give a number and a unit, one of s, m, h, d, w")
+    return timedelta(**{DURATION_UNITS[match[2]]: int(match[1])})
+
+
+def named_queries(apps: Sequence[App]) -> dict[str, NamedQuery]:
+    """Every app's named queries by full name, ``<app>.<query>``."""
+    return {f"{app.name}.{query.name}": query for app in apps for query in app.queries}
+
+
+def find_named_query(apps: Sequence[App], name: str) -> NamedQuery:
+    queries = named_queries(apps)
+    if name not in queries:
+        known = ", ".join(sorted(queries)) or "none"
+        raise QueryError(f"no named query {name!r}; the installed apps have: {known}")
+    return queries[name]
+
+
+def named_parameters(
+    query: NamedQuery, *, since: str | None, given: Mapping[str, str], now: datetime | None = None
+) -> dict[str, Any]:
+    """The bind parameters of ``query``: its defaults, then ``given``, and ``since``."""
+    parameters: dict[str, Any] = {**query.parameters, **given}
+    unknown = set(given) - set(query.parameters)
+    if unknown:
+        raise QueryError(
+            f"{query.name} takes no parameter {sorted(unknown)[0]!r}"
+            + (f"; it takes {', '.join(sorted(query.parameters))}" if query.parameters else "")
+        )
+    for name, value in given.items():
+        default = query.parameters[name]
+        if isinstance(default, int | float) and not isinstance(default, bool):
+            try:
+                parameters[name] = type(default)(value)
+            except ValueError:
+                raise QueryError(f"{query.name}: {name} must be a number, not {value!r}") from None
+    window = since or query.since_default
+    if since is not None and query.since_default is None:
+        raise QueryError(f"{query.name} does not take --since")
+    if window is not None:
+        start = (now or datetime.now(UTC)) - parse_duration(window)
+        parameters[SINCE_PARAMETER] = start
+        parameters[SINCE_DAY_PARAMETER] = start.astimezone(UTC).date()
+    return parameters
+
+
+def run_query(url: str, sql: str, parameters: Mapping[str, Any] | None = None) -> QueryResult:
+    """Run ``sql`` on a read-only connection to ``url``; nothing it does is committed."""
+    engine = read_only_engine(url)
+    statement = text(sql)
+    used = {name: value for name, value in (parameters or {}).items() if _binds(sql, name)}
+    typed: dict[str, TypeEngine[Any]] = {
+        SINCE_PARAMETER: DateTime(timezone=True),
+        SINCE_DAY_PARAMETER: Date(),
+    }
+    for name, type_ in typed.items():
+        if name in used:
+            statement = statement.bindparams(bindparam(name, type_=type_))
+    try:
+        with engine.connect() as connection, connection.begin() as transaction:
+            try:
+                result = connection.execute(statement, used)
+                columns = list(result.keys()) if result.returns_rows else []
+                rows = [tuple(row) for row in result] if result.returns_rows else []
+            finally:
+                transaction.rollback()
+    except DBAPIError as exc:
+        raise _query_error(exc) from exc
+    except SQLAlchemyError as exc:
+        raise QueryError(f"the query failed: {exc}") from exc
+    finally:
+        engine.dispose()
+    return QueryResult(columns, rows)
+
+
+def _binds(sql: str, name: str) -> bool:
+    """Whether ``sql`` has the bind parameter ``:name`` (not ``::casts`` or longer names)."""
+    return re.search(rf"(?<![:\w]):{re.escape(name)}(?!\w)", sql) is not None
+
+
+def read_only_engine(url: str) -> Engine:
+    """An engine whose connections cannot write to the projection database."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        return _sqlite_read_only(parsed.database)
+    if parsed.drivername in {"postgresql", "postgres"}:
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    if parsed.get_backend_name() == "postgresql":
+        return create_engine(parsed, connect_args={"options": POSTGRES_READ_ONLY_OPTIONS})
+    raise QueryError(f"{parsed.get_backend_name()}: only SQLite and PostgreSQL are supported")
+
+
+def _sqlite_read_only(database: str | None) -> Engine:
+    if not database or database == ":memory:":
+        raise QueryError("give the SQLite database's file, not an in-memory database")
+    path = Path(database).resolve()
+    if not path.is_file():
+        raise QueryError(
+            f"no database at {path}: run `platform db upgrade` (or `platform demo`) first"
+        )
+    uri = f"file:{quote(str(path))}?mode=ro"
+    engine = create_engine("sqlite://", creator=lambda: sqlite3.connect(uri, uri=True))
+
+    @event.listens_for(engine, "connect")
+    def _query_only(connection: Any, _record: Any) -> None:
+        connection.execute("PRAGMA query_only = ON")
+
+    return engine
+
+
+def _query_error(exc: DBAPIError) -> QueryError:
+    message = str(exc.orig).strip().splitlines()[0] if exc.orig is not None else str(exc)
+    if any(marker in message.lower() for marker in READ_ONLY_MARKERS):
+        return QueryError(f"refused: platform query connects read-only ({message})")
+    return QueryError(f"the query failed: {message}")
