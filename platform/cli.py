@@ -35,19 +35,63 @@ def main() -> None:
 
 @main.command()
 @click.option(
-    "--data-dir",
-    type=click.Path(path_type=Path),
-    default=Path(".eventplatform/demo-log"),
+    "--directory",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=Path(".eventplatform"),
     show_default=True,
-    help="Where the demo partition log lives.",
+    help="Where the demo's log (data/) and projection database go; replaced on each run.",
+)
+@click.option(
+    "--hours",
+    type=click.FloatRange(min=0, min_open=True, max=48),
+    default=6.0,
+    show_default=True,
+    help="Hours of website traffic to simulate.",
+)
+@click.option(
+    "--sessions-per-hour",
+    type=click.FloatRange(min=0, min_open=True),
+    default=600.0,
+    show_default=True,
+    help="Visits per hour at the daily peak.",
+)
+@click.option("--spark-master", default=None, help="Spark master URL.  [default: local[*]]")
+@click.option(
+    "--storage",
+    is_flag=True,
+    help="Instead: append --records records to a bare partition log and read them back.",
 )
 @click.option("--records", type=click.IntRange(1), default=1_000_000, show_default=True)
 @click.option("--record-bytes", type=click.IntRange(1), default=100, show_default=True)
-def demo(data_dir: Path, records: int, record_bytes: int) -> None:
-    """Append records to a partition log, read them back, and print the throughput."""
-    from eventplatform.storage_demo import run_storage_demo
+def demo(
+    directory: Path,
+    hours: float,
+    sessions_per_hour: float,
+    spark_master: str | None,
+    storage: bool,
+    records: int,
+    record_bytes: int,
+) -> None:
+    """Run the platform end to end on embedded defaults, in a few minutes.
 
-    run_storage_demo(data_dir, records=records, record_bytes=record_bytes, echo=click.echo)
+    A broker, the migrations, simulated website traffic, the projection
+    runners, bot retraction by corrections, a Spark rebuild checked against
+    the live tables, and the analysts' named queries.
+    """
+    if storage:
+        from eventplatform.storage_demo import run_storage_demo
+
+        run_storage_demo(
+            directory / "demo-log", records=records, record_bytes=record_bytes, echo=click.echo
+        )
+        return
+    from eventplatform.demo import DemoError, DemoSettings, run_demo
+
+    settings = DemoSettings(directory, hours, sessions_per_hour, spark_master)
+    try:
+        run_demo(settings, click.echo)
+    except DemoError as exc:
+        raise click.ClickException(str(exc)) from exc
 
 
 @main.command()

@@ -32,6 +32,8 @@ from eventplatform.projections.query import (
 )
 
 FORMATS = ("table", "csv", "json", "parquet")
+TABLE_FLOAT_DIGITS = 6
+"""Significant digits of a float in the aligned table (CSV, JSON and Parquet keep all)."""
 NAME_PATTERN = re.compile(r"^[A-Za-z_][\w.-]*\.[\w-]+$")
 """A named query's full name, ``<app>.<query>``; SQL always has a space somewhere."""
 
@@ -165,6 +167,8 @@ def _write_parquet(result: QueryResult, output: Path) -> None:
 def _cell(value: Any) -> str:
     if value is None:
         return ""
+    if isinstance(value, float):
+        return f"{value:.{TABLE_FLOAT_DIGITS}g}"
     if isinstance(value, datetime | date | time):
         return value.isoformat(sep=" ") if isinstance(value, datetime) else value.isoformat()
     if isinstance(value, bytes):
@@ -173,6 +177,8 @@ def _cell(value: Any) -> str:
 
 
 def _csv_value(value: Any) -> Any:
+    if isinstance(value, float):
+        return repr(value)  # every digit: CSV is for further work
     return "" if value is None else _cell(value)
 
 

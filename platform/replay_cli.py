@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import click
@@ -155,8 +156,8 @@ def replay(
         partition=partition,
     )
     options: dict[str, Any] = {"bootstrap.servers": bootstrap}
-    if data_dir:
-        options["dataDir"] = data_dir
+    if data_dir:  # absolute: Spark's Python workers need not share this working directory
+        options["dataDir"] = str(Path(data_dir).resolve())
     from eventplatform.spark_projections.errors import ReplayError
 
     with reported_errors():

@@ -39,6 +39,21 @@ def database_url(explicit: str | None = None) -> str:
     return explicit or os.environ.get(DATABASE_URL_ENV) or DATABASE_URL_DEFAULT
 
 
+def absolute_database_url(url: str) -> str:
+    """``url`` with a relative SQLite path made absolute (against this working directory).
+
+    For a URL handed to other processes (Spark's executors), which need not
+    share this one's working directory.
+    """
+    parsed = make_url(url)
+    database = parsed.database
+    if parsed.get_backend_name() != "sqlite" or not database or database == ":memory:":
+        return url
+    if database.startswith("file:") or Path(database).is_absolute():
+        return url
+    return parsed.set(database=str(Path(database).resolve())).render_as_string(hide_password=False)
+
+
 def reading(engine: Engine) -> Connection:
     """A connection for reads only.
 

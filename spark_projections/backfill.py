@@ -16,7 +16,7 @@ from typing import Any
 
 from sqlalchemy import Engine
 
-from eventplatform.projections.database import create_store_engine
+from eventplatform.projections.database import absolute_database_url, create_store_engine
 from eventplatform.projections.model import Projection
 from eventplatform.projections.store import ProjectionStore, StoreTransaction
 from eventplatform.spark_projections import execute, shadow
@@ -72,6 +72,7 @@ def backfill(
     if dry_run:
         return summary
     started = time.monotonic()
+    database_url = absolute_database_url(database_url)  # executors run in other directories
     engine = create_store_engine(database_url)
     try:
         for attempt in range(1, BACKFILL_ATTEMPTS + 1):

@@ -39,7 +39,7 @@ from eventplatform.events.codec import parse
 from eventplatform.projections import schema
 from eventplatform.projections.batch import Record, plan_batch
 from eventplatform.projections.corrections import apply_correction
-from eventplatform.projections.database import create_store_engine
+from eventplatform.projections.database import absolute_database_url, create_store_engine
 from eventplatform.projections.errors import HandlerError
 from eventplatform.projections.fold import OpaqueEvent
 from eventplatform.projections.model import Projection
@@ -252,6 +252,7 @@ def rebuild(
     if dry_run:
         return summary
     started = time.monotonic()
+    database_url = absolute_database_url(database_url)  # executors run in other directories
     engine = create_store_engine(database_url)
     try:
         if not from_start:

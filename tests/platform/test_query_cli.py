@@ -238,3 +238,16 @@ def test_durations_and_the_day_of_the_window() -> None:
         "since": datetime(2026, 11, 23, 23, 0, tzinfo=UTC),
         "since_day": date(2026, 11, 23),
     }
+
+
+def test_relative_sqlite_urls_become_absolute_for_other_processes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from eventplatform.projections.database import absolute_database_url
+
+    monkeypatch.chdir(tmp_path)
+    assert absolute_database_url("sqlite:///.eventplatform/p.db") == (
+        f"sqlite:///{tmp_path / '.eventplatform' / 'p.db'}"
+    )
+    for unchanged in ("sqlite:////abs/p.db", "sqlite://", "postgresql://u@h/db"):
+        assert absolute_database_url(unchanged) == unchanged
