@@ -47,7 +47,7 @@ from eventplatform.projections.errors import MigrationError
 
 PLATFORM_BRANCH = "eventplatform"
 PLATFORM_BASE_REVISION = "eventplatform_0001"
-PLATFORM_HEAD_REVISION = "eventplatform_0002"
+PLATFORM_HEAD_REVISION = "eventplatform_0003"
 VERSION_TABLE = "ep_alembic_version"
 MIGRATIONS_PACKAGE = "eventplatform.migrations"
 
