@@ -26,8 +26,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import select
-
 from eventplatform.apps.activity_tracking import app as activity
 from eventplatform.apps.activity_tracking import bots
 from eventplatform.apps.activity_tracking.events import TOPIC
@@ -35,8 +33,7 @@ from eventplatform.apps.activity_tracking.simulator import TrafficShape, Traffic
 from eventplatform.events import EventProducer
 from eventplatform.log.broker.config import BrokerConfig
 from eventplatform.projections import migrate
-from eventplatform.projections.database import create_store_engine
-from eventplatform.projections.model import Projection
+from eventplatform.projections.operations import projection_rows
 from eventplatform.projections.query import named_parameters, run_query
 from eventplatform.query_cli import render_table
 from eventplatform.runtime import embedded_broker, running_projections, wait_caught_up
@@ -150,7 +147,7 @@ def _replay_check(settings: DemoSettings, bootstrap: str, echo: Echo) -> None:
     from eventplatform.spark_projections.session import spark_session
 
     projection = next(p for p in activity.projections if p.name == REPLAYED_PROJECTION)
-    live = _rows(settings.database_url, projection)
+    live = projection_rows(settings.database_url, projection)
     # absolute: Spark's Python workers need not share this working directory
     options = {"bootstrap.servers": bootstrap, "dataDir": str(settings.data_dir.resolve())}
     ranges = plan_ranges(projection, settings.database_url, options, ReplayRequest())
@@ -159,27 +156,12 @@ def _replay_check(settings: DemoSettings, bootstrap: str, echo: Echo) -> None:
     summary = rebuild(spark, projection, settings.database_url, ranges, options, from_start=True)
     for line in summary.lines():
         echo(f"   {line}")
-    rebuilt = _rows(settings.database_url, projection)
+    rebuilt = projection_rows(settings.database_url, projection)
     rows = sum(len(table_rows) for table_rows in live.values())
     if rebuilt != live:
         differing = sorted(name for name in live if live[name] != rebuilt.get(name))
         raise DemoError(f"replay check failed: {', '.join(differing)} differ from the runner's")
     echo(f"   replay check passed: the rebuilt tables equal the live ones ({rows} rows)")
-
-
-def _rows(url: str, projection: Projection) -> dict[str, list[tuple[Any, ...]]]:
-    engine = create_store_engine(url)
-    try:
-        with engine.connect() as connection:
-            return {
-                str(table.name): [
-                    tuple(row)
-                    for row in connection.execute(select(table).order_by(*table.primary_key))
-                ]
-                for table in projection.tables
-            }
-    finally:
-        engine.dispose()
 
 
 def _print_queries(settings: DemoSettings, echo: Echo) -> None:

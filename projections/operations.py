@@ -284,3 +284,22 @@ def _parked(engine: Engine, name: str, ids: Sequence[int]) -> list[tuple[int, Po
     with reading(engine) as connection:
         rows = connection.execute(query.order_by(table.c.id)).all()
     return [(row.id, Position(row.topic, row.partition, row.offset)) for row in rows]
+
+
+def projection_rows(url: str, projection: Projection) -> dict[str, list[tuple[Any, ...]]]:
+    """Every row of the projection's tables by table name, in primary-key order.
+
+    For comparing two states of a projection (a rebuild against the runner's).
+    """
+    engine = create_store_engine(url)
+    try:
+        with reading(engine) as connection:
+            return {
+                str(table.name): [
+                    tuple(row)
+                    for row in connection.execute(select(table).order_by(*table.primary_key))
+                ]
+                for table in projection.tables
+            }
+    finally:
+        engine.dispose()

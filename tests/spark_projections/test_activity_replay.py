@@ -13,13 +13,12 @@ from broker_process import BrokerProcess, running_broker
 from database_fixtures import fresh_database
 from projection_threads import apply_all
 from replay_databases import ranges
-from sqlalchemy import select
 
 from eventplatform.apps.activity_tracking import app
 from eventplatform.apps.activity_tracking.events import TOPIC
 from eventplatform.events import EventRef
 from eventplatform.projections import migrate
-from eventplatform.projections.database import create_store_engine
+from eventplatform.projections.operations import projection_rows
 from eventplatform.spark_projections.replay import rebuild
 
 
@@ -35,19 +34,11 @@ def appended(broker: BrokerProcess) -> list[EventRef]:
 
 
 def tables(url: str) -> dict[str, list[tuple[Any, ...]]]:
-    engine = create_store_engine(url)
-    try:
-        with engine.connect() as connection:
-            return {
-                str(table.name): [
-                    tuple(row)
-                    for row in connection.execute(select(table).order_by(*table.primary_key))
-                ]
-                for projection in app.projections
-                for table in projection.tables
-            }
-    finally:
-        engine.dispose()
+    return {
+        name: rows
+        for projection in app.projections
+        for name, rows in projection_rows(url, projection).items()
+    }
 
 
 @pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
