@@ -4,8 +4,12 @@ and service the suite needs, so a skip there means a missing install step."""
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 
 import pytest
+from broker_process import BrokerProcess, running_broker
+
+from eventplatform.events import EventRef
 
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 
@@ -18,3 +22,22 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  
         report.outcome = "failed"
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
         report.longrepr = f"skipped under CI=true, which allows no skips: {reason}"
+
+
+@pytest.fixture(scope="module")
+def activity_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """A broker for the activity app's tests (one per module)."""
+    import activity_dataset
+
+    broker = tmp_path_factory.mktemp("broker")
+    with running_broker(broker, activity_dataset.BROKER_OVERRIDES) as process:
+        yield process
+
+
+@pytest.fixture(scope="module")
+def activity_day(activity_broker: BrokerProcess) -> list[EventRef]:
+    """The hand-worked day of activity (``activity_dataset``), appended to the broker."""
+    import activity_dataset
+
+    refs: list[EventRef] = activity_dataset.append_day(activity_broker.bootstrap)
+    return refs

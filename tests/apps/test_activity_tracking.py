@@ -7,7 +7,6 @@ every table and view must read as if it had never been sent.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -30,21 +29,11 @@ SIM_END = datetime(2026, 11, 21, 14, 0, tzinfo=UTC)
 RETRACT_TIMEOUT_S = 180.0
 
 
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    with running_broker(tmp_path_factory.mktemp("broker"), data.BROKER_OVERRIDES) as process:
-        yield process
-
-
-@pytest.fixture(scope="module")
-def appended(broker: BrokerProcess) -> list[EventRef]:
-    return data.append_day(broker.bootstrap)
-
-
 @pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
 def test_the_runner_folds_the_day_as_worked_out_by_hand(
-    kind: str, broker: BrokerProcess, appended: list[EventRef], tmp_path: Path
+    kind: str, activity_broker: BrokerProcess, activity_day: list[EventRef], tmp_path: Path
 ) -> None:
+    broker, appended = activity_broker, activity_day
     with fresh_database(kind, tmp_path) as url:
         migrate.upgrade(url, [app])
         for projection in app.projections:  # a correction reads its event back from the log

@@ -3,13 +3,12 @@ retraction included, and both equal the day worked out by hand."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import activity_dataset as data
 import pytest
-from broker_process import BrokerProcess, running_broker
+from broker_process import BrokerProcess
 from database_fixtures import fresh_database
 from projection_threads import apply_all
 from replay_databases import ranges
@@ -22,17 +21,6 @@ from eventplatform.projections.operations import projection_rows
 from eventplatform.spark_projections.replay import rebuild
 
 
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    with running_broker(tmp_path_factory.mktemp("broker"), data.BROKER_OVERRIDES) as process:
-        yield process
-
-
-@pytest.fixture(scope="module")
-def appended(broker: BrokerProcess) -> list[EventRef]:
-    return data.append_day(broker.bootstrap)
-
-
 def tables(url: str) -> dict[str, list[tuple[Any, ...]]]:
     return {
         name: rows
@@ -43,8 +31,13 @@ def tables(url: str) -> dict[str, list[tuple[Any, ...]]]:
 
 @pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
 def test_a_rebuild_equals_the_runner_and_the_story(
-    kind: str, spark: Any, broker: BrokerProcess, appended: list[EventRef], tmp_path: Path
+    kind: str,
+    spark: Any,
+    activity_broker: BrokerProcess,
+    activity_day: list[EventRef],
+    tmp_path: Path,
 ) -> None:
+    broker, appended = activity_broker, activity_day
     options = {"bootstrap.servers": broker.bootstrap, "dataDir": str(broker.data_dir)}
     with fresh_database(kind, tmp_path) as streamed, fresh_database(kind, tmp_path) as rebuilt:
         for url in (streamed, rebuilt):
