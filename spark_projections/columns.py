@@ -10,7 +10,7 @@ into the output columns without a Python object per field.
 Decoding a batch's records is the hot loop of a replay. The direct path
 decodes with the compiled ``_columns`` extension (``_columns.c``), which walks
 the records once and writes the Arrow buffers of every column that comes
-from them, at about a sixth of the cost of the NumPy decoder. The NumPy
+from them, at about a third of the cost of the NumPy decoder. The NumPy
 decoder serves the Kafka path's spans, and the direct path too where the
 package was installed without a C compiler: one Python pass finds where each
 record starts (each starts with its length), then every field of every
