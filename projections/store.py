@@ -326,6 +326,7 @@ class StoreTransaction:
     ) -> dict[tuple[Any, ...], dict[str, Any]]:
         table = plan.table
         rows: dict[tuple[Any, ...], dict[str, Any]] = {}
+        asked = {comparable_key(key): key for key in keys}
         key_columns = [table.c[name] for name in plan.keys]
         for start in range(0, len(keys), KEYS_PER_STATEMENT):
             chunk = keys[start : start + KEYS_PER_STATEMENT]
@@ -335,7 +336,8 @@ class StoreTransaction:
                 for name, merge in plan.merges.items():
                     if isinstance(merge, SetAdd) and state[name] is not None:
                         state[name] = frozenset(state[name])
-                rows[plan.key_of(state)] = state
+                found = plan.key_of(state)
+                rows[asked.get(comparable_key(found), found)] = state
         return rows
 
     def _delete_empty(self, plan: TablePlan, deltas: dict[tuple[Any, ...], Any]) -> None:
@@ -628,6 +630,16 @@ def _merge_shared_hashes(
         (scope, row_hash, min(ranks) if sealed else schema.INDEX_OPEN_CHUNK, pack_ranks(ranks))
         for (scope, row_hash), ranks in merged.items()
     ]
+
+
+def comparable_key(key: tuple[Any, ...]) -> tuple[Any, ...]:
+    """``key`` with naive times read as UTC: SQLite hands back the times of a
+    ``DateTime(timezone=True)`` key without their zone, and a naive time never equals an
+    aware one."""
+    return tuple(
+        value.replace(tzinfo=UTC) if isinstance(value, datetime) and value.tzinfo is None else value
+        for value in key
+    )
 
 
 def key_match(plan: TablePlan) -> Any:
