@@ -24,6 +24,7 @@ from eventplatform.projections.merge import (
     Max,
     Merge,
     Min,
+    Only,
     SetAdd,
     Sum,
 )
@@ -53,6 +54,7 @@ __all__ = [
     "Max",
     "Merge",
     "Min",
+    "Only",
     "Projection",
     "ProjectionDefinitionError",
     "ProjectionError",

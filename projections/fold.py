@@ -44,7 +44,7 @@ TableStates = dict[RowKey, dict[str, Any]]
 def empty_state(plan: TablePlan, key: RowKey) -> dict[str, Any]:
     state: dict[str, Any] = dict(zip(plan.keys, key, strict=True))
     for name, merge in plan.merges.items():
-        state[name] = 0 if merge.invertible else None
+        state[name] = merge.initial
         if merge.ranked:
             state[name + RANK_SUFFIX] = None
     state[CONTRIBUTIONS_COLUMN] = 0

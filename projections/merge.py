@@ -14,6 +14,7 @@ operation      result                                      invertible
 ``First()``    the value with the lowest log position       no
 ``SetAdd()``   the set of all values (a sorted JSON list)   no
 ``Fold(f)``    ``f(current, value)`` per key, in log order  no
+``Only()``     the value of the row's one contribution      yes
 =============  ==========================================  ===========
 
 Every operation but ``Fold`` is associative and commutative, so the streaming
@@ -25,7 +26,13 @@ entity key).
 
 Invertible operations let a correction retract a contribution by applying
 its negation; the others make the runner recompute the affected rows from
-their events. Sums are exact only on integers and ``Numeric`` columns.
+their events, which needs an index of which event contributed to which row.
+Sums are exact only on integers and ``Numeric`` columns.
+
+``Only`` is for tables with one row per event (the key holds the event id or
+its log position): every column of the row comes from that one event, so a
+retraction removes the row without recomputing anything, and the table
+needs no event index.
 
 This module is pure: values in, values out.
 """
@@ -43,6 +50,8 @@ class Merge:
 
     name: ClassVar[str] = "merge"
     invertible: ClassVar[bool] = False
+    initial: ClassVar[Any] = None
+    """A new row's value before any contribution."""
     ranked: ClassVar[bool] = False
     merged_in_python: ClassVar[bool] = False
 
@@ -70,6 +79,7 @@ class Merge:
 class Sum(Merge):
     name = "sum"
     invertible = True
+    initial = 0
 
     def normalize(self, value: Any) -> Any:
         return 0 if value is None else value
@@ -86,6 +96,7 @@ class Count(Merge):
 
     name = "count"
     invertible = True
+    initial = 0
 
     def normalize(self, value: Any) -> Any:
         return 1 if value is None else value
@@ -117,6 +128,24 @@ class Max(Merge):
         if current is None:
             return incoming
         return incoming if incoming > current else current
+
+
+class Only(Merge):
+    """The value of the row's one contribution, for tables keyed by the event.
+
+    Retracting the contribution leaves the value as it was (the row, now with
+    no contribution, goes); a second contribution to one row overwrites the
+    first, so two events must never share a row.
+    """
+
+    name = "only"
+    invertible = True
+
+    def combine(self, current: Any, incoming: Any) -> Any:
+        return current if incoming is None else incoming
+
+    def negate(self, value: Any) -> Any:
+        return None
 
 
 class Ranked(Merge):

@@ -300,8 +300,10 @@ def _generate(
     for name in columns:
         if name in plan.keys:
             initial.append(f"key[{plan.keys.index(name)}]")
-        elif name == CONTRIBUTIONS_COLUMN or (name in plan.merges and plan.merges[name].invertible):
+        elif name == CONTRIBUTIONS_COLUMN:
             initial.append("0")
+        elif name in plan.merges:
+            initial.append(repr(plan.merges[name].initial))
         else:
             initial.append("None")
     merge_lines = [

@@ -30,7 +30,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import DBAPIError
 
 from eventplatform.projections import schema
-from eventplatform.projections.merge import Count, Max, Min, Ranked, Sum
+from eventplatform.projections.merge import Count, Max, Min, Only, Ranked, Sum
 from eventplatform.projections.model import CONTRIBUTIONS_COLUMN, RANK_SUFFIX, TablePlan
 from eventplatform.projections.premerge import scope_of
 
@@ -209,6 +209,8 @@ def upsert_statement(plan: TablePlan, postgres: bool, source: Table | None = Non
                 (or_(current.is_(None), better), incoming),
                 else_=current,
             )
+        elif isinstance(merge, Only):
+            updates[name] = func.coalesce(incoming, current)
         elif isinstance(merge, Ranked):
             rank, incoming_rank = table.c[name + RANK_SUFFIX], excluded[name + RANK_SUFFIX]
             wins = incoming_rank > rank if merge.wins(0, 1) else incoming_rank < rank

@@ -36,7 +36,7 @@ from sqlalchemy import BigInteger, Column, Date, DateTime, Float, Integer, MetaD
 from eventplatform.apps.metrics.events import SERIES_MAX, MetricPoint
 from eventplatform.apps.metrics.sketch import representative
 from eventplatform.events import Envelope
-from eventplatform.projections.merge import Count, First, Latest, Max, Min, Sum
+from eventplatform.projections.merge import Count, First, Latest, Max, Min, Only, Sum
 from eventplatform.projections.model import Projection, Row, merge_column, projection_table
 
 NAME_MAX = 200
@@ -104,10 +104,9 @@ points = projection_table(
     Column("series", String(SERIES_MAX), primary_key=True),
     Column("at", DateTime(timezone=True), primary_key=True),
     Column("event_id", String(36), primary_key=True),
-    # one contribution per row, so a sum is the value; sums keep the table off the event index
-    merge_column("value", Float, Sum()),
-    merge_column("log_partition", Integer, Sum()),
-    merge_column("log_offset", BigInteger, Sum()),
+    merge_column("value", Float, Only()),
+    merge_column("log_partition", Integer, Only()),
+    merge_column("log_offset", BigInteger, Only()),
 )
 
 daily_rollups = projection_table(

@@ -26,7 +26,7 @@ from eventplatform.projections import migrate, schema
 from eventplatform.projections.corrections import InvalidCorrectionError, apply_correction
 from eventplatform.projections.database import SQLITE_BUSY_TIMEOUT_S, create_store_engine
 from eventplatform.projections.errors import CheckpointConflictError, HandlerError
-from eventplatform.projections.merge import Count, First, Latest, Max, Min, Sum
+from eventplatform.projections.merge import Count, First, Latest, Max, Min, Only, Sum
 from eventplatform.projections.model import (
     CONTRIBUTIONS_COLUMN,
     Projection,
@@ -83,6 +83,24 @@ def reading_rows(envelope: Envelope[Reading]) -> Iterator[Row]:
 
 
 twice_projection = Projection("storetest.twice", tables=[zones])
+
+lines = projection_table(
+    "st_lines",
+    READINGS_METADATA,
+    Column("log_offset", BigInteger, primary_key=True),
+    merge_column("sensor", String(20), Only()),
+    merge_column("value", BigInteger, Only()),
+)
+lines_projection = Projection("storetest.lines", tables=[lines])
+
+
+@lines_projection.on(Reading)
+def one_line_per_reading(envelope: Envelope[Reading]) -> Row:
+    assert envelope.position is not None
+    reading = envelope.event
+    return Row(
+        lines, log_offset=envelope.position.offset, sensor=reading.sensor, value=reading.value
+    )
 
 
 @twice_projection.on(Reading)
@@ -410,6 +428,24 @@ def test_poison_events_are_parked_with_their_error(
 
 
 # Corrections --------------------------------------------------------------
+
+
+def test_only_keeps_the_one_event_s_values_and_a_correction_needs_no_index(
+    engine: Engine, log: MemoryLog
+) -> None:
+    store = ProjectionStore(engine, lines_projection)
+    kept, dropped, replaced = (log.append(reading(s, v)) for s, v in [("a", 1), ("b", 2), ("c", 3)])
+    write(store, log, kept, dropped, replaced)
+    write(
+        store,
+        log,
+        log.append(Correction(of=dropped, retract=True)),
+        log.append(Correction(of=replaced, replacement=reading("c", 30))),
+    )
+
+    found = {key: (row["sensor"], row["value"]) for key, row in rows(engine, lines).items()}
+    assert found == {(0,): ("a", 1), (2,): ("c", 30)}
+    assert index_entries(engine, store) == []
 
 
 def test_rows_whose_contributions_are_all_retracted_disappear(
