@@ -34,7 +34,7 @@ from eventplatform.events import EventProducer
 from eventplatform.log.broker.config import BrokerConfig
 from eventplatform.projections import migrate
 from eventplatform.projections.operations import projection_rows
-from eventplatform.projections.query import named_parameters, run_query
+from eventplatform.projections.query import named_parameters, run_named_query
 from eventplatform.query_cli import render_table
 from eventplatform.runtime import embedded_broker, running_projections, wait_caught_up
 
@@ -169,7 +169,7 @@ def _print_queries(settings: DemoSettings, echo: Echo) -> None:
     for named in activity.queries:
         since = window if named.since_default is not None else None
         parameters = named_parameters(named, since=since, given={})
-        result = run_query(settings.database_url, named.sql, parameters)
+        result = run_named_query(settings.database_url, named, parameters)
         shown = f" --since {window}" if since else ""
         echo(f"\n$ platform query activity.{named.name}{shown}\n  ({named.description})")
         echo(render_table(result).rstrip("\n"))

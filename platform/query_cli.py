@@ -28,6 +28,7 @@ from eventplatform.projections.query import (
     find_named_query,
     named_parameters,
     named_queries,
+    run_named_query,
     run_query,
 )
 
@@ -74,7 +75,7 @@ def query(
         if NAME_PATTERN.match(sql_or_name):
             named = find_named_query(apps, sql_or_name)
             parameters = named_parameters(named, since=since, given=given)
-            result = run_query(database_url(database), named.sql, parameters)
+            result = run_named_query(database_url(database), named, parameters)
         else:
             if since is not None:
                 raise click.UsageError("--since is for named queries; bind :since in your SQL")

@@ -51,7 +51,8 @@ class AppError(ProjectionError):
 class NamedQuery:
     """SQL an app ships for analysts, run as ``platform query <app>.<name>``.
 
-    The SQL must run on SQLite and PostgreSQL alike. With ``since_default``
+    The SQL must run on SQLite and PostgreSQL alike, unless ``dialect_sql``
+    gives one database its own. With ``since_default``
     (a duration such as ``1h``) it binds ``:since``, the start of the window:
     now minus the duration, or minus ``--since``. ``parameters`` are its
     other bind parameters with their defaults (``--param name=value``).
@@ -62,6 +63,12 @@ class NamedQuery:
     description: str
     since_default: str | None = None
     parameters: Mapping[str, Any] = field(default_factory=dict)
+    dialect_sql: Mapping[str, str] = field(default_factory=dict)
+    """SQL for one database (``sqlite``, ``postgresql``) where it must differ from ``sql``,
+    as full-text search does."""
+
+    def sql_for(self, dialect: str) -> str:
+        return self.dialect_sql.get(dialect, self.sql)
 
 
 @dataclass(frozen=True, eq=False)

@@ -14,7 +14,7 @@ operation      result                                      invertible
 ``First()``    the value with the lowest log position       no
 ``SetAdd()``   the set of all values (a sorted JSON list)   no
 ``Fold(f)``    ``f(current, value)`` per key, in log order  no
-``Only()``     the value of the row's one contribution      yes
+``Only()``     the one value every contribution gives       yes
 =============  ==========================================  ===========
 
 Every operation but ``Fold`` is associative and commutative, so the streaming
@@ -29,10 +29,11 @@ its negation; the others make the runner recompute the affected rows from
 their events, which needs an index of which event contributed to which row.
 Sums are exact only on integers and ``Numeric`` columns.
 
-``Only`` is for tables with one row per event (the key holds the event id or
-its log position): every column of the row comes from that one event, so a
-retraction removes the row without recomputing anything, and the table
-needs no event index.
+``Only`` is for values that depend on the row's key alone, above all in
+tables with one row per event (the key holds the event id or its log
+position): a retraction then leaves the value right, or removes the row with
+its last contribution, without recomputing anything, and a table of only
+invertible columns needs no event index.
 
 This module is pure: values in, values out.
 """
@@ -131,11 +132,12 @@ class Max(Merge):
 
 
 class Only(Merge):
-    """The value of the row's one contribution, for tables keyed by the event.
+    """The value every contribution to the row gives: one that the key determines.
 
-    Retracting the contribution leaves the value as it was (the row, now with
-    no contribution, goes); a second contribution to one row overwrites the
-    first, so two events must never share a row.
+    Typically the row is one event's (its key holds the event id or log
+    position). Retracting a contribution leaves the value as it was (a row
+    left with no contribution goes); contributions that disagree overwrite
+    each other, so they must not.
     """
 
     name = "only"

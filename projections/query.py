@@ -97,6 +97,11 @@ def named_parameters(
     return parameters
 
 
+def run_named_query(url: str, query: NamedQuery, parameters: Mapping[str, Any]) -> QueryResult:
+    """Run named ``query`` on ``url``, in the SQL for that database."""
+    return run_query(url, query.sql_for(make_url(url).get_backend_name()), parameters)
+
+
 def run_query(url: str, sql: str, parameters: Mapping[str, Any] | None = None) -> QueryResult:
     """Run ``sql`` on a read-only connection to ``url``; nothing it does is committed."""
     engine = read_only_engine(url)
