@@ -103,9 +103,7 @@ class LogSimulator:
         simulation.lines.sort(key=lambda line: line.at)
         return simulation
 
-    def _service(
-        self, simulation: Simulation, service: str, begin: datetime, end: datetime
-    ) -> None:
+    def _service(self, into: Simulation, service: str, begin: datetime, end: datetime) -> None:
         shape, draw = self.shape, self.random
         moment = begin
         while True:
