@@ -43,12 +43,13 @@ def options(dialect_name: str) -> dict[str, Any]:
     """The context options shared by online and offline runs."""
     on_version_apply = config.attributes.get(migrate.ATTRIBUTE_ON_VERSION_APPLY)
     only_tables = config.attributes.get(migrate.ATTRIBUTE_ONLY_TABLES)
+    metadata = migrate.target_metadata(loaded_apps())
     return {
-        "target_metadata": migrate.target_metadata(loaded_apps()),
+        "target_metadata": metadata,
         "version_table": migrate.VERSION_TABLE,
         "render_as_batch": dialect_name == "sqlite",
         "compare_type": True,
-        "include_object": migrate.include_object_for(only_tables),
+        "include_object": migrate.include_object_for(only_tables, metadata),
         "on_version_apply": [on_version_apply] if on_version_apply is not None else [],
     }
 

@@ -44,6 +44,7 @@ from eventplatform.projections import schema
 from eventplatform.projections.apps import App
 from eventplatform.projections.database import create_store_engine
 from eventplatform.projections.errors import MigrationError
+from eventplatform.projections.model import MIGRATION_INDEXES
 
 PLATFORM_BRANCH = "eventplatform"
 PLATFORM_BASE_REVISION = "eventplatform_0001"
@@ -130,7 +131,7 @@ def schema_differences(target: Target, apps: Sequence[App] = ()) -> list[str]:
     options = {
         "version_table": VERSION_TABLE,
         "compare_type": True,
-        "include_object": include_object_for(None),
+        "include_object": include_object_for(None, metadata),
         "target_metadata": metadata,
     }
     with _translated_errors(), _engine(target) as engine, engine.connect() as connection:
@@ -224,16 +225,28 @@ def target_metadata(apps: Iterable[App]) -> MetaData:
     return combined
 
 
-def include_object_for(only_tables: Collection[str] | None) -> IncludeObject:
+def include_object_for(
+    only_tables: Collection[str] | None, metadata: MetaData | None = None
+) -> IncludeObject:
     """Autogenerate's filter: skip tables no declaration knows, and keep to ``only_tables``.
 
     A database shared by several owners holds tables the current process
     does not declare; autogenerate must not write revisions that drop them.
+    Indexes a table of ``metadata`` lists in its ``info[MIGRATION_INDEXES]``
+    are made by a migration in SQL of one database (a full-text index) and
+    are not differences either.
     """
+    made_by_migrations = {
+        index
+        for table in (metadata.tables.values() if metadata is not None else ())
+        for index in table.info.get(MIGRATION_INDEXES, ())
+    }
 
     def include(
         item: SchemaItem, name: str | None, kind: str, reflected: bool, compare_to: Any
     ) -> bool:
+        if kind == "index":
+            return not (reflected and compare_to is None and name in made_by_migrations)
         if kind != "table":
             return True
         if only_tables is not None and name not in only_tables:

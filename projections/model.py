@@ -44,6 +44,9 @@ from eventplatform.projections.merge import Count, Merge
 MERGE_INFO_KEY = "eventplatform.merge"
 CONTRIBUTIONS_COLUMN = "ep_contributions"
 RANK_SUFFIX = "_ep_rank"
+MIGRATION_INDEXES = "eventplatform.migration_indexes"
+"""``Table.info`` key: names of indexes a migration creates in one database's own SQL
+(a full-text index); schema checks do not count them as differences."""
 POISON_POLICIES = ("park", "stop")
 
 # A log rank orders positions across a projection's topics and partitions:

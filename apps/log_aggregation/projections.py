@@ -37,7 +37,13 @@ from eventplatform.apps.log_aggregation.fingerprint import (
 )
 from eventplatform.events import Envelope
 from eventplatform.projections.merge import Count, Only
-from eventplatform.projections.model import Projection, Row, merge_column, projection_table
+from eventplatform.projections.model import (
+    MIGRATION_INDEXES,
+    Projection,
+    Row,
+    merge_column,
+    projection_table,
+)
 
 LEVEL_MAX = 8
 
@@ -87,6 +93,8 @@ recent = projection_table(
     merge_column("message", Text, Only()),
     merge_column("attributes", Text, Only()),
     Index("logs_recent_at", "at"),
+    # the tsvector index of PostgreSQL (SQLite's FTS5 table is a table of its own)
+    info={MIGRATION_INDEXES: ("logs_recent_search",)},
 )
 
 lines = Projection(

@@ -22,7 +22,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 import confluent_kafka
-from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+)
 from sqlalchemy import delete
 
 from eventplatform.apps.log_aggregation.events import RETENTION_DAYS, TOPIC
@@ -47,8 +53,11 @@ def ensure_topic(bootstrap: str, partitions: int = PARTITIONS_DEFAULT) -> bool:
     except confluent_kafka.KafkaException as exc:
         if exc.args[0].code() != confluent_kafka.KafkaError.TOPIC_ALREADY_EXISTS:
             raise
-    resource = ConfigResource(ConfigResource.Type.TOPIC, TOPIC, set_config=config)
-    for future in admin.alter_configs([resource]).values():
+    entry = ConfigEntry(
+        "retention.ms", str(RETENTION_MS), incremental_operation=AlterConfigOpType.SET
+    )
+    resource = ConfigResource(ConfigResource.Type.TOPIC, TOPIC, incremental_configs=[entry])
+    for future in admin.incremental_alter_configs([resource]).values():
         future.result(ADMIN_TIMEOUT_S)
     return False
 

@@ -327,6 +327,23 @@ def test_downgrading_an_app_branch_keeps_the_platform_tables(database_url: str) 
     assert migrate.current(database_url) == [migrate.PLATFORM_HEAD_REVISION]
 
 
+def test_the_bundled_apps_match_their_revisions_and_downgrade_cleanly(database_url: str) -> None:
+    from eventplatform.projections.apps import installed_apps
+
+    bundled = [app for app in installed_apps() if app.name in {"activity", "metrics", "logs"}]
+    assert len(bundled) == 3
+    migrate.upgrade(database_url, bundled)
+    # views, triggers and the full-text indexes included: nothing the declarations lack
+    assert migrate.schema_differences(database_url, bundled) == []
+
+    for app in bundled:
+        migrate.downgrade(database_url, bundled, f"{app.name}@base")
+    leftover = table_names(database_url) - PLATFORM_TABLES - {migrate.VERSION_TABLE}
+    assert leftover == set()
+    migrate.upgrade(database_url, bundled)
+    assert migrate.schema_differences(database_url, bundled) == []
+
+
 # Writing an app's revisions
 
 
