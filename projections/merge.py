@@ -51,7 +51,7 @@ class Merge:
 
     name: ClassVar[str] = "merge"
     invertible: ClassVar[bool] = False
-    initial: ClassVar[Any] = None
+    initial: Any = None
     """A new row's value before any contribution."""
     ranked: ClassVar[bool] = False
     merged_in_python: ClassVar[bool] = False
