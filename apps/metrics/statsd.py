@@ -18,8 +18,9 @@ other lines of its datagram still count. Parsing is pure
 receives datagrams and appends points in batches.
 
 UDP gives no back-pressure: when the log falls behind by more than
-``queue_points`` points, the listener drops new points and counts them,
-instead of blocking its socket.
+``queue_points`` points, the listener drops new points and counts them
+(:class:`~eventplatform.events.batching.AppendQueue`), instead of blocking
+its socket.
 """
 
 from __future__ import annotations
@@ -37,14 +38,12 @@ from pydantic import ValidationError
 
 from eventplatform.apps.metrics.events import Kind, MetricPoint, series_of
 from eventplatform.events import EventProducer
+from eventplatform.events.batching import BATCH_EVENTS_DEFAULT, QUEUE_EVENTS_DEFAULT, AppendQueue
 
 log = logging.getLogger(__name__)
 
 DATAGRAM_BYTES_MAX = 65_535
 LINE_BYTES_MAX = 4096
-BATCH_POINTS = 5_000
-QUEUE_POINTS = 100_000
-APPEND_TIMEOUT_S = 30.0
 LOGGED_PER_REASON = 10
 TYPES: dict[str, Kind] = {
     "c": "counter",
@@ -132,10 +131,7 @@ class StatsdStats:
     datagrams: int = 0
     lines: int = 0
     points: int = 0
-    appended: int = 0
-    dropped: int = 0
     bad_lines: Counter[str] = field(default_factory=Counter)
-    append_errors: int = 0
 
 
 class StatsdIngest:
@@ -205,15 +201,11 @@ class StatsdListener:
         producer: EventProducer,
         *,
         ingest: StatsdIngest | None = None,
-        batch_points: int = BATCH_POINTS,
-        queue_points: int = QUEUE_POINTS,
+        batch_points: int = BATCH_EVENTS_DEFAULT,
+        queue_points: int = QUEUE_EVENTS_DEFAULT,
     ) -> None:
-        self.producer = producer
         self.ingest = ingest or StatsdIngest()
-        self.batch_points = batch_points
-        self._send, self._receive = trio.open_memory_channel[list[MetricPoint]](math.inf)
-        self._queue_points = queue_points
-        self._queued = 0
+        self.queue = AppendQueue(producer, batch_events=batch_points, queue_events=queue_points)
 
     @property
     def stats(self) -> StatsdStats:
@@ -228,43 +220,7 @@ class StatsdListener:
         with sock:
             await sock.bind((host, port))
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._writer)
+                nursery.start_soon(self.queue.run)
                 task_status.started(sock.getsockname()[1])
                 while True:
-                    datagram = await sock.recv(DATAGRAM_BYTES_MAX)
-                    self.take(datagram)
-
-    def take(self, datagram: bytes) -> None:
-        """Queue one datagram's points for the writer (dropping them when the queue is full)."""
-        found = self.ingest.points(datagram)
-        if not found:
-            return
-        if self._queued + len(found) > self._queue_points:
-            self.stats.dropped += len(found)
-            return
-        self._queued += len(found)
-        self._send.send_nowait(found)
-
-    async def wait_drained(self) -> None:
-        """Wait until every queued point has been appended (or failed)."""
-        while self._queued:
-            await trio.sleep(0.01)
-
-    async def _writer(self) -> None:
-        while True:
-            batch = await self._receive.receive()
-            while len(batch) < self.batch_points:
-                try:
-                    batch.extend(self._receive.receive_nowait())
-                except trio.WouldBlock:
-                    break
-            try:
-                with trio.fail_after(APPEND_TIMEOUT_S):
-                    await self.producer.append_async(batch)
-                self.stats.appended += len(batch)
-            except Exception as exc:  # the log refused or timed out: UDP cannot ask again
-                self.stats.append_errors += 1
-                self.stats.dropped += len(batch)
-                log.error("appending %d StatsD points failed: %s", len(batch), exc)
-            finally:
-                self._queued -= len(batch)
+                    self.queue.put(self.ingest.points(await sock.recv(DATAGRAM_BYTES_MAX)))

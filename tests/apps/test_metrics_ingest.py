@@ -156,11 +156,11 @@ async def test_statsd_over_udp_lands_in_the_rollups_despite_garbage(
                         await sock.sendto(bytes(range(256)) * 4, ("127.0.0.1", port))
                     await trio.sleep(0)
             with trio.fail_after(DRAIN_TIMEOUT_S):
-                while listener.stats.appended < good:
+                while listener.queue.stats.appended < good:
                     await trio.sleep(0.02)
             nursery.cancel_scope.cancel()
-    stats = listener.stats
-    assert (stats.appended, stats.dropped, stats.append_errors) == (good, 0, 0)
+    stats, appending = listener.stats, listener.queue.stats
+    assert (appending.appended, appending.dropped, appending.append_errors) == (good, 0, 0)
     # each binary datagram splits at its newlines into one line of control bytes (no name)
     # and four that are not UTF-8
     assert dict(stats.bad_lines) == {"no name": 20 + 8, "not UTF-8": 4 * 8}
@@ -278,3 +278,13 @@ def test_a_scrape_appends_points_and_survives_a_bad_target(
     instance = f"127.0.0.1:{server.server_address[1]}"
     requests = f'http_requests_total{{instance={instance},job=app,method=GET,path=/a "quoted"}}'
     assert series[requests][:2] == ("counter", 1)
+
+
+async def test_a_full_append_queue_drops_and_counts_instead_of_blocking() -> None:
+    from eventplatform.events.batching import AppendQueue
+
+    queue = AppendQueue(None, queue_events=3)  # type: ignore[arg-type]  # never appends here
+    point = StatsdIngest(clock=lambda: NOW).points(b"a:1|c")
+    assert queue.put(point * 2)
+    assert not queue.put(point * 2)
+    assert (queue.stats.queued, queue.stats.dropped) == (2, 2)
