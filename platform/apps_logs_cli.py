@@ -1,0 +1,197 @@
+"""``platform apps logs``: simulation, file tails, stdin, syslog, redaction, pruning."""
+
+from __future__ import annotations
+
+import click
+
+from eventplatform.app_cli_common import (
+    address,
+    append_in_chunks,
+    log_to_stderr,
+    this_host,
+    window,
+    window_options,
+)
+from eventplatform.db_cli import database_option, database_url_of, reported_errors
+from eventplatform.projections_cli import bootstrap_option
+
+
+@click.group()
+def logs() -> None:
+    """Log aggregation: files, stdin and syslog; counts, fingerprints and search."""
+
+
+@logs.command("simulate")
+@bootstrap_option
+@window_options
+def logs_simulate(bootstrap: str, hours: float, start: str | None, seed: int) -> None:
+    """Append what a few simulated services log (some lines leak a password)."""
+    from eventplatform.apps.log_aggregation.retention import ensure_topic
+    from eventplatform.apps.log_aggregation.simulator import LogSimulator
+
+    simulation = LogSimulator(seed=seed).run(*window(start, hours))
+    ensure_topic(bootstrap)
+    append_in_chunks(bootstrap, simulation.lines)
+    click.echo(
+        f"appended {len(simulation.lines)} lines; {simulation.leaking} hold the password "
+        f"{simulation.leaked!r} (platform apps logs redact {simulation.leaked!r} ...)"
+    )
+
+
+@logs.command("tail")
+@bootstrap_option
+@click.argument("paths", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.option("--service", required=True, help="The service the lines are of.")
+@click.option(
+    "--host", default=this_host, show_default="this host's name", help="The host they come from."
+)
+@click.option(
+    "--state-dir",
+    default=".eventplatform/tail",
+    show_default=True,
+    type=click.Path(file_okay=False),
+    help="Where each file's position is saved between runs.",
+)
+def logs_tail(
+    bootstrap: str, paths: tuple[str, ...], service: str, host: str, state_dir: str
+) -> None:
+    """Follow log files (through rotations) and append their lines, until stopped."""
+    import hashlib
+    import threading
+    from pathlib import Path
+
+    from eventplatform.apps.log_aggregation.retention import ensure_topic
+    from eventplatform.apps.log_aggregation.tail import FileTail, TailSource, follow
+    from eventplatform.events import EventProducer
+
+    log_to_stderr()
+    folder = Path(state_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    sources = []
+    for raw in paths:
+        path = Path(raw).resolve()
+        digest = hashlib.sha256(str(path).encode()).hexdigest()[:16]
+        state = folder / f"{path.name}.{digest}.json"
+        sources.append(TailSource(FileTail(path, state), service, host))
+    ensure_topic(bootstrap)
+    stop = threading.Event()
+    click.echo(f"following {len(sources)} file(s); positions in {folder}", err=True)
+    with EventProducer(bootstrap) as producer:
+        try:
+            stats = follow(sources, producer, stop=stop)
+        except KeyboardInterrupt:
+            stop.set()
+            click.echo("stopped", err=True)
+            return
+    click.echo(f"appended {stats.lines} lines")
+
+
+@logs.command("ingest")
+@bootstrap_option
+@click.option("--service", required=True, help="The service the lines are of.")
+@click.option(
+    "--host", default=this_host, show_default="this host's name", help="The host they come from."
+)
+def logs_ingest(bootstrap: str, service: str, host: str) -> None:
+    """Append every line of standard input, until it ends."""
+    import sys
+
+    from eventplatform.apps.log_aggregation.retention import ensure_topic
+    from eventplatform.apps.log_aggregation.tail import read_stream
+    from eventplatform.events import EventProducer
+
+    ensure_topic(bootstrap)
+    with EventProducer(bootstrap) as producer:
+        total = read_stream(sys.stdin.buffer, service, host, producer)
+    click.echo(f"appended {total} lines", err=True)
+
+
+@logs.command("syslog")
+@bootstrap_option
+@click.option(
+    "--udp",
+    "udp_listen",
+    default="127.0.0.1:5514",
+    show_default=True,
+    help="host:port for syslog over UDP ('' for none).",
+)
+@click.option(
+    "--tcp",
+    "tcp_listen",
+    default="127.0.0.1:5514",
+    show_default=True,
+    help="host:port for syslog over TCP ('' for none).",
+)
+def logs_syslog(bootstrap: str, udp_listen: str, tcp_listen: str) -> None:
+    """Receive RFC 5424 syslog over UDP and TCP and append the lines."""
+    import trio
+
+    from eventplatform.apps.log_aggregation.retention import ensure_topic
+    from eventplatform.apps.log_aggregation.syslog import SyslogListener
+    from eventplatform.events import EventProducer
+
+    log_to_stderr()
+    if not udp_listen and not tcp_listen:
+        raise click.UsageError("give --udp or --tcp")
+    udp = address(udp_listen, "--udp") if udp_listen else None
+    tcp = address(tcp_listen, "--tcp") if tcp_listen else None
+    ensure_topic(bootstrap)
+
+    async def run() -> None:
+        with EventProducer(bootstrap, config={"linger.ms": 5}) as producer:
+            listener = SyslogListener(producer)
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(listener.run_writer)
+                if udp is not None:
+                    port = await nursery.start(listener.serve_udp, *udp)
+                    click.echo(f"receiving syslog on udp://{udp[0]}:{port}", err=True)
+                if tcp is not None:
+                    port = await nursery.start(listener.serve_tcp, *tcp)
+                    click.echo(f"receiving syslog on tcp://{tcp[0]}:{port}", err=True)
+
+    try:
+        trio.run(run)
+    except KeyboardInterrupt:
+        click.echo("stopped", err=True)
+
+
+@logs.command("redact")
+@database_option
+@bootstrap_option
+@click.argument("text")
+@click.option("--reason", required=True, help="Why (never the secret itself).")
+@click.option("--service", default=None, help="Only lines of this service.")
+@click.option("--dry-run", is_flag=True, help="Only count the lines it would retract.")
+def logs_redact(
+    database: str | None,
+    bootstrap: str,
+    text: str,
+    reason: str,
+    service: str | None,
+    dry_run: bool,
+) -> None:
+    """Retract every recent line whose message holds TEXT, from every projection."""
+    from eventplatform.apps.log_aggregation.redaction import redact
+
+    if not text:
+        raise click.BadParameter("give the text the lines hold", param_hint="TEXT")
+    with reported_errors():
+        done = redact(
+            database_url_of(database), bootstrap, text, reason, service=service, dry_run=dry_run
+        )
+    click.echo(f"{'would retract' if dry_run else 'retracted'} {done.lines} lines")
+
+
+@logs.command("prune")
+@database_option
+@bootstrap_option
+def logs_prune(database: str | None, bootstrap: str) -> None:
+    """Delete from the log tables what the topic's retention has deleted from the log."""
+    from eventplatform.apps.log_aggregation.retention import prune
+
+    with reported_errors():
+        pruned = prune(database_url_of(database), bootstrap)
+    click.echo(
+        f"pruned {pruned.lines} lines, {pruned.errors} errors, {pruned.count_rows} count rows, "
+        f"{pruned.template_rows} template rows"
+    )

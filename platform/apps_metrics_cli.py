@@ -1,0 +1,209 @@
+"""``platform apps metrics``: simulation, StatsD, Prometheus scrapes, corrections, downsampling."""
+
+from __future__ import annotations
+
+import click
+
+from eventplatform.app_cli_common import (
+    address,
+    append_in_chunks,
+    moment,
+    window,
+    window_options,
+)
+from eventplatform.db_cli import database_option, database_url_of, reported_errors
+from eventplatform.projections_cli import bootstrap_option
+
+
+@click.group()
+def metrics() -> None:
+    """Metrics: StatsD, Prometheus scrapes, rollups and quantiles."""
+
+
+@metrics.command("simulate")
+@bootstrap_option
+@window_options
+def metrics_simulate(bootstrap: str, hours: float, start: str | None, seed: int) -> None:
+    """Append what a simulated fleet's agents report (one of them faulty for a while)."""
+    from eventplatform.apps.metrics.simulator import FleetSimulator
+
+    simulation = FleetSimulator(seed=seed).run(*window(start, hours))
+    append_in_chunks(bootstrap, simulation.points)
+    click.echo(f"appended {len(simulation.points)} points")
+    if simulation.faulty is not None:
+        faulty = simulation.faulty
+        click.echo(
+            f"faulty agent: {faulty.series} from {faulty.start:%H:%M:%S} to "
+            f"{faulty.end:%H:%M:%S} UTC (values 100 times too large)"
+        )
+
+
+@metrics.command("statsd")
+@bootstrap_option
+@click.option(
+    "--listen",
+    default="127.0.0.1:8125",
+    show_default=True,
+    help="host:port to receive StatsD datagrams on (UDP; port 0 picks a free one).",
+)
+def metrics_statsd(bootstrap: str, listen: str) -> None:
+    """Receive the StatsD line protocol over UDP and append the points."""
+    import logging
+
+    import trio
+
+    from eventplatform.apps.metrics.statsd import StatsdListener
+    from eventplatform.events import EventProducer
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    host, port = address(listen, "--listen")
+
+    async def run() -> None:
+        with EventProducer(bootstrap, config={"linger.ms": 5}) as producer:
+            listener = StatsdListener(producer)
+            async with trio.open_nursery() as nursery:
+                bound = await nursery.start(listener.serve, host, port)
+                click.echo(f"receiving StatsD on udp://{host}:{bound}", err=True)
+
+    try:
+        trio.run(run)
+    except KeyboardInterrupt:
+        click.echo("stopped", err=True)
+
+
+@metrics.command("scrape")
+@bootstrap_option
+@click.option(
+    "--target",
+    "targets",
+    multiple=True,
+    required=True,
+    metavar="URL",
+    help="A Prometheus endpoint (http://host:port/metrics); repeatable.",
+)
+@click.option("--job", default="prometheus", show_default=True, help="The job tag of the points.")
+@click.option(
+    "--interval",
+    type=click.FloatRange(min=0.1),
+    default=15.0,
+    show_default=True,
+    help="Seconds between scrapes.",
+)
+@click.option(
+    "--scrapes",
+    type=click.IntRange(1),
+    default=None,
+    help="Stop after this many rounds.  [default: run until stopped]",
+)
+def metrics_scrape(
+    bootstrap: str, targets: tuple[str, ...], job: str, interval: float, scrapes: int | None
+) -> None:
+    """Scrape Prometheus text exposition from the targets and append the points.
+
+    Counters become the increase since the previous scrape, so the first round
+    appends only the gauges.
+    """
+    import logging
+
+    from eventplatform.apps.metrics.prometheus import Scraper, Target
+    from eventplatform.events import EventProducer
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    for url in targets:
+        if not url.startswith(("http://", "https://")):
+            raise click.BadParameter(f"{url!r} is not an http(s) URL", param_hint="--target")
+    with EventProducer(bootstrap) as producer:
+        scraper = Scraper(producer, [Target(url, job) for url in targets], interval_s=interval)
+        try:
+            for number, appended in enumerate(scraper.run(scrapes), start=1):
+                failed = sum(maker.stats.failed for maker in scraper.makers.values())
+                click.echo(f"round {number}: appended {appended} points ({failed} failed scrapes)")
+        except KeyboardInterrupt:
+            click.echo("stopped", err=True)
+
+
+@metrics.command("correct")
+@database_option
+@bootstrap_option
+@click.argument("series")
+@click.option("--start", required=True, metavar="TIME", help="Window start (ISO 8601).")
+@click.option("--end", required=True, metavar="TIME", help="Window end, excluded (ISO 8601).")
+@click.option(
+    "--scale",
+    type=float,
+    default=None,
+    help="Replace each point by its value times this factor.  [default: delete the points]",
+)
+@click.option("--reason", required=True, help="Why the points are replaced.")
+@click.option("--dry-run", is_flag=True, help="Only count the points it would replace.")
+def metrics_correct(
+    database: str | None,
+    bootstrap: str,
+    series: str,
+    start: str,
+    end: str,
+    scale: float | None,
+    reason: str,
+    dry_run: bool,
+) -> None:
+    """Replace SERIES' points in [--start, --end): delete them, or rescale them (--scale)."""
+    from eventplatform.apps.metrics.corrections import correct_points, rescaled_points
+
+    begin, finish = moment(start), moment(end, "--end")
+    assert begin is not None and finish is not None
+    if finish <= begin:
+        raise click.BadParameter("the window's end must come after its start", param_hint="--end")
+    url = database_url_of(database)
+    with reported_errors():
+        replacements = []
+        if scale is not None:
+            replacements = rescaled_points(url, series, begin, finish, scale)
+        done = correct_points(
+            url, bootstrap, series, begin, finish, replacements, reason, dry_run=dry_run
+        )
+    verb = "would replace" if dry_run else "replaced"
+    click.echo(
+        f"{verb} {done.retracted} points of {series} with {done.replacements} points: {reason}"
+    )
+
+
+@metrics.command("downsample")
+@database_option
+@bootstrap_option
+@click.option(
+    "--data-dir",
+    default=None,
+    metavar="PATH",
+    help="The broker's data directory: read segments directly.",
+)
+@click.option("--spark-master", default=None, metavar="URL", help="[default: local[*]]")
+@click.option("--dry-run", is_flag=True, help="Print the plan; change nothing.")
+def metrics_downsample(
+    database: str | None,
+    bootstrap: str,
+    data_dir: str | None,
+    spark_master: str | None,
+    dry_run: bool,
+) -> None:
+    """Compute the per-day rollups and sketches (metrics.daily) from the log with Spark.
+
+    The first run reads the whole log; later runs recompute only the days that
+    events appended since touch.
+    """
+    from pathlib import Path
+
+    from eventplatform.apps.metrics.downsample import downsample
+    from eventplatform.spark_projections.errors import ReplayError
+    from eventplatform.spark_projections.session import spark_session
+
+    options = {"bootstrap.servers": bootstrap}
+    if data_dir:
+        options["dataDir"] = str(Path(data_dir).resolve())
+    with reported_errors():
+        try:
+            spark = None if dry_run else spark_session(spark_master)
+            summary = downsample(spark, database_url_of(database), options, dry_run=dry_run)
+        except ReplayError as error:
+            raise click.ClickException(str(error)) from error
+    for line in summary.lines():
+        click.echo(line)
