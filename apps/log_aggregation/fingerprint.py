@@ -5,9 +5,10 @@ c9f0f895 failed after 1200 ms for user 'eve'`` share the template
 ``payment <hex> failed after <num> ms for user <str>``, and so one
 fingerprint: the first 16 hex digits of the SHA-256 of the service and the
 template. Masked, in this order: UUIDs, e-mail addresses, URLs, IPv4
-addresses (with a port), quoted strings, hex numbers of 6 or more digits
-(prefixed ``0x``, or mixing digits and letters), and numbers (decimals and
-signs included). Whitespace runs collapse to one space. The template is cut
+addresses (with a port), quoted strings, numbers (decimals, exponents, signs,
+and integers of up to 7 digits), and hex numbers (prefixed ``0x``, 8 digits
+or longer, or mixing digits and letters: an id masks alike whether it drew
+letters or not). Whitespace runs collapse to one space. The template is cut
 at :data:`TEMPLATE_MAX` characters.
 """
 
@@ -27,10 +28,12 @@ MASKS = (
     (re.compile(r"\b[a-z][a-z0-9+.-]*://\S+", re.IGNORECASE), "<url>"),
     (re.compile(r"\b\d{1,3}(?:\.\d{1,3}){3}(?::\d+)?\b"), "<ip>"),
     (re.compile(r"\"(?:[^\"\\]|\\.)*\"|'(?:[^'\\]|\\.)*'"), "<str>"),
-    (re.compile(r"\b(?:0x)?[0-9a-fA-F]{6,}\b"), "<hex>"),
-    (re.compile(r"[-+]?\b\d+(?:\.\d+)?(?:[eE][-+]?\d+)?\b"), "<num>"),
+    # decimals, exponents and integers of up to 7 digits; longer integers are ids (hex)
+    (re.compile(r"[-+]?\b(?:\d+\.\d+(?:[eE][-+]?\d+)?|\d+[eE][-+]?\d+|\d{1,7})\b"), "<num>"),
+    (re.compile(r"\b(?:0x)?[0-9a-fA-F]+\b"), "<hex>"),
 )
 SPACES = re.compile(r"\s+")
+HEX_LONG = 8
 
 
 def template(message: str) -> str:
@@ -42,11 +45,12 @@ def template(message: str) -> str:
 
 
 def _hex_or_keep(match: re.Match[str]) -> str:
-    """Hex when prefixed ``0x`` or mixing digits and letters: not a word, not a number."""
+    """Hex when prefixed ``0x``, :data:`HEX_LONG` digits or more (ids and hashes, whatever
+    digits they happen to draw), or mixing digits and letters; else a word or a number."""
     token = match.group()
     digits = token.removeprefix("0x")
     mixed = any(c.isdigit() for c in digits) and any(c.isalpha() for c in digits)
-    return "<hex>" if token.startswith("0x") or mixed else token
+    return "<hex>" if token.startswith("0x") or len(digits) >= HEX_LONG or mixed else token
 
 
 def fingerprint(service: str, message_template: str) -> str:

@@ -192,6 +192,10 @@ def test_templates_mask_what_varies() -> None:
         == "user <email> from <ip> got <uuid> via <url> facade <hex>"
     )
     assert template("  spaced\tout  -1.5e3  ") == "spaced out <num>"
+    # an id masks alike whatever digits it drew; short words and numbers stay what they are
+    for job in ("12345678", "fcbdcccf", "8f14e45f"):
+        assert template(f"job {job} took 312 ms") == "job <hex> took <num> ms"
+    assert template("bad face 42") == "bad face <num>"
     assert fingerprint("api", "x") != fingerprint("worker", "x")
 
 

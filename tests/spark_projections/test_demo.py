@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from eventplatform.apps.activity_tracking import app
 from eventplatform.cli import main
+from eventplatform.demo import APPS
 
 
 def test_the_demo_runs_to_the_end_and_its_replay_check_passes(
@@ -23,17 +23,35 @@ def test_the_demo_runs_to_the_end_and_its_replay_check_passes(
     output = result.output
     assert "replay check passed: the rebuilt tables equal the live ones" in output
     assert "retracted" in output and "bot sessions" in output
-    for named in app.queries:
-        assert f"$ platform query activity.{named.name}" in output
+    assert "a hundred times too large" in output and "log lines that held a password" in output
+    assert "day rows from" in output
+    for app in APPS:
+        for named in app.queries:
+            assert f"$ platform query {app.name}.{named.name}" in output
     assert "platform serve --data-dir .eventplatform/data" in output
     assert (tmp_path / ".eventplatform" / "data").is_dir()
 
     # What it leaves behind is there to explore, read-only.
-    sessions = runner.invoke(
-        main, ["query", "SELECT COUNT(*) AS n FROM activity_sessions", "--format", "csv"]
+    for table in ("activity_sessions", "metrics_rollups", "metrics_daily_rollups", "logs_recent"):
+        counted = runner.invoke(
+            main, ["query", f"SELECT COUNT(*) AS n FROM {table}", "--format", "csv"]
+        )
+        assert counted.exit_code == 0, counted.output
+        assert int(counted.output.splitlines()[1]) > 0, table
+    leaked = runner.invoke(
+        main, ["query", "logs.search", "--param", "q=hunter2-s3cr3t", "--format", "csv"]
     )
-    assert sessions.exit_code == 0, sessions.output
-    assert int(sessions.output.splitlines()[1]) > 0
+    assert leaked.exit_code == 0 and leaked.output.splitlines()[1:] == [], leaked.output
+    cpu = runner.invoke(
+        main,
+        [
+            "query",
+            "SELECT MAX(maximum) FROM metrics_rollups WHERE series LIKE 'cpu%'",
+            "--format",
+            "csv",
+        ],
+    )
+    assert float(cpu.output.splitlines()[1]) <= 100.0  # the faulty agent's x100 is gone
 
     # A second run starts over instead of adding to the first one's log.
     again = runner.invoke(main, ["demo", "--hours", "0.5", "--sessions-per-hour", "300"])
