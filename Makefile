@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PACKAGES := platform log projections spark_projections apps
 
-.PHONY: demo test lint typecheck pytest venv bench-storage bench-broker bench-projections bench-replay bench-collector clean
+.PHONY: demo test lint typecheck pytest venv bench-storage bench-broker bench-projections bench-replay bench-collector bench-log-tail clean
 
 venv: $(STAMP)
 
@@ -56,6 +56,9 @@ bench-replay: $(STAMP)
 
 bench-collector: $(STAMP)
 	$(BIN)/python bench/collector.py
+
+bench-log-tail: $(STAMP)
+	$(BIN)/python bench/log_tail.py
 
 clean:
 	rm -rf $(VENV) .eventplatform .pytest_cache .mypy_cache .ruff_cache .hypothesis
