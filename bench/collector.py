@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import http.client
-import json
 import multiprocessing
 import re
 import shutil
@@ -32,7 +31,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +40,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "suppo
 
 import orjson
 from broker_process import BrokerProcess
-from harness import Spread, describe_machine, format_spread, invocation, markdown_table, progress
+from harness import (
+    Spread,
+    format_spread,
+    invocation,
+    markdown_table,
+    progress,
+    write_results,
+)
 
 from eventplatform.apps.activity_tracking.events import TOPIC
 from eventplatform.projections.kafka import log_ends
@@ -264,17 +270,7 @@ def main(argv: Sequence[str]) -> None:
     command = invocation(__file__, argv)
     print(f"command: {command}\n\n{markdown_table(rows)}\n")
     print(f"{accepted:,} beacons accepted, {in_log:,} records in the topic, positions distinct")
-    if arguments.json:
-        arguments.json.write_text(
-            json.dumps(
-                {
-                    "command": command,
-                    "machine": describe_machine(Path(tempfile.gettempdir())),
-                    "runs": [asdict(run) for run in runs],
-                },
-                indent=2,
-            )
-        )
+    write_results(arguments.json, command, runs)
 
 
 if __name__ == "__main__":

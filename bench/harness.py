@@ -12,6 +12,7 @@ where ``projections`` is the package of that name, not ``bench/projections.py``.
 
 from __future__ import annotations
 
+import json
 import platform
 import random
 import shlex
@@ -19,10 +20,12 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import BigInteger, Column, DateTime, Integer, MetaData, String
 
@@ -145,6 +148,18 @@ def describe_machine(data_directory: Path) -> dict[str, str]:
         "python": f"{platform.python_implementation()} {platform.python_version()}",
         "kernel": platform.release(),
     }
+
+
+def write_results(path: Path | None, command: str, runs: Sequence[Any]) -> None:
+    """The runs (dataclasses), the command and the machine as JSON at ``path`` (if given)."""
+    if path is None:
+        return
+    report = {
+        "command": command,
+        "machine": describe_machine(Path(tempfile.gettempdir())),
+        "runs": [asdict(run) for run in runs],
+    }
+    path.write_text(json.dumps(report, indent=2))
 
 
 def check_free_space(directory: Path, free_bytes_min: int) -> None:

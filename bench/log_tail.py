@@ -21,7 +21,6 @@ once.
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import shutil
 import signal
@@ -30,7 +29,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -42,11 +41,11 @@ from database_fixtures import fresh_database
 from harness import (
     Deadline,
     Spread,
-    describe_machine,
     format_spread,
     invocation,
     markdown_table,
     progress,
+    write_results,
 )
 from sqlalchemy import text
 
@@ -217,17 +216,7 @@ def main(argv: Sequence[str]) -> None:
         )
     command = invocation(__file__, argv)
     print(f"command: {command}\n\n{markdown_table(rows)}\n")
-    if arguments.json:
-        arguments.json.write_text(
-            json.dumps(
-                {
-                    "command": command,
-                    "machine": describe_machine(Path(tempfile.gettempdir())),
-                    "runs": [asdict(run) for run in runs],
-                },
-                indent=2,
-            )
-        )
+    write_results(arguments.json, command, runs)
 
 
 if __name__ == "__main__":

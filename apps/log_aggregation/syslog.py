@@ -36,11 +36,15 @@ from pydantic import ValidationError
 
 from eventplatform.apps.log_aggregation.events import Level, LogLine
 from eventplatform.events import EventProducer
-from eventplatform.events.batching import BATCH_EVENTS_DEFAULT, QUEUE_EVENTS_DEFAULT, AppendQueue
+from eventplatform.events.batching import (
+    BATCH_EVENTS_DEFAULT,
+    QUEUE_EVENTS_DEFAULT,
+    AppendQueue,
+    serve_datagrams,
+)
 
 log = logging.getLogger(__name__)
 
-DATAGRAM_BYTES_MAX = 65_535
 FRAME_BYTES_MAX = 64 * 1024
 READ_BYTES = 65_536
 IDLE_TIMEOUT_S = 300.0
@@ -275,14 +279,12 @@ class SyslogListener:
     async def serve_udp(
         self, host: str, port: int, *, task_status: Any = trio.TASK_STATUS_IGNORED
     ) -> None:
-        family = trio.socket.AF_INET6 if ":" in host else trio.socket.AF_INET
-        sock = trio.socket.socket(family, trio.socket.SOCK_DGRAM)
-        with sock:
-            await sock.bind((host, port))
-            task_status.started(sock.getsockname()[1])
-            while True:
-                datagram, sender = await sock.recvfrom(DATAGRAM_BYTES_MAX)
-                self._take([datagram], str(sender[0]))
+        await serve_datagrams(
+            host,
+            port,
+            lambda datagram, sender: self._take([datagram], sender),
+            task_status=task_status,
+        )
 
     async def serve_tcp(
         self, host: str, port: int, *, task_status: Any = trio.TASK_STATUS_IGNORED
@@ -313,6 +315,9 @@ class SyslogListener:
             pass
         finally:
             await stream.aclose()
+
+    def _take_datagram(self, datagram: bytes, sender: str) -> None:
+        self._take([datagram], sender)
 
     def _take(self, messages: list[bytes], sender: str) -> None:
         lines = [line for raw in messages if (line := self.ingest.line(raw, sender)) is not None]

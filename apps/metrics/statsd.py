@@ -38,11 +38,15 @@ from pydantic import ValidationError
 
 from eventplatform.apps.metrics.events import Kind, MetricPoint, series_of
 from eventplatform.events import EventProducer
-from eventplatform.events.batching import BATCH_EVENTS_DEFAULT, QUEUE_EVENTS_DEFAULT, AppendQueue
+from eventplatform.events.batching import (
+    BATCH_EVENTS_DEFAULT,
+    QUEUE_EVENTS_DEFAULT,
+    AppendQueue,
+    serve_datagrams,
+)
 
 log = logging.getLogger(__name__)
 
-DATAGRAM_BYTES_MAX = 65_535
 LINE_BYTES_MAX = 4096
 LOGGED_PER_REASON = 10
 TYPES: dict[str, Kind] = {
@@ -215,12 +219,10 @@ class StatsdListener:
         self, host: str, port: int, *, task_status: Any = trio.TASK_STATUS_IGNORED
     ) -> None:
         """Receive until cancelled; reports the bound port through ``task_status``."""
-        family = trio.socket.AF_INET6 if ":" in host else trio.socket.AF_INET
-        sock = trio.socket.socket(family, trio.socket.SOCK_DGRAM)
-        with sock:
-            await sock.bind((host, port))
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(self.queue.run)
-                task_status.started(sock.getsockname()[1])
-                while True:
-                    self.queue.put(self.ingest.points(await sock.recv(DATAGRAM_BYTES_MAX)))
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self.queue.run)
+            bound = await nursery.start(serve_datagrams, host, port, self._take)
+            task_status.started(bound)
+
+    def _take(self, datagram: bytes, sender: str) -> None:
+        self.queue.put(self.ingest.points(datagram))

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +28,7 @@ BATCH_EVENTS_DEFAULT = 5_000
 QUEUE_EVENTS_DEFAULT = 100_000
 APPEND_TIMEOUT_S_DEFAULT = 30.0
 DRAIN_POLL_S = 0.01
+DATAGRAM_BYTES_MAX = 65_535
 
 
 @dataclass
@@ -92,3 +94,23 @@ class AppendQueue:
                 log.error("appending %d events failed: %s", len(batch), exc)
             finally:
                 self._waiting -= len(batch)
+
+
+async def serve_datagrams(
+    host: str,
+    port: int,
+    take: Callable[[bytes, str], None],
+    *,
+    task_status: Any = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Receive UDP datagrams on ``host:port`` until cancelled, handing each to ``take`` with
+    its sender's address; reports the bound port through ``task_status``. ``take`` must
+    not block: it queues (:meth:`AppendQueue.put`)."""
+    family = trio.socket.AF_INET6 if ":" in host else trio.socket.AF_INET
+    sock = trio.socket.socket(family, trio.socket.SOCK_DGRAM)
+    with sock:
+        await sock.bind((host, port))
+        task_status.started(sock.getsockname()[1])
+        while True:
+            datagram, sender = await sock.recvfrom(DATAGRAM_BYTES_MAX)
+            take(datagram, str(sender[0]))
