@@ -87,6 +87,23 @@ def test_lines_fold_as_worked_out_by_hand_and_a_redaction_removes_them_everywher
         assert views["counts"] == HAND_COUNTS
         assert views["fingerprints"] == HAND_FINGERPRINTS
         assert len(views["recent"]) == 8
+        volume = reference.named(url, "logs.volume")
+        assert sorted(volume) == sorted(
+            (
+                service,
+                level,
+                sum(n for (s, lv, _), n in HAND_COUNTS.items() if (s, lv) == (service, level)),
+            )
+            for service, level in {(s, lv) for s, lv, _ in HAND_COUNTS}
+        )
+        errors = reference.named(url, "logs.errors")
+        assert [(row[0], row[2], row[3]) for row in errors] == [
+            ("api", PAYMENT, 2),
+            ("worker", OOM, 1),
+        ]
+        assert [row[4] for row in reference.named(url, "logs.recent", service="worker")] == [
+            "out of memory at 0x7ffd1234"
+        ]
         found = reference.search(url, "connection REFUSED")
         assert [(row[1], row[4]) for row in found] == [
             ("auth", "Connection refused by upstream, retrying")

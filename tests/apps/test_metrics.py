@@ -11,6 +11,7 @@ from typing import Any
 
 import metrics_reference as reference
 import pytest
+from activity_dataset import number
 from broker_process import running_broker
 from database_fixtures import fresh_database
 from projection_threads import apply_all
@@ -23,6 +24,7 @@ from eventplatform.apps.metrics.simulator import FleetShape, FleetSimulator
 from eventplatform.apps.metrics.sketch import representative
 from eventplatform.events import EventProducer
 from eventplatform.projections import migrate
+from eventplatform.projections.query import find_named_query, named_parameters, run_named_query
 
 BROKER_OVERRIDES = ["num.partitions=3", "group.initial.rebalance.delay.ms=0"]
 CORRECTION_TIMEOUT_S = 180.0
@@ -94,6 +96,13 @@ HAND_SERIES = {
 }
 
 
+def named(url: str, name: str) -> list[tuple[Any, ...]]:
+    """The named query's rows over everything (a window of ten years)."""
+    query = find_named_query([app], name)
+    parameters = named_parameters(query, since="3650d", given={})
+    return [tuple(number(v) for v in row) for row in run_named_query(url, query, parameters).rows]
+
+
 def represented(row: tuple[Any, ...]) -> tuple[Any, ...]:
     return (row[0], *(representative(value) for value in row[1:]))
 
@@ -114,6 +123,10 @@ def test_the_runner_folds_the_points_as_worked_out_by_hand(kind: str, tmp_path: 
         assert views["rollups"] == HAND_ROLLUPS
         assert views["quantiles"] == {k: represented(v) for k, v in HAND_QUANTILES.items()}
         assert reference.expected(hand_points())["quantiles"] == views["quantiles"]
+        assert named(url, "metrics.latency") == [(LATENCY, 4, *represented((4, 20, 30, 30))[1:])]
+        assert named(url, "metrics.counters") == [(JOBS, 10.0, 4)]
+        assert named(url, "metrics.gauges") == [(TEMPERATURE, 19.0, 22.0, 62.5 / 3)]
+        assert [row[0] for row in named(url, "metrics.series")] == sorted(HAND_SERIES)
 
         # the faulty thermometer: 10:00:00 to 10:00:45 was one reading of 20.0 at 10:00:10
         start, end = at(10, 0, 0), at(10, 0, 45)

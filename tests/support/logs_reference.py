@@ -20,7 +20,7 @@ from eventplatform.apps.log_aggregation import app
 from eventplatform.apps.log_aggregation.events import LogLine
 from eventplatform.apps.log_aggregation.fingerprint import fingerprint, template
 from eventplatform.projections.database import create_store_engine
-from eventplatform.projections.query import run_named_query
+from eventplatform.projections.query import find_named_query, named_parameters, run_named_query
 
 
 def minute(moment: datetime) -> datetime:
@@ -92,11 +92,14 @@ def read_views(url: str) -> dict[str, Any]:
     }
 
 
-def search(url: str, phrase: str, since: str = "3650d") -> list[tuple[Any, ...]]:
-    """The ``logs.search`` named query's rows for ``phrase`` (newest first)."""
-    from eventplatform.projections.query import find_named_query, named_parameters
+def named(url: str, name: str, **given: str) -> list[tuple[Any, ...]]:
+    """Named query ``name``'s rows over ten years, times as aware UTC, numbers as ints."""
+    query = find_named_query([app], name)
+    parameters = named_parameters(query, since="3650d", given=given)
+    rows = run_named_query(url, query, parameters).rows
+    return [tuple(as_utc(v) if isinstance(v, datetime) else number(v) for v in row) for row in rows]
 
-    query = find_named_query([app], "logs.search")
-    parameters = named_parameters(query, since=since, given={"q": phrase, "limit": "1000"})
-    result = run_named_query(url, query, parameters)
-    return [(as_utc(row[0]), *row[1:]) for row in result.rows]
+
+def search(url: str, phrase: str) -> list[tuple[Any, ...]]:
+    """The ``logs.search`` named query's rows for ``phrase`` (newest first)."""
+    return named(url, "logs.search", q=phrase, limit="1000")
