@@ -7,6 +7,7 @@ import click
 from eventplatform.app_cli_common import (
     address,
     append_in_chunks,
+    log_to_stderr,
     moment,
     window,
     window_options,
@@ -48,14 +49,13 @@ def metrics_simulate(bootstrap: str, hours: float, start: str | None, seed: int)
 )
 def metrics_statsd(bootstrap: str, listen: str) -> None:
     """Receive the StatsD line protocol over UDP and append the points."""
-    import logging
 
     import trio
 
     from eventplatform.apps.metrics.statsd import StatsdListener
     from eventplatform.events import EventProducer
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    log_to_stderr()
     host, port = address(listen, "--listen")
 
     async def run() -> None:
@@ -77,9 +77,14 @@ def metrics_statsd(bootstrap: str, listen: str) -> None:
     "--target",
     "targets",
     multiple=True,
-    required=True,
     metavar="URL",
     help="A Prometheus endpoint (http://host:port/metrics); repeatable.",
+)
+@click.option(
+    "--targets-file",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="More targets, a line each: URL and an optional job ('#' starts a comment).",
 )
 @click.option("--job", default="prometheus", show_default=True, help="The job tag of the points.")
 @click.option(
@@ -96,24 +101,34 @@ def metrics_statsd(bootstrap: str, listen: str) -> None:
     help="Stop after this many rounds.  [default: run until stopped]",
 )
 def metrics_scrape(
-    bootstrap: str, targets: tuple[str, ...], job: str, interval: float, scrapes: int | None
+    bootstrap: str,
+    targets: tuple[str, ...],
+    targets_file: str | None,
+    job: str,
+    interval: float,
+    scrapes: int | None,
 ) -> None:
     """Scrape Prometheus text exposition from the targets and append the points.
 
     Counters become the increase since the previous scrape, so the first round
     appends only the gauges.
     """
-    import logging
+    from pathlib import Path
 
-    from eventplatform.apps.metrics.prometheus import Scraper, Target
+    from eventplatform.apps.metrics.prometheus import Scraper, Target, TargetError, read_targets
     from eventplatform.events import EventProducer
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    for url in targets:
-        if not url.startswith(("http://", "https://")):
-            raise click.BadParameter(f"{url!r} is not an http(s) URL", param_hint="--target")
+    log_to_stderr()
+    try:
+        chosen = [Target.of(url, job) for url in targets]
+        if targets_file is not None:
+            chosen += read_targets(Path(targets_file).read_text(), job)
+    except TargetError as exc:
+        raise click.BadParameter(str(exc), param_hint="--target or --targets-file") from exc
+    if not chosen:
+        raise click.UsageError("give --target or --targets-file")
     with EventProducer(bootstrap) as producer:
-        scraper = Scraper(producer, [Target(url, job) for url in targets], interval_s=interval)
+        scraper = Scraper(producer, chosen, interval_s=interval)
         try:
             for number, appended in enumerate(scraper.run(scrapes), start=1):
                 failed = sum(maker.stats.failed for maker in scraper.makers.values())

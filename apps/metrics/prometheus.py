@@ -245,10 +245,37 @@ def fetch(url: str, timeout_s: float = SCRAPE_TIMEOUT_S) -> str:
     return body.decode("utf-8", "replace")
 
 
+class TargetError(ValueError):
+    """A scrape target that is not an http(s) URL, or a bad line of a targets file."""
+
+
 @dataclass(frozen=True)
 class Target:
     url: str
     job: str
+
+    @classmethod
+    def of(cls, url: str, job: str) -> Target:
+        parts = urlsplit(url)
+        if parts.scheme not in {"http", "https"} or not parts.netloc:
+            raise TargetError(f"{url!r} is not an http(s) URL")
+        return cls(url, job)
+
+
+def read_targets(text: str, job: str) -> list[Target]:
+    """The targets of a targets file: a line each, ``URL [job]``; ``#`` starts a comment."""
+    found = []
+    for number, raw in enumerate(text.splitlines(), start=1):
+        fields = raw.split("#", 1)[0].split()
+        if not fields:
+            continue
+        if len(fields) > 2:
+            raise TargetError(f"line {number}: expected 'URL [job]', got {raw.strip()!r}")
+        try:
+            found.append(Target.of(fields[0], fields[1] if len(fields) == 2 else job))
+        except TargetError as exc:
+            raise TargetError(f"line {number}: {exc}") from None
+    return found
 
 
 class Scraper:

@@ -28,7 +28,9 @@ from eventplatform.apps.metrics.prometheus import (
     PointMaker,
     Scraper,
     Target,
+    TargetError,
     parse_exposition,
+    read_targets,
 )
 from eventplatform.apps.metrics.statsd import (
     BadLineError,
@@ -219,6 +221,18 @@ def test_the_exposition_format_parses() -> None:
 def test_malformed_expositions_name_the_line(line: str) -> None:
     with pytest.raises(ExpositionError, match="line 2"):
         parse_exposition(f"ok 1\n{line}\n")
+
+
+def test_a_targets_file_lists_urls_with_optional_jobs() -> None:
+    text = "# fleet\nhttp://a:9100/metrics node\n\nhttps://b:8443/metrics  # default job\n"
+    assert read_targets(text, "prom") == [
+        Target("http://a:9100/metrics", "node"),
+        Target("https://b:8443/metrics", "prom"),
+    ]
+    with pytest.raises(TargetError, match="line 1: 'a:9100' is not an http"):
+        read_targets("a:9100", "prom")
+    with pytest.raises(TargetError, match="line 2: expected 'URL \\[job\\]'"):
+        read_targets("http://a/m\nhttp://b/m job extra", "prom")
 
 
 def test_counters_become_increases_and_restarts_count_whole() -> None:

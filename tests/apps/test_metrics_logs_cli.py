@@ -117,6 +117,7 @@ def test_logs_stdin_then_redact_and_prune(tmp_path: Path) -> None:
     [
         (["metrics", "statsd", "--listen", "nowhere"], "is not host:port"),
         (["metrics", "scrape", "--target", "ftp://x/metrics"], "is not an http(s) URL"),
+        (["metrics", "scrape"], "give --target or --targets-file"),
         (
             ["metrics", "correct", "s", "--start", "soon", "--end", "2026-01-01", "--reason", "r"],
             "is not an ISO 8601 time",
