@@ -13,14 +13,14 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Iterable
-from datetime import UTC, date, datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from activity_dataset import as_day, as_utc, number
 from sqlalchemy import text
 
 from eventplatform.apps.metrics.events import MetricPoint
-from eventplatform.apps.metrics.sketch import PERCENTILES, percentile, representative
+from eventplatform.apps.metrics.sketch import PERCENTILES, representative
 from eventplatform.projections.database import create_store_engine
 
 SUM_TOLERANCE = 1e-9
@@ -89,14 +89,6 @@ def _quantiles(values: list[float]) -> tuple[Any, ...]:
     return (len(values), *found)
 
 
-def sketch_quantiles(values: list[float]) -> tuple[Any, ...]:
-    """The same through :mod:`.sketch` (which the view must agree with)."""
-    counts: dict[float, int] = defaultdict(int)
-    for value in values:
-        counts[representative(value)] += 1
-    return (len(values), *(percentile(counts, p) for p in PERCENTILES))
-
-
 VIEW_QUERIES = {
     "series": "SELECT series, kind, points, first_at, last_at FROM metrics_series",
     "rollups": "SELECT series, granularity, bucket, points, total, minimum, maximum, last_at, "
@@ -159,7 +151,3 @@ def assert_views_equal(found: dict[str, dict[Any, Any]], wanted: dict[str, dict[
                 )
                 got, row = (got[0], *got[2:]), (row[0], *row[2:])
             assert got == row, (name, key, got, row)
-
-
-def day(value: datetime) -> date:
-    return value.astimezone(UTC).date()
