@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PACKAGES := platform log projections spark_projections apps
 
-.PHONY: demo test lint typecheck pytest venv bench-storage bench-broker bench-projections bench-replay bench-collector bench-log-tail clean
+.PHONY: demo test lint typecheck pytest venv bench-storage bench-broker bench-projections bench-replay bench-collector bench-log-tail sim clean
 
 venv: $(STAMP)
 
@@ -56,6 +56,10 @@ bench-replay: $(STAMP)
 
 bench-collector: $(STAMP)
 	$(BIN)/python bench/collector.py
+
+# The deterministic simulations with 10,000 seeds each (CI runs 200).
+sim: $(STAMP)
+	EVENTPLATFORM_SIM_SEEDS=10000 $(BIN)/python -m pytest -q -p no:cacheprovider tests/sim
 
 bench-log-tail: $(STAMP)
 	$(BIN)/python bench/log_tail.py

@@ -1,0 +1,475 @@
+"""The controller quorum's consensus: Raft as KRaft runs it, without I/O.
+
+A :class:`RaftNode` is one voter's state machine. It does no I/O and reads
+no clock: the shell feeds it messages (:meth:`RaftNode.receive`), the time
+(:meth:`RaftNode.tick`) and proposals (:meth:`RaftNode.propose`), and sends
+the messages these return. So a deterministic simulation can run a whole
+quorum in one process, and the trio shell adds only sockets and timers.
+
+It follows KRaft (KIP-595) rather than textbook Raft in how the log moves:
+
+* **Election.** A voter that hears nothing from a leader for
+  ``fetch_timeout_ms`` (or, with no leader known, for a randomized election
+  timeout) becomes a candidate: it bumps the epoch, votes for itself and
+  asks the others (:class:`VoteRequest`). A voter grants one vote per epoch,
+  to a candidate whose log ends at least as late as its own, compared by
+  (last epoch, end offset). The winner announces itself
+  (:class:`BeginQuorumEpoch`) and appends a leader-change entry of its epoch.
+* **Replication is pulled.** Followers send :class:`FetchRequest` (the
+  offset they need and the epoch of their last entry); the leader answers
+  with entries, or, when the follower's log diverges from its own, with the
+  end offset of the largest epoch they share (:class:`DivergingEpoch`), and
+  the follower truncates there. Nothing is ever truncated below the high
+  watermark.
+* **Commitment.** The leader's high watermark is the largest offset that a
+  majority of voters have fetched past, once that includes an entry of the
+  leader's own epoch; followers learn it from fetch responses.
+* **Check quorum.** A leader that no majority has fetched from within
+  ``fetch_timeout_ms`` resigns, so a partitioned leader stops answering as
+  one.
+
+What must survive a restart (the epoch, the vote, and the log) lives in a
+:class:`QuorumStorage`, written before any message that depends on it
+leaves. Epochs never go back, a node votes at most once per epoch, and a
+leader never overwrites its own log: :func:`~eventplatform.log.invariants.require`
+checks these where they matter.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Protocol
+
+from eventplatform.log.invariants import require
+
+LEADER_CHANGE = b""
+"""The payload of the entry a new leader appends at the start of its epoch."""
+
+
+@dataclass(frozen=True)
+class Entry:
+    epoch: int
+    payload: bytes
+
+
+# ---------------------------------------------------------------- messages
+
+
+@dataclass(frozen=True)
+class VoteRequest:
+    epoch: int
+    candidate: int
+    last_epoch: int
+    end_offset: int
+
+
+@dataclass(frozen=True)
+class VoteResponse:
+    epoch: int
+    granted: bool
+
+
+@dataclass(frozen=True)
+class BeginQuorumEpoch:
+    epoch: int
+    leader: int
+
+
+@dataclass(frozen=True)
+class FetchRequest:
+    epoch: int
+    offset: int
+    last_epoch: int
+    """The epoch of the entry just before ``offset`` (0 at offset 0)."""
+
+
+@dataclass(frozen=True)
+class DivergingEpoch:
+    epoch: int
+    end_offset: int
+
+
+@dataclass(frozen=True)
+class FetchResponse:
+    epoch: int
+    leader: int | None
+    offset: int
+    """The fetch offset this answers."""
+    entries: tuple[Entry, ...] = ()
+    high_watermark: int = 0
+    diverging: DivergingEpoch | None = None
+
+
+Body = VoteRequest | VoteResponse | BeginQuorumEpoch | FetchRequest | FetchResponse
+
+
+@dataclass(frozen=True)
+class Message:
+    sender: int
+    receiver: int
+    body: Body
+
+
+# ---------------------------------------------------------------- storage
+
+
+class QuorumStorage(Protocol):
+    """What a voter keeps across restarts: the quorum state and the log.
+
+    Every method returns only once the change is durable.
+    """
+
+    def load_state(self) -> tuple[int, int | None]:
+        """The epoch and the vote cast in it (``None``: none)."""
+        ...
+
+    def save_state(self, epoch: int, voted_for: int | None) -> None: ...
+
+    def entries(self) -> list[Entry]: ...
+
+    def append(self, entries: Sequence[Entry]) -> None: ...
+
+    def truncate(self, end_offset: int) -> None:
+        """Drop every entry at ``end_offset`` and after."""
+        ...
+
+
+@dataclass
+class MemoryStorage:
+    """A :class:`QuorumStorage` in memory: for simulations, where a crash keeps it."""
+
+    epoch: int = 0
+    voted_for: int | None = None
+    log: list[Entry] = field(default_factory=list)
+
+    def load_state(self) -> tuple[int, int | None]:
+        return self.epoch, self.voted_for
+
+    def save_state(self, epoch: int, voted_for: int | None) -> None:
+        self.epoch, self.voted_for = epoch, voted_for
+
+    def entries(self) -> list[Entry]:
+        return list(self.log)
+
+    def append(self, entries: Sequence[Entry]) -> None:
+        self.log.extend(entries)
+
+    def truncate(self, end_offset: int) -> None:
+        del self.log[end_offset:]
+
+
+# ---------------------------------------------------------------- the node
+
+
+class Role(Enum):
+    UNATTACHED = "unattached"
+    FOLLOWER = "follower"
+    CANDIDATE = "candidate"
+    LEADER = "leader"
+
+
+@dataclass(frozen=True)
+class RaftConfig:
+    election_timeout_ms: int = 1000
+    """A new election starts between this and twice this after the last one."""
+    fetch_timeout_ms: int = 2000
+    """A follower with no answer from its leader this long stands for election; a leader
+    no majority fetched from this long resigns."""
+    fetch_interval_ms: int = 50
+    """A follower fetches again this long after an answer that brought nothing."""
+    request_timeout_ms: int = 500
+    fetch_entries_max: int = 500
+    """The most entries one fetch response carries."""
+    """A fetch unanswered this long is sent again; a leader announces itself again to a
+    voter it has not heard from this long."""
+
+
+class NotLeaderError(Exception):
+    """A proposal reached a voter that is not the leader; ``leader`` is the one it knows."""
+
+    def __init__(self, leader: int | None) -> None:
+        super().__init__(f"not the leader; the leader is {leader}")
+        self.leader = leader
+
+
+class RaftNode:
+    """One voter of a quorum of ``voters`` (ids), as a state machine; see the module."""
+
+    def __init__(
+        self,
+        node_id: int,
+        voters: Sequence[int],
+        storage: QuorumStorage,
+        now_ms: int,
+        *,
+        config: RaftConfig | None = None,
+        seed: int = 0,
+    ) -> None:
+        require(node_id in voters, f"node {node_id} is not one of the voters {list(voters)}")
+        self.id = node_id
+        self.voters = tuple(sorted(voters))
+        self.storage = storage
+        self.config = config or RaftConfig()
+        self.random = random.Random(seed * 1_000_003 + node_id)
+        self.epoch, self.voted_for = storage.load_state()
+        self.log = storage.entries()
+        self.role = Role.UNATTACHED
+        self.leader: int | None = None
+        self.high_watermark = 0
+        self._votes: set[int] = set()
+        self._fetched: dict[int, int] = {}
+        self._fetched_at: dict[int, int] = {}
+        self._epoch_start = 0
+        self._fetch_due_ms = 0
+        self._fetch_in_flight = False
+        self._fetch_sent_ms = 0
+        self._announced_ms: dict[int, int] = {}
+        self._last_heard_ms = now_ms
+        self._election_due_ms = now_ms + self._election_timeout()
+
+    # ------------------------------------------------------------ the log
+
+    @property
+    def end_offset(self) -> int:
+        return len(self.log)
+
+    @property
+    def last_epoch(self) -> int:
+        return self.log[-1].epoch if self.log else 0
+
+    def epoch_at(self, end_offset: int) -> int:
+        """The epoch of the entry just before ``end_offset`` (0 for none)."""
+        return self.log[end_offset - 1].epoch if end_offset > 0 else 0
+
+    def end_of_epoch(self, epoch: int) -> DivergingEpoch:
+        """The largest epoch at most ``epoch`` in this log, and the offset where it ends."""
+        for offset in range(len(self.log) - 1, -1, -1):
+            if self.log[offset].epoch <= epoch:
+                return DivergingEpoch(self.log[offset].epoch, offset + 1)
+        return DivergingEpoch(0, 0)
+
+    def committed(self) -> list[Entry]:
+        return self.log[: self.high_watermark]
+
+    def _append(self, entries: Sequence[Entry]) -> None:
+        self.storage.append(entries)
+        self.log.extend(entries)
+
+    def _truncate(self, end_offset: int) -> None:
+        require(
+            end_offset >= self.high_watermark,
+            f"node {self.id}: truncating to {end_offset}, below the high watermark "
+            f"{self.high_watermark}",
+        )
+        self.storage.truncate(end_offset)
+        del self.log[end_offset:]
+
+    # ------------------------------------------------------------ inputs
+
+    def propose(self, payloads: Sequence[bytes]) -> int:
+        """Append ``payloads`` as entries of this epoch; returns the first one's offset.
+        They are committed once the high watermark passes them."""
+        if self.role is not Role.LEADER:
+            raise NotLeaderError(self.leader)
+        first = self.end_offset
+        self._append([Entry(self.epoch, payload) for payload in payloads])
+        self._fetched[self.id] = self.end_offset
+        self._advance_high_watermark()
+        return first
+
+    def tick(self, now_ms: int) -> list[Message]:
+        """What the passing of time makes this node send."""
+        if self.role is Role.LEADER:
+            return self._leader_tick(now_ms)
+        if self.role is Role.FOLLOWER:
+            if now_ms - self._last_heard_ms >= self.config.fetch_timeout_ms:
+                return self._start_election(now_ms)
+            unanswered = now_ms - self._fetch_sent_ms >= self.config.request_timeout_ms
+            if (not self._fetch_in_flight and now_ms >= self._fetch_due_ms) or (
+                self._fetch_in_flight and unanswered
+            ):
+                return [self._fetch(now_ms)]
+            return []
+        if now_ms >= self._election_due_ms:
+            return self._start_election(now_ms)
+        return []
+
+    def receive(self, message: Message, now_ms: int) -> list[Message]:
+        """What receiving ``message`` makes this node send."""
+        body = message.body
+        if body.epoch > self.epoch:
+            leader = body.leader if isinstance(body, BeginQuorumEpoch | FetchResponse) else None
+            self._new_epoch(body.epoch, leader, now_ms)
+        if isinstance(body, VoteRequest):
+            return self._on_vote_request(message.sender, body, now_ms)
+        if isinstance(body, VoteResponse):
+            return self._on_vote_response(message.sender, body, now_ms)
+        if isinstance(body, BeginQuorumEpoch):
+            return self._on_begin(body, now_ms)
+        if isinstance(body, FetchRequest):
+            return self._on_fetch(message.sender, body, now_ms)
+        return self._on_fetch_response(body, now_ms)
+
+    # ------------------------------------------------------------ epochs and votes
+
+    def _persist(self, epoch: int, voted_for: int | None) -> None:
+        require(epoch >= self.epoch, f"node {self.id}: epoch {self.epoch} going back to {epoch}")
+        require(
+            epoch > self.epoch or self.voted_for in (None, voted_for),
+            f"node {self.id}: a second vote in epoch {epoch}",
+        )
+        self.storage.save_state(epoch, voted_for)
+        self.epoch, self.voted_for = epoch, voted_for
+
+    def _new_epoch(self, epoch: int, leader: int | None, now_ms: int) -> None:
+        """A message of a later epoch: follow its leader, or wait unattached for one."""
+        self._persist(epoch, None)
+        self._votes.clear()
+        if leader is not None and leader != self.id:
+            self._follow(leader, now_ms)
+        else:
+            self.role, self.leader = Role.UNATTACHED, None
+            self._election_due_ms = now_ms + self._election_timeout()
+
+    def _follow(self, leader: int, now_ms: int) -> None:
+        self.role, self.leader = Role.FOLLOWER, leader
+        self._last_heard_ms = now_ms
+        self._fetch_due_ms = now_ms
+        self._fetch_in_flight = False
+
+    def _election_timeout(self) -> int:
+        timeout = self.config.election_timeout_ms
+        return timeout + self.random.randrange(timeout)
+
+    def _start_election(self, now_ms: int) -> list[Message]:
+        self._persist(self.epoch + 1, self.id)
+        self.role, self.leader = Role.CANDIDATE, None
+        self._votes = {self.id}
+        self._election_due_ms = now_ms + self._election_timeout()
+        if self._has_majority(self._votes):
+            return self._become_leader(now_ms)
+        request = VoteRequest(self.epoch, self.id, self.last_epoch, self.end_offset)
+        return [Message(self.id, voter, request) for voter in self.voters if voter != self.id]
+
+    def _on_vote_request(self, sender: int, request: VoteRequest, now_ms: int) -> list[Message]:
+        granted = False
+        if request.epoch == self.epoch and self.role is not Role.LEADER:
+            free = self.voted_for in (None, request.candidate)
+            theirs = (request.last_epoch, request.end_offset)
+            current = theirs >= (self.last_epoch, self.end_offset)
+            if free and current and self.role is not Role.FOLLOWER:
+                self._persist(self.epoch, request.candidate)
+                self._election_due_ms = now_ms + self._election_timeout()
+                granted = True
+        return [Message(self.id, sender, VoteResponse(self.epoch, granted))]
+
+    def _on_vote_response(self, sender: int, response: VoteResponse, now_ms: int) -> list[Message]:
+        if self.role is not Role.CANDIDATE or response.epoch != self.epoch or not response.granted:
+            return []
+        self._votes.add(sender)
+        return self._become_leader(now_ms) if self._has_majority(self._votes) else []
+
+    def _has_majority(self, nodes: set[int]) -> bool:
+        return len(nodes & set(self.voters)) * 2 > len(self.voters)
+
+    def _become_leader(self, now_ms: int) -> list[Message]:
+        self.role, self.leader = Role.LEADER, self.id
+        self._epoch_start = self.end_offset
+        self._fetched = {self.id: self.end_offset}
+        self._fetched_at = dict.fromkeys(self.voters, now_ms)
+        self._append([Entry(self.epoch, LEADER_CHANGE)])
+        self._fetched[self.id] = self.end_offset
+        self._announced_ms = dict.fromkeys(self.voters, now_ms)
+        self._advance_high_watermark()
+        begin = BeginQuorumEpoch(self.epoch, self.id)
+        return [Message(self.id, voter, begin) for voter in self.voters if voter != self.id]
+
+    def _on_begin(self, begin: BeginQuorumEpoch, now_ms: int) -> list[Message]:
+        current = begin.epoch == self.epoch and begin.leader != self.id
+        followed = self.role is Role.FOLLOWER and self.leader == begin.leader
+        if current and self.role is not Role.LEADER and not followed:
+            self._follow(begin.leader, now_ms)
+            return [self._fetch(now_ms)]
+        return []
+
+    # ------------------------------------------------------------ the leader
+
+    def _leader_tick(self, now_ms: int) -> list[Message]:
+        config = self.config
+        heard = {v for v, at in self._fetched_at.items() if now_ms - at < config.fetch_timeout_ms}
+        if not self._has_majority(heard | {self.id}):
+            # check quorum: no majority fetches from this leader any more
+            self.role, self.leader = Role.UNATTACHED, None
+            self._election_due_ms = now_ms + self._election_timeout()
+            return []
+        again = []
+        for voter in self.voters:
+            quiet = now_ms - self._fetched_at[voter] >= config.request_timeout_ms
+            due = now_ms - self._announced_ms.get(voter, now_ms) >= config.request_timeout_ms
+            if voter != self.id and quiet and due:
+                self._announced_ms[voter] = now_ms
+                again.append(Message(self.id, voter, BeginQuorumEpoch(self.epoch, self.id)))
+        return again
+
+    def _on_fetch(self, sender: int, request: FetchRequest, now_ms: int) -> list[Message]:
+        if self.role is not Role.LEADER or request.epoch != self.epoch:
+            answer = FetchResponse(self.epoch, self.leader, request.offset)
+            return [Message(self.id, sender, answer)]
+        self._fetched_at[sender] = now_ms
+        if request.offset > self.end_offset or self.epoch_at(request.offset) != request.last_epoch:
+            diverging = self.end_of_epoch(request.last_epoch)
+            end = min(diverging.end_offset, request.offset)
+            answer = FetchResponse(
+                self.epoch,
+                self.id,
+                request.offset,
+                high_watermark=self.high_watermark,
+                diverging=DivergingEpoch(diverging.epoch, end),
+            )
+            return [Message(self.id, sender, answer)]
+        self._fetched[sender] = request.offset
+        self._advance_high_watermark()
+        entries = tuple(self.log[request.offset : request.offset + self.config.fetch_entries_max])
+        answer = FetchResponse(
+            self.epoch, self.id, request.offset, entries, high_watermark=self.high_watermark
+        )
+        return [Message(self.id, sender, answer)]
+
+    def _advance_high_watermark(self) -> None:
+        reached = sorted((self._fetched.get(voter, 0) for voter in self.voters), reverse=True)
+        majority = reached[len(self.voters) // 2]
+        if majority > self._epoch_start and majority > self.high_watermark:
+            self.high_watermark = majority
+
+    # ------------------------------------------------------------ a follower
+
+    def _fetch(self, now_ms: int) -> Message:
+        assert self.leader is not None
+        self._fetch_in_flight = True
+        self._fetch_sent_ms = now_ms
+        request = FetchRequest(self.epoch, self.end_offset, self.last_epoch)
+        return Message(self.id, self.leader, request)
+
+    def _on_fetch_response(self, response: FetchResponse, now_ms: int) -> list[Message]:
+        if response.epoch < self.epoch or response.leader is None or response.leader == self.id:
+            return []
+        if self.role is not Role.FOLLOWER or self.leader != response.leader:
+            self._follow(response.leader, now_ms)
+        self._last_heard_ms = now_ms
+        self._fetch_in_flight = False
+        if response.offset != self.end_offset:
+            return [self._fetch(now_ms)]  # an answer to an earlier request: ask again from here
+        if response.diverging is not None:
+            self._truncate(response.diverging.end_offset)
+            return [self._fetch(now_ms)]
+        if response.entries:
+            self._append(response.entries)
+        known = min(response.high_watermark, self.end_offset)
+        self.high_watermark = max(self.high_watermark, known)
+        if response.entries:
+            return [self._fetch(now_ms)]
+        self._fetch_due_ms = now_ms + self.config.fetch_interval_ms
+        return []

@@ -1,0 +1,152 @@
+"""The controller quorum's Raft under a deterministic simulation: seeded faults (drops,
+duplicates, partitions, crashes and restarts) against the checker of
+``raft_simulation``, and the single steps that matter, by hand."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from raft_simulation import Faults, Simulation, run_seed
+
+from eventplatform.log.cluster.raft import (
+    BeginQuorumEpoch,
+    DivergingEpoch,
+    Entry,
+    FetchRequest,
+    FetchResponse,
+    MemoryStorage,
+    Message,
+    NotLeaderError,
+    RaftConfig,
+    RaftNode,
+    Role,
+    VoteRequest,
+    VoteResponse,
+)
+from eventplatform.log.invariants import InvariantError
+
+SEEDS = int(os.environ.get("EVENTPLATFORM_SIM_SEEDS", "200"))
+
+
+@pytest.mark.parametrize("voters", [3, 5])
+def test_seeded_faults_never_break_safety_and_the_quorum_recovers(voters: int) -> None:
+    outcomes = [run_seed(seed, voters=voters) for seed in range(SEEDS)]
+    # the faults did happen, and work got done through them
+    assert sum(o.crashes for o in outcomes) > SEEDS and sum(o.partitions for o in outcomes) > SEEDS
+    assert sum(o.acknowledged for o in outcomes) > SEEDS * 100
+    assert all(len(o.leaders) >= 1 for o in outcomes)
+
+
+def test_a_seed_replays_exactly() -> None:
+    assert run_seed(17) == run_seed(17)
+
+
+def test_a_single_voter_leads_itself_and_commits_at_once() -> None:
+    node = RaftNode(1, [1], MemoryStorage(), 0)
+    assert node.tick(5_000) == []
+    assert node.role is Role.LEADER and node.epoch == 1
+    offset = node.propose([b"a", b"b"])
+    assert offset == 1 and node.high_watermark == 3  # after the leader-change entry
+
+
+def test_a_quiet_network_elects_one_leader_and_replicates() -> None:
+    simulation = Simulation(
+        3, faults=Faults(drop=0, duplicate=0, crash_every_ms=10**9, partition_every_ms=10**9)
+    )
+    simulation.run_until(3_000, simulation._has_leader)
+    leaders = [r for r in simulation.nodes.values() if r is not None and r.role is Role.LEADER]
+    assert len(leaders) == 1
+    leader = leaders[0]
+    offset = leader.propose([b"x"])
+    simulation.run_until(simulation.now_ms + 1_000)
+    for raft in simulation.nodes.values():
+        assert raft is not None and raft.committed()[offset] == Entry(leader.epoch, b"x")
+
+
+def test_a_vote_goes_to_an_up_to_date_candidate_only_once_per_epoch() -> None:
+    storage = MemoryStorage(log=[Entry(1, b""), Entry(2, b"")])
+    voter = RaftNode(1, [1, 2, 3], storage, 0)
+    stale = Message(2, 1, VoteRequest(3, 2, last_epoch=1, end_offset=5))
+    assert voter.receive(stale, 0)[0].body == VoteResponse(3, granted=False)
+    current = Message(3, 1, VoteRequest(3, 3, last_epoch=2, end_offset=2))
+    assert voter.receive(current, 0)[0].body == VoteResponse(3, granted=True)
+    other = Message(2, 1, VoteRequest(3, 2, last_epoch=2, end_offset=9))
+    assert voter.receive(other, 0)[0].body == VoteResponse(3, granted=False)
+    assert storage.load_state() == (3, 3)  # the vote was stored before the answer left
+
+
+def test_a_follower_truncates_a_diverging_suffix_by_epoch() -> None:
+    storage = MemoryStorage(epoch=3, log=[Entry(1, b"a"), Entry(2, b"stale"), Entry(2, b"x")])
+    follower = RaftNode(2, [1, 2, 3], storage, 0)
+    follower.receive(Message(1, 2, BeginQuorumEpoch(3, 1)), 0)
+    diverged = FetchResponse(3, 1, 3, high_watermark=1, diverging=DivergingEpoch(1, 1))
+    [again] = follower.receive(Message(1, 2, diverged), 1)
+    assert follower.log == [Entry(1, b"a")]
+    assert again.body == FetchRequest(3, 1, 1)
+
+
+def test_nothing_at_or_below_the_high_watermark_is_truncated() -> None:
+    follower = RaftNode(2, [1, 2, 3], MemoryStorage(epoch=2, log=[Entry(1, b"a")]), 0)
+    follower.receive(Message(1, 2, BeginQuorumEpoch(2, 1)), 0)
+    follower.receive(Message(1, 2, FetchResponse(2, 1, 1, high_watermark=1)), 0)
+    assert follower.high_watermark == 1
+    bad = FetchResponse(2, 1, 1, diverging=DivergingEpoch(0, 0))
+    with pytest.raises(InvariantError, match="below the high watermark"):
+        follower.receive(Message(1, 2, bad), 0)
+
+
+def test_a_leader_cut_off_from_its_quorum_resigns() -> None:
+    node = RaftNode(1, [1, 2, 3], MemoryStorage(), 0)
+    node.tick(5_000)
+    for voter in (2, 3):
+        node.receive(Message(voter, 1, VoteResponse(1, granted=True)), 5_000)
+    assert node.role is Role.LEADER
+    node.tick(5_000 + node.config.fetch_timeout_ms)
+    assert node.role is Role.UNATTACHED
+    with pytest.raises(NotLeaderError):
+        node.propose([b"late"])
+
+
+def _deliver(
+    nodes: dict[int, RaftNode], messages: list[Message], now: int, *, to: set[int]
+) -> list[Message]:
+    """Deliver the messages addressed to ``to``; returns what the deliveries sent."""
+    sent: list[Message] = []
+    for message in messages:
+        if message.receiver in to:
+            sent += nodes[message.receiver].receive(message, now)
+    return sent
+
+
+def test_entries_of_an_earlier_epoch_commit_only_with_one_of_the_leader_s_own() -> None:
+    """Raft's Figure 8: a leader must not count replicas of an earlier epoch's entry as its
+    commitment, or a later leader may overwrite an entry that was reported committed."""
+    config = RaftConfig(fetch_entries_max=1)
+    a, x, y = Entry(1, b"a"), Entry(2, b"x"), Entry(3, b"y")
+    logs = {1: [a, x], 2: [a, x], 3: [a], 4: [a], 5: [a, y]}
+    storages = {n: MemoryStorage(epoch=3, log=list(log)) for n, log in logs.items()}
+    nodes = {n: RaftNode(n, [1, 2, 3, 4, 5], storages[n], 0, config=config) for n in logs}
+
+    # S1 wins epoch 4 with S2 and S3; S3 fetches x; both fetch past x, answers lost
+    requests = nodes[1].tick(10_000)
+    answers = _deliver(nodes, requests, 10_000, to={2, 3})
+    announced = _deliver(nodes, answers, 10_000, to={1})
+    assert nodes[1].role is Role.LEADER and nodes[1].epoch == 4
+    from_3 = _deliver(nodes, announced, 10_000, to={3})
+    from_3 = _deliver(nodes, _deliver(nodes, from_3, 10_000, to={1}), 10_000, to={3})
+    assert nodes[3].log == [a, x]  # x is on S1, S2 and S3 now: a majority, but of epoch 2
+    _deliver(nodes, from_3 + _deliver(nodes, announced, 10_000, to={2}), 10_000, to={1})
+    assert nodes[1].high_watermark <= 1, "x counted committed without an entry of epoch 4"
+
+    # S1 dies; S5 wins with S3 and S4 (at the second try: S3 follows S1 in epoch 4)
+    del nodes[1]
+    for now in (20_000, 40_000):
+        answers = _deliver(nodes, nodes[5].tick(now), now, to={3, 4})
+        announced = _deliver(nodes, answers, now, to={5})
+    assert nodes[5].role is Role.LEADER and nodes[5].epoch == 5
+    # ... and overwrites x on S3, which is allowed: x was never committed
+    fetches = _deliver(nodes, announced, 40_000, to={3, 4})
+    for _ in range(4):
+        fetches = _deliver(nodes, _deliver(nodes, fetches, 40_000, to={5}), 40_000, to={3, 4})
+    assert nodes[3].log[:2] == [a, y]
