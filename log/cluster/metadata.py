@@ -1,0 +1,281 @@
+"""The cluster's metadata: the records the controller quorum commits, and what they build.
+
+The active controller decides; the quorum's log (:mod:`.raft`) orders its
+decisions as **records**; every controller and broker applies the committed
+records in order to a :class:`MetadataImage`. The records:
+
+* :class:`RegisterBroker`: a broker joined, or came back (a new epoch);
+* :class:`FenceBroker` / :class:`UnfenceBroker`: it missed its heartbeats,
+  or is back;
+* :class:`CreateTopic`: a topic with its partitions' replicas, ISR and
+  first leaders, and its configs;
+* :class:`PartitionChange`: a partition's new leader, ISR or replicas; each
+  change bumps the partition epoch, a new leader the leader epoch too.
+
+Records are JSON objects with a ``type`` (:func:`encode` / :func:`decode`).
+Applying one that contradicts the image (a leader outside the ISR, an ISR
+outside the replicas, an unknown topic) raises :class:`MetadataError`: the
+controller must never commit it.
+
+The decisions themselves are pure functions here too: round-robin replica
+placement (:func:`place_replicas`), leader election from the ISR
+(:func:`elect_leader`, unclean only when allowed), and what fencing a
+broker changes (:func:`fence_changes`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+import orjson
+
+NO_LEADER = -1
+
+
+class MetadataError(Exception):
+    """A record that contradicts the metadata it would apply to."""
+
+
+# ---------------------------------------------------------------- records
+
+
+@dataclass(frozen=True)
+class RegisterBroker:
+    broker: int
+    epoch: int
+    host: str
+    port: int
+    rack: str | None = None
+
+
+@dataclass(frozen=True)
+class FenceBroker:
+    broker: int
+    epoch: int
+
+
+@dataclass(frozen=True)
+class UnfenceBroker:
+    broker: int
+    epoch: int
+
+
+@dataclass(frozen=True)
+class PartitionAssignment:
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    leader: int
+
+
+@dataclass(frozen=True)
+class CreateTopic:
+    name: str
+    topic_id: str
+    partitions: tuple[PartitionAssignment, ...]
+    configs: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PartitionChange:
+    topic: str
+    partition: int
+    leader: int | None = None
+    """The new leader (``NO_LEADER`` for none); ``None`` keeps the current one."""
+    isr: tuple[int, ...] | None = None
+    replicas: tuple[int, ...] | None = None
+
+
+MetadataRecord = RegisterBroker | FenceBroker | UnfenceBroker | CreateTopic | PartitionChange
+RECORD_TYPES: dict[str, type[Any]] = {
+    "register_broker": RegisterBroker,
+    "fence_broker": FenceBroker,
+    "unfence_broker": UnfenceBroker,
+    "create_topic": CreateTopic,
+    "partition_change": PartitionChange,
+}
+TYPE_NAMES = {record_type: name for name, record_type in RECORD_TYPES.items()}
+
+
+def encode(record: MetadataRecord) -> bytes:
+    return orjson.dumps({"type": TYPE_NAMES[type(record)], **asdict(record)})
+
+
+def decode(payload: bytes) -> MetadataRecord:
+    try:
+        document = orjson.loads(payload)
+        record_type = RECORD_TYPES[document.pop("type")]
+    except (orjson.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
+        raise MetadataError(f"not a metadata record: {payload[:80]!r}") from exc
+    if record_type is CreateTopic:
+        document["partitions"] = tuple(
+            PartitionAssignment(tuple(p["replicas"]), tuple(p["isr"]), p["leader"])
+            for p in document["partitions"]
+        )
+    for name in ("isr", "replicas"):
+        if document.get(name) is not None:
+            document[name] = tuple(document[name])
+    try:
+        record: MetadataRecord = record_type(**document)
+    except TypeError as exc:
+        raise MetadataError(f"a {record_type.__name__} with wrong fields: {exc}") from exc
+    return record
+
+
+# ---------------------------------------------------------------- the image
+
+
+@dataclass(frozen=True)
+class BrokerState:
+    broker: int
+    epoch: int
+    host: str
+    port: int
+    rack: str | None
+    fenced: bool
+
+
+@dataclass(frozen=True)
+class PartitionState:
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    leader: int
+    leader_epoch: int
+    partition_epoch: int
+
+
+@dataclass
+class TopicState:
+    name: str
+    topic_id: str
+    partitions: list[PartitionState]
+    configs: dict[str, str]
+
+
+@dataclass
+class MetadataImage:
+    """The cluster as the committed records describe it, up to ``offset``."""
+
+    brokers: dict[int, BrokerState] = field(default_factory=dict)
+    topics: dict[str, TopicState] = field(default_factory=dict)
+    offset: int = 0
+
+    def apply(self, record: MetadataRecord) -> None:
+        """Apply the next committed record; raises MetadataError on a contradiction."""
+        if isinstance(record, RegisterBroker):
+            self.brokers[record.broker] = BrokerState(
+                record.broker, record.epoch, record.host, record.port, record.rack, fenced=True
+            )
+        elif isinstance(record, FenceBroker | UnfenceBroker):
+            broker = self._broker(record.broker, record.epoch)
+            self.brokers[record.broker] = replace(broker, fenced=isinstance(record, FenceBroker))
+        elif isinstance(record, CreateTopic):
+            self._create(record)
+        else:
+            self._change(record)
+        self.offset += 1
+
+    def live_brokers(self) -> list[int]:
+        return sorted(b.broker for b in self.brokers.values() if not b.fenced)
+
+    def partition(self, topic: str, partition: int) -> PartitionState:
+        state = self.topics.get(topic)
+        if state is None or not 0 <= partition < len(state.partitions):
+            raise MetadataError(f"no partition {topic}/{partition}")
+        return state.partitions[partition]
+
+    def _broker(self, broker: int, epoch: int) -> BrokerState:
+        state = self.brokers.get(broker)
+        if state is None or state.epoch != epoch:
+            raise MetadataError(f"broker {broker} epoch {epoch} is not registered")
+        return state
+
+    def _create(self, record: CreateTopic) -> None:
+        if record.name in self.topics:
+            raise MetadataError(f"topic {record.name} exists")
+        partitions = []
+        for assignment in record.partitions:
+            _check_partition(record.name, assignment.replicas, assignment.isr, assignment.leader)
+            state = PartitionState(assignment.replicas, assignment.isr, assignment.leader, 0, 0)
+            partitions.append(state)
+        self.topics[record.name] = TopicState(
+            record.name, record.topic_id, partitions, dict(record.configs)
+        )
+
+    def _change(self, record: PartitionChange) -> None:
+        current = self.partition(record.topic, record.partition)
+        replicas = record.replicas if record.replicas is not None else current.replicas
+        isr = record.isr if record.isr is not None else current.isr
+        leader = record.leader if record.leader is not None else current.leader
+        _check_partition(record.topic, replicas, isr, leader)
+        new_leader = leader != current.leader
+        self.topics[record.topic].partitions[record.partition] = PartitionState(
+            replicas,
+            isr,
+            leader,
+            current.leader_epoch + 1 if new_leader else current.leader_epoch,
+            current.partition_epoch + 1,
+        )
+
+
+def _check_partition(topic: str, replicas: Sequence[int], isr: Sequence[int], leader: int) -> None:
+    if not replicas or len(set(replicas)) != len(replicas):
+        raise MetadataError(f"{topic}: replicas {list(replicas)} are empty or repeat")
+    if not isr or not set(isr) <= set(replicas):
+        raise MetadataError(f"{topic}: ISR {list(isr)} is empty or not within {list(replicas)}")
+    if leader != NO_LEADER and leader not in isr:
+        raise MetadataError(f"{topic}: leader {leader} is not in the ISR {list(isr)}")
+
+
+# ---------------------------------------------------------------- decisions
+
+
+def place_replicas(
+    brokers: Sequence[int], partitions: int, replication_factor: int, start: int = 0
+) -> list[tuple[int, ...]]:
+    """Round-robin: partition ``p``'s replicas are the brokers from ``start + p`` on, so
+    leaders (the first replica) spread evenly."""
+    ordered = sorted(brokers)
+    if replication_factor > len(ordered):
+        raise MetadataError(
+            f"replication factor {replication_factor} is more than the {len(ordered)} live brokers"
+        )
+    return [
+        tuple(ordered[(start + p + r) % len(ordered)] for r in range(replication_factor))
+        for p in range(partitions)
+    ]
+
+
+def elect_leader(state: PartitionState, live: Iterable[int], *, unclean: bool = False) -> int:
+    """The first live replica in the ISR, in replica order (the preferred leader first); with
+    ``unclean``, any live replica when none of the ISR is; else ``NO_LEADER``."""
+    alive = set(live)
+    for replica in state.replicas:
+        if replica in state.isr and replica in alive:
+            return replica
+    if unclean:
+        for replica in state.replicas:
+            if replica in alive:
+                return replica
+    return NO_LEADER
+
+
+def fence_changes(image: MetadataImage, broker: int) -> list[PartitionChange]:
+    """What fencing ``broker`` changes: it leaves every ISR (but the last member stays, so
+    only it can lead again: no unclean election), and its partitions get new leaders."""
+    live = [b for b in image.live_brokers() if b != broker]
+    changes = []
+    for topic in image.topics.values():
+        unclean = topic.configs.get("unclean.leader.election.enable", "false") == "true"
+        for number, state in enumerate(topic.partitions):
+            if broker not in state.isr and state.leader != broker:
+                continue
+            isr = tuple(b for b in state.isr if b != broker) or state.isr
+            shrunk = replace(state, isr=isr)
+            leader = elect_leader(shrunk, live, unclean=unclean)
+            if leader != NO_LEADER and leader not in isr:  # unclean: the leader is the ISR
+                isr = (leader,)
+            if isr != state.isr or leader != state.leader:
+                changes.append(PartitionChange(topic.name, number, leader=leader, isr=isr))
+    return changes
