@@ -84,6 +84,8 @@ class FileTail:
         self._pending = b""
         self._draining = False
         self._restore()
+        if self._file is None:  # hold the file from the start: it may rotate before a read
+            self._open_current()
 
     # ------------------------------------------------------------ position
 

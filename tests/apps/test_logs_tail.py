@@ -50,6 +50,15 @@ def test_complete_lines_only_then_the_rest_once_finished(tmp_path: Path) -> None
     assert taken(tail) == []
 
 
+def test_a_file_renamed_before_the_first_read_is_still_read(tmp_path: Path) -> None:
+    path = tmp_path / "app.log"
+    write(path, "a1")
+    tail = FileTail(path, tmp_path / "app.state", rotation_grace_s=0.0)
+    path.rename(tmp_path / "app.log.1")
+    write(path, "b1")
+    assert taken(tail) == ["a1", "b1"]
+
+
 def test_a_renamed_file_is_finished_before_the_new_one(tmp_path: Path) -> None:
     path = tmp_path / "app.log"
     tail = FileTail(path, tmp_path / "app.state", rotation_grace_s=0.0)
@@ -156,12 +165,14 @@ def test_tailing_through_rotations_and_restarts_appends_every_line_once(tmp_path
                 kwargs={"stop": stop, "batch_lines": 300, "on_batch": appended.append},
             )
             thread.start()
-            emit(200)
-            path.replace(tmp_path / f"app.log.{round_}")  # rotate mid-stream
-            emit(300)
-            _wait(lambda: sum(appended) >= 1000 or not thread.is_alive())  # noqa: B023
-            stop.set()
-            thread.join(FOLLOW_TIMEOUT_S)
+            try:
+                emit(200)
+                path.replace(tmp_path / f"app.log.{round_}")  # rotate mid-stream
+                emit(300)
+                _wait(lambda: sum(appended) >= 1000 or not thread.is_alive())  # noqa: B023
+            finally:
+                stop.set()
+                thread.join(FOLLOW_TIMEOUT_S)
             assert sum(appended) == 1000
         migrate.upgrade(url, [app])
         names = [lines_projection.name]
