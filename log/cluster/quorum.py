@@ -1,0 +1,252 @@
+"""The controller quorum's trio shell: sockets, timers and one owner for a :class:`RaftNode`.
+
+A :class:`QuorumServer` runs one voter. Voters talk over TCP with frames of
+a 4-byte big-endian length and a JSON body (:func:`encode_message` /
+:func:`decode_message`): every Raft message is one-way, and an answer is a
+message of its own, so each voter keeps one outgoing connection per peer
+(reconnecting with a delay) and accepts the peers' connections. A frame
+over :data:`FRAME_BYTES_MAX` or one that does not decode closes that
+connection; nothing else notices.
+
+One task owns the node: it takes inbound messages from a channel, ticks
+every :data:`TICK_MS`, and queues what the node sends. :meth:`propose`
+appends through the leader and waits until the entries are committed, and
+every committed entry is handed to ``on_commit`` in log order, exactly once
+per process.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import struct
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict
+from typing import Any
+
+import orjson
+import trio
+
+from eventplatform.log.cluster.raft import (
+    BeginQuorumEpoch,
+    DivergingEpoch,
+    Entry,
+    FetchRequest,
+    FetchResponse,
+    Message,
+    NotLeaderError,
+    QuorumStorage,
+    RaftConfig,
+    RaftNode,
+    Role,
+    VoteRequest,
+    VoteResponse,
+)
+
+log = logging.getLogger(__name__)
+
+TICK_MS = 10
+FRAME_BYTES_MAX = 16 * 1024 * 1024
+RECONNECT_DELAY_S = 0.2
+CONNECT_TIMEOUT_S = 2.0
+SEND_QUEUE_MESSAGES = 10_000
+PROPOSE_TIMEOUT_S = 10.0
+LENGTH = struct.Struct(">I")
+BODIES: dict[str, type[Any]] = {
+    "vote_request": VoteRequest,
+    "vote_response": VoteResponse,
+    "begin_quorum_epoch": BeginQuorumEpoch,
+    "fetch_request": FetchRequest,
+    "fetch_response": FetchResponse,
+}
+BODY_NAMES = {body: name for name, body in BODIES.items()}
+
+
+class FrameError(ValueError):
+    """A frame that is too long or does not decode as a quorum message."""
+
+
+def encode_message(message: Message) -> bytes:
+    body = asdict(message.body)
+    if isinstance(message.body, FetchResponse):
+        body["entries"] = [[entry.epoch, entry.payload.hex()] for entry in message.body.entries]
+    document = {
+        "sender": message.sender,
+        "receiver": message.receiver,
+        "type": BODY_NAMES[type(message.body)],
+        "body": body,
+    }
+    payload = orjson.dumps(document)
+    return LENGTH.pack(len(payload)) + payload
+
+
+def decode_message(payload: bytes) -> Message:
+    try:
+        document = orjson.loads(payload)
+        body_type = BODIES[document["type"]]
+        fields = dict(document["body"])
+        if body_type is FetchResponse:
+            fields["entries"] = tuple(
+                Entry(epoch, bytes.fromhex(data)) for epoch, data in fields["entries"]
+            )
+            if fields["diverging"] is not None:
+                fields["diverging"] = DivergingEpoch(**fields["diverging"])
+        return Message(int(document["sender"]), int(document["receiver"]), body_type(**fields))
+    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+        raise FrameError(f"not a quorum message: {exc}") from exc
+
+
+class QuorumServer:
+    """One voter of the quorum ``peers`` (id → (host, port), itself included)."""
+
+    def __init__(
+        self,
+        node_id: int,
+        peers: Mapping[int, tuple[str, int]],
+        storage: QuorumStorage,
+        *,
+        config: RaftConfig | None = None,
+        on_commit: Callable[[int, Entry], None] | None = None,
+    ) -> None:
+        self.id = node_id
+        self.peers = dict(peers)
+        self.storage = storage
+        self.config = config
+        self.node: RaftNode | None = None
+        self.on_commit = on_commit
+        self.applied = 0
+        self._inbox_send, self._inbox = trio.open_memory_channel[Message](math.inf)
+        self._outboxes = {
+            peer: trio.open_memory_channel[bytes](SEND_QUEUE_MESSAGES)
+            for peer in peers
+            if peer != node_id
+        }
+        self._committed = trio.Condition()
+
+    @property
+    def raft(self) -> RaftNode:
+        """The voter's state machine (there once :meth:`serve` has started)."""
+        if self.node is None:
+            raise RuntimeError("the quorum server has not started")
+        return self.node
+
+    @property
+    def is_leader(self) -> bool:
+        return self.node is not None and self.node.role is Role.LEADER
+
+    async def serve(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        """Run until cancelled: listen on this voter's address, connect to the others."""
+        host, port = self.peers[self.id]
+        listeners = await trio.open_tcp_listeners(port, host=host)
+        self.node = RaftNode(self.id, list(self.peers), self.storage, _now_ms(), config=self.config)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(trio.serve_listeners, self._inbound, listeners)
+            for peer in self._outboxes:
+                nursery.start_soon(self._outbound, peer)
+            nursery.start_soon(self._drive)
+            task_status.started(listeners[0].socket.getsockname()[1])
+
+    async def propose(self, payloads: Sequence[bytes]) -> int:
+        """Append ``payloads`` and wait until they are committed; their first offset.
+        Raises NotLeaderError here, or TooSlowError if they do not commit in time."""
+        raft = self.raft
+        first = raft.propose(payloads)
+        last = first + len(payloads)
+        epoch = raft.epoch
+        with trio.fail_after(PROPOSE_TIMEOUT_S):
+            async with self._committed:
+                while raft.high_watermark < last:
+                    if raft.epoch != epoch or raft.role is not Role.LEADER:
+                        raise NotLeaderError(raft.leader)
+                    await self._committed.wait()
+        return first
+
+    # ------------------------------------------------------------ the owner
+
+    async def _drive(self) -> None:
+        """The node's one owner: messages as they come, and a tick every TICK_MS (a
+        receive past the tick's deadline is cancelled, so ticks never starve)."""
+        raft = self.raft
+        next_tick = trio.current_time()
+        while True:
+            with trio.move_on_at(next_tick):
+                message = await self._inbox.receive()
+                self._send(raft.receive(message, _now_ms()))
+                await self._apply_committed()
+                continue
+            self._send(raft.tick(_now_ms()))
+            await self._apply_committed()
+            next_tick = trio.current_time() + TICK_MS / 1000
+
+    async def _apply_committed(self) -> None:
+        raft = self.raft
+        while self.applied < raft.high_watermark:
+            entry = raft.log[self.applied]
+            if self.on_commit is not None:
+                self.on_commit(self.applied, entry)
+            self.applied += 1
+        async with self._committed:
+            self._committed.notify_all()
+
+    def _send(self, messages: list[Message]) -> None:
+        for message in messages:
+            outbox = self._outboxes.get(message.receiver)
+            if outbox is None:
+                continue
+            try:
+                outbox[0].send_nowait(encode_message(message))
+            except trio.WouldBlock:
+                log.warning("voter %d: the queue to %d is full", self.id, message.receiver)
+
+    # ------------------------------------------------------------ connections
+
+    async def _outbound(self, peer: int) -> None:
+        host, port = self.peers[peer]
+        receive = self._outboxes[peer][1]
+        while True:
+            try:
+                with trio.fail_after(CONNECT_TIMEOUT_S):
+                    stream = await trio.open_tcp_stream(host, port)
+            except (OSError, trio.TooSlowError):
+                await trio.sleep(RECONNECT_DELAY_S)
+                continue
+            try:
+                async with stream:
+                    while True:
+                        await stream.send_all(await receive.receive())
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                await trio.sleep(RECONNECT_DELAY_S)
+
+    async def _inbound(self, stream: trio.SocketStream) -> None:
+        buffer = bytearray()
+        try:
+            async with stream:
+                while True:
+                    data = await stream.receive_some(65_536)
+                    if not data:
+                        return
+                    buffer += data
+                    for message in _frames(buffer):
+                        if message.receiver == self.id and message.sender in self.peers:
+                            self._inbox_send.send_nowait(message)
+        except FrameError as exc:
+            log.warning("voter %d: closing a connection: %s", self.id, exc)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            return
+
+
+def _frames(buffer: bytearray) -> list[Message]:
+    found = []
+    while len(buffer) >= LENGTH.size:
+        (length,) = LENGTH.unpack_from(buffer)
+        if length > FRAME_BYTES_MAX:
+            raise FrameError(f"a frame of {length} bytes (at most {FRAME_BYTES_MAX})")
+        if len(buffer) < LENGTH.size + length:
+            break
+        found.append(decode_message(bytes(buffer[LENGTH.size : LENGTH.size + length])))
+        del buffer[: LENGTH.size + length]
+    return found
+
+
+def _now_ms() -> int:
+    return int(trio.current_time() * 1000)
