@@ -4,19 +4,17 @@ date from its disk; garbage on a voter's port closes only that connection."""
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 
 import pytest
 import trio
+from quorum_cluster import ELECTION_TIMEOUT_S, Cluster
 
 from eventplatform.log.cluster.quorum import (
     FrameError,
-    QuorumServer,
     decode_message,
     encode_message,
 )
-from eventplatform.log.cluster.quorum_storage import SegmentQuorumStorage
 from eventplatform.log.cluster.raft import (
     BeginQuorumEpoch,
     DivergingEpoch,
@@ -24,24 +22,9 @@ from eventplatform.log.cluster.raft import (
     FetchRequest,
     FetchResponse,
     Message,
-    NotLeaderError,
-    RaftConfig,
     VoteRequest,
     VoteResponse,
 )
-
-CONFIG = RaftConfig(election_timeout_ms=300, fetch_timeout_ms=900, request_timeout_ms=200)
-ELECTION_TIMEOUT_S = 10.0
-
-
-def free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    for sock in sockets:
-        sock.bind(("127.0.0.1", 0))
-    ports = [sock.getsockname()[1] for sock in sockets]
-    for sock in sockets:
-        sock.close()
-    return ports
 
 
 @pytest.mark.parametrize(
@@ -65,59 +48,6 @@ def test_messages_round_trip_through_frames(body: object) -> None:
 def test_junk_is_a_frame_error(payload: bytes) -> None:
     with pytest.raises(FrameError):
         decode_message(payload)
-
-
-class Cluster:
-    def __init__(self, directory: Path) -> None:
-        self.peers = {
-            n: ("127.0.0.1", port) for n, port in zip((1, 2, 3), free_ports(3), strict=True)
-        }
-        self.directory = directory
-        self.servers: dict[int, QuorumServer] = {}
-        self.scopes: dict[int, trio.CancelScope] = {}
-        self.storages: dict[int, SegmentQuorumStorage] = {}
-        self.applied: dict[int, list[tuple[int, Entry]]] = {n: [] for n in self.peers}
-
-    async def start(self, nursery: trio.Nursery, node: int) -> None:
-        storage = SegmentQuorumStorage(self.directory / f"voter-{node}")
-        self.storages[node] = storage
-        self.applied[node] = []
-        server = QuorumServer(
-            node,
-            self.peers,
-            storage,
-            config=CONFIG,
-            on_commit=lambda offset, entry: self.applied[node].append((offset, entry)),
-        )
-        self.servers[node] = server
-        scope = trio.CancelScope()
-        self.scopes[node] = scope
-
-        async def run(task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-            with scope:
-                await server.serve(task_status=task_status)
-
-        await nursery.start(run)
-
-    def stop(self, node: int) -> None:
-        self.scopes.pop(node).cancel()
-        self.servers.pop(node)
-        self.storages.pop(node).close()
-
-    async def leader(self) -> QuorumServer:
-        with trio.fail_after(ELECTION_TIMEOUT_S):
-            while True:
-                leaders = [s for s in self.servers.values() if s.is_leader]
-                if len(leaders) == 1:
-                    return leaders[0]
-                await trio.sleep(0.02)
-
-    async def propose(self, payloads: list[bytes]) -> int:
-        while True:
-            try:
-                return await (await self.leader()).propose(payloads)
-            except NotLeaderError:
-                await trio.sleep(0.05)
 
 
 async def test_three_voters_commit_in_one_order_through_a_leader_s_death(tmp_path: Path) -> None:

@@ -1,0 +1,94 @@
+"""The controller on a three-voter quorum over loopback: brokers register and heartbeat,
+topics are placed round-robin, a silent broker is fenced and loses its leaderships, and
+after the active controller dies the next one has the same metadata and goes on fencing."""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+import trio
+from quorum_cluster import ELECTION_TIMEOUT_S, Cluster
+
+from eventplatform.log.cluster.controller import Controller
+from eventplatform.log.cluster.metadata import NO_LEADER
+from eventplatform.log.cluster.quorum import QuorumServer
+
+SESSION_MS = 600
+
+
+class ControlledCluster(Cluster):
+    def __init__(self, directory: Path) -> None:
+        super().__init__(directory)
+        self.controllers: dict[int, Controller] = {}
+
+    def created(self, node: int, server: QuorumServer) -> None:
+        self.controllers[node] = Controller(server, session_timeout_ms=SESSION_MS)
+
+    def started(self, node: int, nursery: trio.Nursery) -> None:
+        nursery.start_soon(self.controllers[node].run)
+
+    async def active(self) -> Controller:
+        return self.controllers[(await self.leader()).id]
+
+    def images_agree(self) -> bool:
+        live = [self.controllers[n] for n in self.servers]
+        offsets = {c.quorum.applied for c in live}
+        images = [(c.image.brokers, c.image.topics) for c in live]
+        return len(offsets) == 1 and all(image == images[0] for image in images)
+
+
+async def beat(cluster: ControlledCluster, brokers: dict[int, int], stop: trio.Event) -> None:
+    while not stop.is_set():
+        for broker, epoch in list(brokers.items()):
+            with contextlib.suppress(Exception):  # between controllers: the next beat finds one
+                (await cluster.active()).heartbeat(broker, epoch)
+        await trio.sleep(0.05)
+
+
+async def fenced(controller: Controller, broker: int) -> None:
+    """Until ``broker`` is fenced and leads nothing (two commits: the fence, the moves)."""
+    image = controller.image
+    with trio.fail_after(ELECTION_TIMEOUT_S):
+        while not image.brokers[broker].fenced or any(
+            state.leader == broker for topic in image.topics.values() for state in topic.partitions
+        ):
+            await trio.sleep(0.02)
+
+
+async def test_register_place_fence_and_fail_over(tmp_path: Path) -> None:
+    cluster = ControlledCluster(tmp_path)
+    async with trio.open_nursery() as nursery:
+        for node in cluster.peers:
+            await cluster.start(nursery, node)
+        active = await cluster.active()
+        epochs = {b: await active.register(b, "127.0.0.1", 9090 + b) for b in (1, 2, 3)}
+        assert epochs == {1: 1, 2: 1, 3: 1}
+        created = await active.create_topic("orders", 3, 3)
+        assert [p.leader for p in created.partitions] == [1, 2, 3]
+        again = await active.create_topic("audit", 2, 2)
+        assert [p.replicas for p in again.partitions] == [(1, 2), (2, 3)]  # continues round-robin
+
+        alive = {1: epochs[1], 2: epochs[2]}
+        stop = trio.Event()
+        nursery.start_soon(beat, cluster, alive, stop)
+        await fenced(active, 3)
+        orders = active.image.topics["orders"].partitions
+        assert all(3 not in p.isr and p.leader != 3 for p in orders)
+        assert [p.leader for p in orders] == [1, 2, 1]
+
+        # the active controller dies; the next one has the same metadata, and fences too
+        cluster.stop(active.quorum.id)
+        successor = await cluster.active()
+        assert successor is not active
+        del alive[2]
+        await fenced(successor, 2)
+        assert [p.leader for p in successor.image.topics["orders"].partitions] == [1, 1, 1]
+        assert successor.image.topics["audit"].partitions[1].leader == NO_LEADER  # 2, 3 fenced
+        with trio.fail_after(ELECTION_TIMEOUT_S):
+            while not cluster.images_agree():
+                await trio.sleep(0.02)
+        stop.set()
+        nursery.cancel_scope.cancel()
+    for storage in cluster.storages.values():
+        storage.close()
