@@ -57,9 +57,10 @@ bench-replay: $(STAMP)
 bench-collector: $(STAMP)
 	$(BIN)/python bench/collector.py
 
-# The deterministic simulations with 10,000 seeds each (CI runs 200).
+# The deterministic simulations with many more seeds than CI runs (200 and 50).
 sim: $(STAMP)
-	EVENTPLATFORM_SIM_SEEDS=10000 $(BIN)/python -m pytest -q -p no:cacheprovider tests/sim
+	EVENTPLATFORM_SIM_SEEDS=10000 EVENTPLATFORM_TRIO_SIM_SEEDS=2000 \
+		$(BIN)/python -m pytest -q -p no:cacheprovider tests/sim
 
 bench-log-tail: $(STAMP)
 	$(BIN)/python bench/log_tail.py

@@ -1,12 +1,13 @@
 """The controller quorum's trio shell: sockets, timers and one owner for a :class:`RaftNode`.
 
-A :class:`QuorumServer` runs one voter. Voters talk over TCP with frames of
-a 4-byte big-endian length and a JSON body (:func:`encode_message` /
-:func:`decode_message`): every Raft message is one-way, and an answer is a
-message of its own, so each voter keeps one outgoing connection per peer
-(reconnecting with a delay) and accepts the peers' connections. A frame
-over :data:`FRAME_BYTES_MAX` or one that does not decode closes that
-connection; nothing else notices.
+A :class:`QuorumServer` runs one voter over a :class:`Transport`. Over TCP
+(:class:`TcpTransport`) voters send frames of a 4-byte big-endian length and
+a JSON body (:func:`encode_message` / :func:`decode_message`): every Raft
+message is one-way, and an answer is a message of its own, so each voter
+keeps one outgoing connection per peer (reconnecting with a delay) and
+accepts the peers' connections. A frame over :data:`FRAME_BYTES_MAX` or one
+that does not decode closes that connection; nothing else notices. A
+simulation plugs in a network of its own.
 
 One task owns the node: it takes inbound messages from a channel, ticks
 every :data:`TICK_MS`, and queues what the node sends. :meth:`propose`
@@ -22,7 +23,7 @@ import math
 import struct
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 import trio
@@ -96,32 +97,123 @@ def decode_message(payload: bytes) -> Message:
         raise FrameError(f"not a quorum message: {exc}") from exc
 
 
+class Transport(Protocol):
+    """How a voter's messages travel: TCP (:class:`TcpTransport`), or a simulated network."""
+
+    async def run(
+        self,
+        node: int,
+        deliver: Callable[[Message], None],
+        outboxes: Mapping[int, trio.MemoryReceiveChannel[Message]],
+        *,
+        task_status: Any = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Until cancelled: hand inbound messages to ``deliver``, send what ``outboxes``
+        (one per peer) hold; reports the bound port (or None) through ``task_status``."""
+        ...
+
+
+class TcpTransport:
+    """Voters over TCP: length-prefixed frames, one outgoing connection per peer."""
+
+    def __init__(self, peers: Mapping[int, tuple[str, int]]) -> None:
+        self.peers = dict(peers)
+
+    async def run(
+        self,
+        node: int,
+        deliver: Callable[[Message], None],
+        outboxes: Mapping[int, trio.MemoryReceiveChannel[Message]],
+        *,
+        task_status: Any = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        host, port = self.peers[node]
+        listeners = await trio.open_tcp_listeners(port, host=host)
+
+        async def inbound(stream: trio.SocketStream) -> None:
+            await self._inbound(node, stream, deliver)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(trio.serve_listeners, inbound, listeners)
+            for peer, outbox in outboxes.items():
+                nursery.start_soon(self._outbound, peer, outbox)
+            task_status.started(listeners[0].socket.getsockname()[1])
+
+    async def _outbound(self, peer: int, outbox: trio.MemoryReceiveChannel[Message]) -> None:
+        host, port = self.peers[peer]
+        while True:
+            try:
+                with trio.fail_after(CONNECT_TIMEOUT_S):
+                    stream = await trio.open_tcp_stream(host, port)
+            except (OSError, trio.TooSlowError):
+                await trio.sleep(RECONNECT_DELAY_S)
+                continue
+            try:
+                async with stream:
+                    while True:
+                        await stream.send_all(encode_message(await outbox.receive()))
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                await trio.sleep(RECONNECT_DELAY_S)
+
+    async def _inbound(
+        self, node: int, stream: trio.SocketStream, deliver: Callable[[Message], None]
+    ) -> None:
+        buffer = bytearray()
+        try:
+            async with stream:
+                while True:
+                    data = await stream.receive_some(65_536)
+                    if not data:
+                        return
+                    buffer += data
+                    for message in _frames(buffer):
+                        if message.receiver == node and message.sender in self.peers:
+                            deliver(message)
+        except FrameError as exc:
+            log.warning("voter %d: closing a connection: %s", node, exc)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            return
+
+
 class QuorumServer:
-    """One voter of the quorum ``peers`` (id → (host, port), itself included)."""
+    """One voter of the quorum ``voters``, talking through ``transport``."""
 
     def __init__(
         self,
         node_id: int,
-        peers: Mapping[int, tuple[str, int]],
+        voters: Sequence[int],
         storage: QuorumStorage,
+        transport: Transport,
         *,
         config: RaftConfig | None = None,
         on_commit: Callable[[int, Entry], None] | None = None,
     ) -> None:
         self.id = node_id
-        self.peers = dict(peers)
+        self.voters = tuple(voters)
         self.storage = storage
+        self.transport = transport
         self.config = config
         self.node: RaftNode | None = None
         self.on_commit = on_commit
         self.applied = 0
         self._inbox_send, self._inbox = trio.open_memory_channel[Message](math.inf)
         self._outboxes = {
-            peer: trio.open_memory_channel[bytes](SEND_QUEUE_MESSAGES)
-            for peer in peers
+            peer: trio.open_memory_channel[Message](SEND_QUEUE_MESSAGES)
+            for peer in voters
             if peer != node_id
         }
         self._committed = trio.Condition()
+
+    @classmethod
+    def over_tcp(
+        cls,
+        node_id: int,
+        peers: Mapping[int, tuple[str, int]],
+        storage: QuorumStorage,
+        **options: Any,
+    ) -> QuorumServer:
+        """A voter of ``peers`` (id → (host, port), itself included) over TCP."""
+        return cls(node_id, list(peers), storage, TcpTransport(peers), **options)
 
     @property
     def raft(self) -> RaftNode:
@@ -135,16 +227,15 @@ class QuorumServer:
         return self.node is not None and self.node.role is Role.LEADER
 
     async def serve(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
-        """Run until cancelled: listen on this voter's address, connect to the others."""
-        host, port = self.peers[self.id]
-        listeners = await trio.open_tcp_listeners(port, host=host)
-        self.node = RaftNode(self.id, list(self.peers), self.storage, _now_ms(), config=self.config)
+        """Run until cancelled; reports what the transport bound (a port, or None)."""
+        self.node = RaftNode(self.id, self.voters, self.storage, _now_ms(), config=self.config)
+        receivers = {peer: channel[1] for peer, channel in self._outboxes.items()}
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(trio.serve_listeners, self._inbound, listeners)
-            for peer in self._outboxes:
-                nursery.start_soon(self._outbound, peer)
+            bound = await nursery.start(
+                self.transport.run, self.id, self._inbox_send.send_nowait, receivers
+            )
             nursery.start_soon(self._drive)
-            task_status.started(listeners[0].socket.getsockname()[1])
+            task_status.started(bound)
 
     async def propose(self, payloads: Sequence[bytes]) -> int:
         """Append ``payloads`` and wait until they are committed; their first offset.
@@ -194,45 +285,9 @@ class QuorumServer:
             if outbox is None:
                 continue
             try:
-                outbox[0].send_nowait(encode_message(message))
+                outbox[0].send_nowait(message)
             except trio.WouldBlock:
                 log.warning("voter %d: the queue to %d is full", self.id, message.receiver)
-
-    # ------------------------------------------------------------ connections
-
-    async def _outbound(self, peer: int) -> None:
-        host, port = self.peers[peer]
-        receive = self._outboxes[peer][1]
-        while True:
-            try:
-                with trio.fail_after(CONNECT_TIMEOUT_S):
-                    stream = await trio.open_tcp_stream(host, port)
-            except (OSError, trio.TooSlowError):
-                await trio.sleep(RECONNECT_DELAY_S)
-                continue
-            try:
-                async with stream:
-                    while True:
-                        await stream.send_all(await receive.receive())
-            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-                await trio.sleep(RECONNECT_DELAY_S)
-
-    async def _inbound(self, stream: trio.SocketStream) -> None:
-        buffer = bytearray()
-        try:
-            async with stream:
-                while True:
-                    data = await stream.receive_some(65_536)
-                    if not data:
-                        return
-                    buffer += data
-                    for message in _frames(buffer):
-                        if message.receiver == self.id and message.sender in self.peers:
-                            self._inbox_send.send_nowait(message)
-        except FrameError as exc:
-            log.warning("voter %d: closing a connection: %s", self.id, exc)
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-            return
 
 
 def _frames(buffer: bytearray) -> list[Message]:

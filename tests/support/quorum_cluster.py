@@ -41,7 +41,7 @@ class Cluster:
         storage = SegmentQuorumStorage(self.directory / f"voter-{node}")
         self.storages[node] = storage
         self.applied[node] = []
-        server = QuorumServer(
+        server = QuorumServer.over_tcp(
             node,
             self.peers,
             storage,
