@@ -157,6 +157,7 @@ async def run_quorum(seed: int) -> QuorumRun:
             await trio.sleep(CHECK_INTERVAL_S)
 
     async def propose(number: int) -> None:
+        """Through whoever leads now; returns at once when nobody does."""
         payload = f"p{number}".encode()
         for server in leading():
             try:
@@ -218,6 +219,7 @@ async def run_quorum(seed: int) -> QuorumRun:
         with trio.move_on_after(RECOVERY_S + PROPOSE_TIMEOUT_S):
             while len(run.committed) <= before:
                 await propose(10**6 + len(run.committed))
+                await trio.sleep(CHECK_INTERVAL_S)  # no leader just now: do not spin
         if len(run.committed) <= before:
             raise SimulatedSafetyError(f"seed {seed}: nothing commits after healing")
         nursery.cancel_scope.cancel()
