@@ -13,13 +13,25 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 import orjson
 import projection_test_app
 import pytest
 from projection_test_app import Tick, totals_projection
-from sqlalchemy import BigInteger, Column, Engine, MetaData, String, Table, event, select, text
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    DateTime,
+    Engine,
+    MetaData,
+    String,
+    Table,
+    event,
+    select,
+    text,
+)
 
 from eventplatform.events import Correction, Envelope, Event, Position, encode
 from eventplatform.projections import migrate, schema
@@ -83,6 +95,21 @@ def reading_rows(envelope: Envelope[Reading]) -> Iterator[Row]:
 
 
 twice_projection = Projection("storetest.twice", tables=[zones])
+
+minutes = projection_table(
+    "st_minutes",
+    READINGS_METADATA,
+    Column("minute", DateTime(timezone=True), primary_key=True),
+    merge_column("high", BigInteger, Max()),
+)
+minutes_projection = Projection("storetest.minutes", tables=[minutes])
+MINUTE = datetime(2026, 11, 20, 9, 30, tzinfo=UTC)
+
+
+@minutes_projection.on(Reading)
+def reading_minute(envelope: Envelope[Reading]) -> Row:
+    return Row(minutes, minute=MINUTE, high=envelope.event.value)
+
 
 lines = projection_table(
     "st_lines",
@@ -446,6 +473,17 @@ def test_only_keeps_the_one_event_s_values_and_a_correction_needs_no_index(
     found = {key: (row["sensor"], row["value"]) for key, row in rows(engine, lines).items()}
     assert found == {(0,): ("a", 1), (2,): ("c", 30)}
     assert index_entries(engine, store) == []
+
+
+def test_a_row_keyed_by_a_time_is_recomputed_in_place(engine: Engine, log: MemoryLog) -> None:
+    # SQLite hands the key's time back without its zone: the recompute must still find
+    # the stored row and update it, not insert a second one
+    store = ProjectionStore(engine, minutes_projection)
+    kept, dropped = log.append(reading("s", 3)), log.append(reading("t", 8))
+    write(store, log, kept, dropped)
+    write(store, log, log.append(Correction(of=dropped, retract=True)))
+
+    assert [row["high"] for row in rows(engine, minutes).values()] == [3]
 
 
 def test_rows_whose_contributions_are_all_retracted_disappear(
