@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PACKAGES := platform log projections spark_projections apps
 
-.PHONY: demo test lint typecheck pytest venv bench-storage bench-broker bench-projections bench-replay bench-collector bench-log-tail sim clean
+.PHONY: demo test lint typecheck pytest venv bench-storage bench-broker bench-projections bench-replay bench-collector bench-log-tail bench-replication sim clean
 
 venv: $(STAMP)
 
@@ -64,6 +64,9 @@ sim: $(STAMP)
 
 bench-log-tail: $(STAMP)
 	$(BIN)/python bench/log_tail.py
+
+bench-replication: $(STAMP)
+	$(BIN)/python bench/replication.py
 
 clean:
 	rm -rf $(VENV) .eventplatform .pytest_cache .mypy_cache .ruff_cache .hypothesis

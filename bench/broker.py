@@ -161,14 +161,16 @@ class Broker:
 # ---------------------------------------------------------------- client processes
 
 
-def produce_worker(bootstrap: str, topic: str, value_bytes: int, count: int) -> float:
+def produce_worker(
+    bootstrap: str, topic: str, value_bytes: int, count: int, acks: int = 1
+) -> float:
     """Send ``count`` records as fast as librdkafka takes them; seconds until all acked."""
     from confluent_kafka import Producer
 
     producer = Producer(
         {
             "bootstrap.servers": bootstrap,
-            "acks": 1,
+            "acks": acks,
             "linger.ms": 5,
             "batch.size": 1_000_000,
             "queue.buffering.max.messages": 1_000_000,

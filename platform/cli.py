@@ -533,12 +533,14 @@ def groups_reset_offsets(
 
 def _register_subcommands() -> None:
     from eventplatform.apps_cli import apps
+    from eventplatform.cluster_cli import cluster
     from eventplatform.db_cli import db
     from eventplatform.projections_cli import projections
     from eventplatform.query_cli import query
     from eventplatform.replay_cli import replay
 
     main.add_command(apps)
+    main.add_command(cluster)
     main.add_command(db)
     main.add_command(projections)
     main.add_command(query)

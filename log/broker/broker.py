@@ -11,6 +11,7 @@ Everything here runs on the broker's trio thread; handlers receive the
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import struct
 import uuid
@@ -21,13 +22,15 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from eventplatform.log.broker.config import BrokerConfig
+from eventplatform.log.broker.config import BrokerConfig, format_voters
 from eventplatform.log.broker.topics import META_FILE, Topic, TopicError, TopicRegistry
+from eventplatform.log.protocol import ErrorCode
 from eventplatform.log.storage import Cleaner
 from eventplatform.log.storage.files import CLEAN_SHUTDOWN_FILE, write_atomically
 from eventplatform.log.storage.partition_log import wall_clock_ms
 
 if TYPE_CHECKING:
+    from eventplatform.log.cluster.node import BrokerMember
     from eventplatform.log.groups.coordinator import GroupCoordinator
 
 log = logging.getLogger("eventplatform.broker")
@@ -80,6 +83,8 @@ class Broker:
         self.producer_ids = ProducerIdAllocator(config.data_dir / PRODUCER_IDS_FILE)
         self.cleaner = Cleaner()
         self.groups: GroupCoordinator | None = None
+        self.member: BrokerMember | None = None
+        """The broker's cluster role (None for a standalone broker)."""
         self.api_versions: list[dict[str, int]] = []
         self.was_clean_shutdown = False
 
@@ -107,16 +112,60 @@ class Broker:
     def advertised_host(self) -> str:
         return self.config.advertised
 
-    def auto_create_topic(self, name: str) -> Topic | None:
+    async def auto_create_topic(self, name: str) -> Topic | None:
         """Create ``name`` with the broker defaults when auto-creation is on."""
         if not self.config.auto_create_topics_enable:
             return None
         try:
-            topic = self.topics.create(name, self.config.num_partitions, {})
+            await self.create_topic(name, self.config.num_partitions, -1, {})
         except TopicError:
             return None
-        log.info("auto-created topic %s with %d partitions", name, len(topic.partitions))
+        topic = self.topics.get(name)
+        if topic is not None:
+            log.info("auto-created topic %s with %d partitions", name, len(topic.partitions))
         return topic
+
+    # ------------------------------------------------------------ topic changes
+    # A standalone broker changes its own topics; a cluster member asks the controller
+    # and returns once the committed change has reached it.
+
+    async def create_topic(
+        self, name: str, partitions: int, replication_factor: int, configs: dict[str, str]
+    ) -> None:
+        self.topics.check_new_topic(name, partitions, configs)
+        if self.member is not None:
+            await self.member.create_topic(name, partitions, replication_factor, configs)
+            return
+        if replication_factor not in (-1, 1):
+            raise TopicError(
+                ErrorCode.INVALID_REPLICATION_FACTOR,
+                f"replication factor {replication_factor} is larger than the 1 available broker",
+            )
+        self.topics.create(name, partitions, configs)
+
+    async def delete_topic(self, name: str) -> None:
+        if self.topics.get(name) is None:
+            raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
+        if self.member is not None:
+            await self.member.delete_topic(name)
+            return
+        self.topics.delete(name)
+        if self.groups is not None:
+            self.groups.topic_deleted(name)
+
+    async def add_partitions(self, name: str, count: int) -> None:
+        self.topics.check_partition_count(name, count)
+        if self.member is not None:
+            await self.member.add_partitions(name, count)
+            return
+        self.topics.add_partitions(name, count)
+
+    async def set_topic_configs(self, name: str, configs: dict[str, str]) -> None:
+        self.topics.check_configs(name, configs)
+        if self.member is not None:
+            await self.member.set_topic_configs(name, configs)
+            return
+        self.topics.set_configs(name, configs)
 
     async def run_background(self) -> None:
         """Flush due logs every second; run retention and compaction on their interval."""
@@ -166,6 +215,10 @@ def _load_cluster_id(data_dir: Path, config: BrokerConfig) -> str:
             if separator:
                 properties[key.strip()] = value.strip()
     cluster_id = properties.get("cluster.id") or config.cluster_id
+    if not cluster_id and config.clustered:
+        # every member must report the same id: derive it from what they share
+        voters = format_voters(config.controller_quorum_voters).encode()
+        cluster_id = urlsafe_b64encode(hashlib.sha256(voters).digest()[:16]).decode().rstrip("=")
     if not cluster_id:
         cluster_id = urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
     if properties.get("cluster.id") != cluster_id:

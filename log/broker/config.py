@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from eventplatform.log.storage import InvalidConfigError, LogConfig
-from eventplatform.log.storage.config import integer_between
+from eventplatform.log.storage.config import boolean, integer_between
 
 LISTEN_PORT_DEFAULT = 9092
 SOCKET_REQUEST_BYTES_MAX_DEFAULT = 100 * 1024 * 1024
@@ -54,6 +54,8 @@ LOG_KEYS = {
     "log.flush.interval.ms": "flush.ms",
     "log.message.timestamp.type": "message.timestamp.type",
     "log.segment.delete.delay.ms": "file.delete.delay.ms",
+    "min.insync.replicas": "min.insync.replicas",
+    "unclean.leader.election.enable": "unclean.leader.election.enable",
 }
 _LOG_ALIASES = {
     "log.retention.hours": ("retention.ms", 3_600_000),
@@ -66,26 +68,52 @@ class BrokerConfigError(InvalidConfigError):
     """A broker config key is unknown or its value is malformed."""
 
 
-def _boolean(raw: Any) -> bool:
-    if isinstance(raw, bool):
-        return raw
-    text = str(raw).strip().lower()
-    if text not in ("true", "false"):
-        raise ValueError("expected true or false")
-    return text == "true"
-
-
 def _text(raw: Any) -> str:
     return str(raw)
+
+
+PROCESS_ROLES = ("broker", "controller")
+
+
+def _roles(raw: Any) -> frozenset[str]:
+    items = raw if isinstance(raw, list | tuple) else str(raw).split(",")
+    roles = frozenset(str(item).strip() for item in items if str(item).strip())
+    if not roles <= set(PROCESS_ROLES):
+        raise ValueError(f"expected a comma-separated subset of {', '.join(PROCESS_ROLES)}")
+    return roles
+
+
+Voter = tuple[int, str, int]
+
+
+def parse_voters(raw: Any) -> tuple[Voter, ...]:
+    """``1@host:port,2@host:port``: each controller's id and quorum address."""
+    items = raw if isinstance(raw, list | tuple) else str(raw).split(",")
+    voters = []
+    for item in (str(item).strip() for item in items):
+        if not item:
+            continue
+        node, at, address = item.partition("@")
+        host, colon, port = address.rpartition(":")
+        if not at or not colon or not node.isdigit() or not port.isdigit() or not host:
+            raise ValueError(f"{item!r} is not id@host:port")
+        voters.append((int(node), host.strip("[]"), int(port)))
+    if len({node for node, _, _ in voters}) != len(voters):
+        raise ValueError("a controller id appears twice")
+    return tuple(sorted(voters))
+
+
+def format_voters(voters: Iterable[Voter]) -> str:
+    return ",".join(f"{node}@{host}:{port}" for node, host, port in voters)
 
 
 _PARSERS: dict[str, Callable[[Any], Any]] = {
     "node.id": integer_between(0, 2**31 - 1),
     "cluster.id": _text,
-    "auto.create.topics.enable": _boolean,
-    "delete.topic.enable": _boolean,
+    "auto.create.topics.enable": boolean,
+    "delete.topic.enable": boolean,
     "num.partitions": integer_between(1, 100_000),
-    "default.replication.factor": integer_between(1, 1),
+    "default.replication.factor": integer_between(1, 32_767),
     "socket.request.max.bytes": integer_between(1024, 2**31 - 1),
     "max.in.flight.requests.per.connection": integer_between(1, 10_000),
     "connections.max.idle.ms": integer_between(1),
@@ -100,6 +128,15 @@ _PARSERS: dict[str, Callable[[Any], Any]] = {
     "offsets.retention.minutes": integer_between(1),
     "producer.id.expiration.ms": integer_between(1),
     "shutdown.grace.ms": integer_between(0),
+    "process.roles": _roles,
+    "controller.quorum.voters": parse_voters,
+    "controller.quorum.election.timeout.ms": integer_between(10),
+    "controller.quorum.fetch.timeout.ms": integer_between(10),
+    "broker.session.timeout.ms": integer_between(100),
+    "broker.heartbeat.interval.ms": integer_between(10),
+    "replica.lag.time.max.ms": integer_between(10),
+    "replica.fetch.wait.max.ms": integer_between(0),
+    "offsets.topic.replication.factor": integer_between(1, 32_767),
 }
 
 
@@ -131,11 +168,49 @@ class BrokerConfig:
     offsets_retention_minutes: int = OFFSETS_RETENTION_MINUTES_DEFAULT
     producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS_DEFAULT
     shutdown_grace_ms: int = SHUTDOWN_GRACE_MS_DEFAULT
+    process_roles: frozenset[str] = frozenset()
+    """Empty for a standalone broker (no quorum); else ``broker``, ``controller`` or both."""
+    controller_quorum_voters: tuple[Voter, ...] = ()
+    controller_quorum_election_timeout_ms: int = 1_000
+    controller_quorum_fetch_timeout_ms: int = 2_000
+    broker_session_timeout_ms: int = 9_000
+    broker_heartbeat_interval_ms: int = 500
+    replica_lag_time_max_ms: int = 30_000
+    replica_fetch_wait_max_ms: int = 500
+    offsets_topic_replication_factor: int = 3
     log_defaults: LogConfig = field(default_factory=LogConfig)
 
     @property
     def advertised(self) -> str:
         return self.advertised_host or self.listen_host
+
+    @property
+    def clustered(self) -> bool:
+        """Whether the node belongs to a quorum-managed cluster (``process.roles`` is set)."""
+        return bool(self.process_roles)
+
+    def check_cluster(self) -> None:
+        """Raise BrokerConfigError when the cluster settings contradict each other."""
+        if not self.process_roles:
+            if self.default_replication_factor > 1:
+                raise BrokerConfigError(
+                    "default.replication.factor above 1 needs a cluster (process.roles)"
+                )
+            return
+        voters = {node for node, _, _ in self.controller_quorum_voters}
+        if not voters:
+            raise BrokerConfigError(
+                "process.roles needs controller.quorum.voters (id@host:port,...)"
+            )
+        if "controller" in self.process_roles and self.node_id not in voters:
+            raise BrokerConfigError(
+                f"node.id {self.node_id} runs a controller but is not in controller.quorum.voters"
+            )
+        if "controller" not in self.process_roles and self.node_id in voters:
+            raise BrokerConfigError(
+                f"node.id {self.node_id} is a voter in controller.quorum.voters; "
+                "add controller to process.roles"
+            )
 
     @classmethod
     def load(
@@ -157,7 +232,9 @@ class BrokerConfig:
             if not separator or not key.strip():
                 raise BrokerConfigError(f"override {item!r} is not key=value")
             properties[key.strip()] = value.strip()
-        return dataclasses.replace(cls.from_properties(properties), **fields)
+        config = dataclasses.replace(cls.from_properties(properties), **fields)
+        config.check_cluster()
+        return config
 
     @classmethod
     def from_properties(cls, properties: Mapping[str, Any]) -> BrokerConfig:
@@ -190,7 +267,14 @@ class BrokerConfig:
         out = {}
         for key in _PARSERS:
             value = getattr(self, key.replace(".", "_"))
-            out[key] = str(value).lower() if isinstance(value, bool) else str(value)
+            if isinstance(value, bool):
+                out[key] = str(value).lower()
+            elif key == "process.roles":
+                out[key] = ",".join(sorted(value))
+            elif key == "controller.quorum.voters":
+                out[key] = format_voters(value)
+            else:
+                out[key] = str(value)
         topic_values = self.log_defaults.to_properties()
         for broker_key, topic_key in LOG_KEYS.items():
             out[broker_key] = topic_values[topic_key]

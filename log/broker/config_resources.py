@@ -169,7 +169,7 @@ def merged_topic_configs(
     return result
 
 
-def apply_alter_request(
+async def apply_alter_request(
     broker: Broker, request: Mapping[str, Any], *, incremental: bool
 ) -> list[dict[str, Any]]:
     """Answer an AlterConfigs or IncrementalAlterConfigs request, resource by resource."""
@@ -191,7 +191,7 @@ def apply_alter_request(
             if request["validate_only"]:
                 broker.topics.check_configs(name, merged)
             else:
-                broker.topics.set_configs(name, merged)
+                await broker.set_topic_configs(name, dict(merged))
             response.update(error_code=0, error_message=None)
         except TopicError as exc:
             response.update(error_code=exc.code, error_message=str(exc))

@@ -5,8 +5,21 @@ read happens through it on the broker's trio thread, so there is no lock.
 Appends wake long-polling fetches through ``trio.Event``s registered with
 ``add_waiter``; nobody polls.
 
-On a single node the high watermark is the log end offset, and with no
-transactions the last stable offset equals it.
+A standalone broker leads every partition: the high watermark is the log
+end offset. In a cluster (:meth:`Partition.join_cluster`) the metadata makes
+each replica a leader or a follower:
+
+* the **leader** takes produces, tracks its followers' fetches in a
+  :class:`~eventplatform.log.cluster.isr.LeaderReplicas`, and moves the high
+  watermark as the ISR catches up; acks=all appends wait for it
+  (:meth:`wait_replicated`);
+* a **follower** appends what it fetched from the leader with the leader's
+  offsets and epochs (:meth:`append_replicated`), truncating first where
+  its log diverged (:meth:`truncate_to`);
+* both keep the leader-epoch cache, which answers OffsetForLeaderEpoch.
+
+Consumers read below the high watermark only. With no transactions the last
+stable offset equals it.
 """
 
 from __future__ import annotations
@@ -17,17 +30,32 @@ from pathlib import Path
 
 import trio
 
-from eventplatform.log.broker.producer_state import ProducerStates, Verdict
+from eventplatform.log.broker.producer_state import ProducerStates, Verdict, iter_headers
+from eventplatform.log.cluster.isr import LeaderReplicas
 from eventplatform.log.invariants import require
 from eventplatform.log.protocol import ErrorCode
 from eventplatform.log.storage import (
+    BatchHeader,
     InvalidRecordError,
     LogConfig,
     PartitionLog,
     SegmentSlice,
     StorageError,
 )
+from eventplatform.log.storage.leader_epochs import EpochCache, EpochCacheError
 from eventplatform.log.storage.partition_log import wall_clock_ms
+from eventplatform.log.storage.record_batch import split_batches
+
+ACKS_ALL = -1
+NO_LEADER = -1
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaSettings:
+    """What a leader needs to judge its followers."""
+
+    replica_lag_time_max_ms: int
+    min_insync_replicas: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +65,7 @@ class ProduceResult:
     log_append_time_ms: int = -1
     log_start_offset: int = -1
     message: str | None = None
+    last_offset: int = -1
 
 
 class Partition:
@@ -50,6 +79,17 @@ class Partition:
         self.leader_epoch = 0
         self.producers = ProducerStates.load(directory, log)
         self._waiters: set[trio.Event] = set()
+        # replication (cluster mode); a standalone partition leads with no followers
+        self.clustered = False
+        self.node_id = NO_LEADER
+        self.is_leader = True
+        self.leader_id = NO_LEADER
+        self.partition_epoch = 0
+        self.replica_set: tuple[int, ...] = ()
+        self.replicas: LeaderReplicas | None = None
+        self.follower_high_watermark = 0
+        self.epochs = EpochCache(None)
+        self._replicated = trio.Event()
 
     @classmethod
     def open(
@@ -64,11 +104,15 @@ class Partition:
 
     @property
     def high_watermark(self) -> int:
-        return self.log.log_end_offset
+        if not self.clustered:
+            return self.log.log_end_offset
+        if self.replicas is not None:
+            return self.replicas.high_watermark
+        return min(self.follower_high_watermark, self.log.log_end_offset)
 
     @property
     def last_stable_offset(self) -> int:
-        return self.log.log_end_offset
+        return self.high_watermark
 
     @property
     def log_start_offset(self) -> int:
@@ -82,10 +126,168 @@ class Partition:
             return ErrorCode.FENCED_LEADER_EPOCH
         return ErrorCode.UNKNOWN_LEADER_EPOCH
 
+    def check_leader(self, epoch: int = -1) -> ErrorCode:
+        """Whether this replica may serve clients as the leader at ``epoch``."""
+        if not self.is_leader:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
+        return self.check_leader_epoch(epoch)
+
+    # ------------------------------------------------------------ roles
+
+    def join_cluster(self, node_id: int) -> None:
+        """From now on the metadata decides this replica's role; it starts as a follower of
+        nobody, with its high watermark unknown (zero) and its epoch cache loaded."""
+        self.clustered = True
+        self.is_leader = False
+        self.leader_id = NO_LEADER
+        self.leader_epoch = -1
+        self.node_id = node_id
+        try:
+            self.epochs = EpochCache.load(self.directory)
+        except EpochCacheError:
+            self.epochs = EpochCache(self.directory)
+            self._rebuild_epochs()
+
+    def _rebuild_epochs(self) -> None:
+        for header in iter_headers(self.log, self.log.log_start_offset):
+            self._note_epoch(header)
+
+    def _note_epoch(self, header: BatchHeader) -> None:
+        epoch = header.partition_leader_epoch
+        if epoch > self.epochs.latest_epoch:
+            self.epochs.assign(epoch, header.base_offset)
+
+    def become_leader(
+        self,
+        epoch: int,
+        partition_epoch: int,
+        replicas: tuple[int, ...],
+        isr: tuple[int, ...],
+        settings: ReplicaSettings,
+        now_ms: int,
+    ) -> None:
+        """Lead at ``epoch`` (again, with a new ISR, when the epoch is the one we lead)."""
+        end = self.log.log_end_offset
+        if self.is_leader and self.replicas is not None and epoch == self.leader_epoch:
+            if replicas != self.replica_set:
+                self.replicas = self._leader_replicas(replicas, isr, settings, now_ms)
+            else:
+                self.replicas.min_insync_replicas = settings.min_insync_replicas
+                self.replicas.set_isr(isr, end)
+        else:
+            if epoch > self.epochs.latest_epoch:
+                self.epochs.assign(epoch, end)
+            self.leader_epoch = epoch
+            self.replicas = self._leader_replicas(replicas, isr, settings, now_ms)
+        self.is_leader = True
+        self.leader_id = self.node_id
+        self.partition_epoch = partition_epoch
+        self.replica_set = replicas
+        self.replicas.advance(end)
+        self._wake_replicated()
+        self._wake()
+
+    def _leader_replicas(
+        self, replicas: tuple[int, ...], isr: tuple[int, ...], settings: ReplicaSettings, now: int
+    ) -> LeaderReplicas:
+        return LeaderReplicas(
+            self.node_id,
+            replicas,
+            isr,
+            high_watermark=self.high_watermark,
+            epoch_start_offset=self._epoch_start(),
+            now_ms=now,
+            replica_lag_time_max_ms=settings.replica_lag_time_max_ms,
+            min_insync_replicas=settings.min_insync_replicas,
+        )
+
+    def _epoch_start(self) -> int:
+        for entry in reversed(self.epochs.entries):
+            if entry.epoch == self.leader_epoch:
+                return entry.start_offset
+        return self.log.log_end_offset
+
+    def become_follower(
+        self, leader: int, epoch: int, partition_epoch: int, replicas: tuple[int, ...]
+    ) -> None:
+        """Follow ``leader`` at ``epoch`` (``NO_LEADER``: wait for one)."""
+        self.follower_high_watermark = self.high_watermark
+        self.replicas = None
+        self.is_leader = False
+        self.leader_id = leader
+        self.leader_epoch = epoch
+        self.partition_epoch = partition_epoch
+        self.replica_set = replicas
+        self._wake_replicated()
+        self._wake()
+
+    def append_replicated(self, record_set: bytes, leader_high_watermark: int) -> None:
+        """Append batches fetched from the leader, with its offsets and epochs."""
+        if record_set:
+            self.log.append_as_follower(record_set)
+            for header in split_batches(record_set, check_crc=False):
+                self._note_epoch(header)
+                self.producers.update(header)
+        self.follower_high_watermark = min(leader_high_watermark, self.log.log_end_offset)
+        self._wake()
+
+    def truncate_to(self, offset: int) -> None:
+        """Drop every record at or after ``offset`` (a follower whose log diverged)."""
+        if offset >= self.log.log_end_offset:
+            return
+        self.log.truncate_to(offset)
+        self.epochs.truncate_from_end(self.log.log_end_offset)
+        self.producers = ProducerStates.load(self.directory, self.log)
+        self.follower_high_watermark = min(self.follower_high_watermark, self.log.log_end_offset)
+
+    def restart_at(self, offset: int) -> None:
+        """Empty the log and start it at ``offset`` (the leader's log start is past ours)."""
+        self.log.truncate_fully_and_start_at(offset)
+        self.epochs.truncate_from_end(0)
+        self.producers = ProducerStates.load(self.directory, self.log)
+        self.follower_high_watermark = offset
+
+    def on_replica_fetch(self, replica: int, fetch_offset: int, now_ms: int) -> None:
+        """A follower fetched from ``fetch_offset``: it has everything before."""
+        if self.replicas is not None and self.replicas.on_fetch(
+            replica, fetch_offset, self.log.log_end_offset, now_ms
+        ):
+            self._wake_replicated()
+            self._wake()
+
+    def _wake_replicated(self) -> None:
+        self._replicated.set()
+        self._replicated = trio.Event()
+
+    async def wait_replicated(self, last_offset: int, epoch: int, deadline: float) -> ErrorCode:
+        """Wait until the ISR has everything up to ``last_offset`` (acks=all); the error to
+        answer when leadership moved, the ISR fell below ``min.insync.replicas`` or the
+        deadline passed first."""
+        while True:
+            replicas = self.replicas
+            if not self.is_leader or replicas is None or self.leader_epoch != epoch:
+                return ErrorCode.NOT_LEADER_OR_FOLLOWER
+            if replicas.acknowledged(last_offset):
+                if not replicas.enough_replicas():
+                    return ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+                return ErrorCode.NONE
+            if trio.current_time() >= deadline:
+                return ErrorCode.REQUEST_TIMED_OUT
+            with trio.move_on_at(deadline):
+                await self._replicated.wait()
+
     # ------------------------------------------------------------ produce
 
-    def append(self, record_set: bytes | bytearray) -> ProduceResult:
+    def append(self, record_set: bytes | bytearray, *, acks: int = 1) -> ProduceResult:
         """Validate and append one produced batch; errors are answered, not raised."""
+        if not self.is_leader:
+            return ProduceResult(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        if acks == ACKS_ALL and self.replicas is not None and not self.replicas.enough_replicas():
+            message = (
+                f"the ISR has {len(self.replicas.isr)} replicas; "
+                f"min.insync.replicas is {self.replicas.min_insync_replicas}"
+            )
+            return ProduceResult(ErrorCode.NOT_ENOUGH_REPLICAS, message=message)
         try:
             buffer, headers = self.log.validate(record_set)
         except StorageError as exc:
@@ -118,9 +320,15 @@ class Partition:
         self.producers.update(stamped)
         if self.log.active_segment.base_offset != active_base:
             self.producers.write_snapshot(self.directory, self.log.log_end_offset)
+        if self.replicas is not None and self.replicas.advance(self.log.log_end_offset):
+            self._wake_replicated()
         self._wake()
         return ProduceResult(
-            ErrorCode.NONE, info.base_offset, info.append_time_ms, info.log_start_offset
+            ErrorCode.NONE,
+            info.base_offset,
+            info.append_time_ms,
+            info.log_start_offset,
+            last_offset=info.last_offset,
         )
 
     # ------------------------------------------------------------ fetch
@@ -128,6 +336,10 @@ class Partition:
     def read(self, offset: int, max_bytes: int) -> SegmentSlice | None:
         """Whole batches from ``offset`` below the high watermark; raises when out of range."""
         return self.log.read(offset, max_bytes, max_offset=self.high_watermark)
+
+    def read_for_replica(self, offset: int, max_bytes: int) -> SegmentSlice | None:
+        """Whole batches from ``offset`` up to the log end, for a follower."""
+        return self.log.read(offset, max_bytes, max_offset=self.log.log_end_offset)
 
     def add_waiter(self, event: trio.Event) -> None:
         """Set ``event`` at the next append (fetch long polling)."""
@@ -151,4 +363,6 @@ class Partition:
     def close(self) -> None:
         self.producers.write_snapshot(self.directory, self.log.log_end_offset)
         self.log.close()
+        self.is_leader = False
+        self._wake_replicated()
         self._wake()

@@ -21,6 +21,7 @@ from eventplatform.log.broker.config import BrokerConfig
 from eventplatform.log.broker.connection import Connection, advertised_versions, configure_socket
 from eventplatform.log.broker.context import Handler
 from eventplatform.log.broker.dispatcher import HANDLER_MODULES, build_handlers
+from eventplatform.log.cluster.node import BrokerMember, ControllerNode
 from eventplatform.log.groups.coordinator import GroupCoordinator
 
 log = logging.getLogger("eventplatform.broker")
@@ -77,12 +78,23 @@ class BrokerServer:
 
     async def _start_services(self, nursery: trio.Nursery, broker: Broker) -> None:
         nursery.start_soon(broker.run_background)
+        if self.config.clustered:
+            if "controller" in self.config.process_roles:
+                await nursery.start(ControllerNode(self.config).run)
+            member = BrokerMember(broker)
+            broker.member = member
+            await nursery.start(member.run)
         if broker.groups is not None:
             await nursery.start(broker.groups.run)
 
     async def _stop_services(self, broker: Broker) -> None:
         if broker.groups is not None:
             broker.groups.close()
+
+    async def controlled_shutdown(self) -> None:
+        """A cluster member hands its leaderships over before it stops."""
+        if self.broker is not None and self.broker.member is not None:
+            await self.broker.member.link.controlled_shutdown()
 
     async def _serve_connection(self, stream: trio.SocketStream) -> None:
         assert self.broker is not None
@@ -131,7 +143,13 @@ async def serve(
 async def serve_until_signalled(
     config: BrokerConfig, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED
 ) -> None:
-    """Serve until SIGINT or SIGTERM, then shut down gracefully (``platform serve``)."""
+    """Serve until SIGINT or SIGTERM, then shut down gracefully (``platform serve``).
+
+    A cluster member first hands its leaderships over (controlled shutdown); a node
+    that is only a controller serves its quorum port alone."""
+    if config.process_roles == frozenset({"controller"}):
+        await _serve_controller_until_signalled(config, task_status=task_status)
+        return
     server = BrokerServer(config)
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with trio.open_nursery() as nursery:
@@ -139,6 +157,23 @@ async def serve_until_signalled(
             task_status.started(port)
             async for signum in signals:
                 log.info("received %s, shutting down", signal.Signals(signum).name)
+                await server.controlled_shutdown()
                 server.shutdown()
                 break
             await server.wait_stopped()
+
+
+async def _serve_controller_until_signalled(
+    config: BrokerConfig, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED
+) -> None:
+    raise_open_file_limit()
+    node = ControllerNode(config)
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with trio.open_nursery() as nursery:
+            port = await nursery.start(node.run)
+            log.info("serving on %s:%d (controller only)", config.listen_host, port)
+            task_status.started(port)
+            async for signum in signals:
+                log.info("received %s, shutting down", signal.Signals(signum).name)
+                break
+            nursery.cancel_scope.cancel()

@@ -34,6 +34,8 @@ PARTITIONS_MAX = 10_000
 TOPICS_FILE = "topics.json"
 META_FILE = "meta.properties"
 DELETED_DIRECTORY_SUFFIX = "-delete"
+RESERVED_DIRECTORY_PREFIX = "__cluster_metadata"
+"""The controller quorum's own log lives beside the topics; it is no topic."""
 _LEGAL_NAME = re.compile(r"[a-zA-Z0-9._-]+")
 _PARTITION_DIRECTORY = re.compile(r"(.+)-(\d+)")
 
@@ -115,6 +117,8 @@ class TopicRegistry:
         for entry in self.data_dir.iterdir():
             if not entry.is_dir():
                 continue
+            if entry.name.startswith(RESERVED_DIRECTORY_PREFIX):
+                continue
             if entry.name.endswith(DELETED_DIRECTORY_SUFFIX):
                 shutil.rmtree(entry, ignore_errors=True)
                 continue
@@ -173,10 +177,17 @@ class TopicRegistry:
             raise TopicError(ErrorCode.INVALID_CONFIG, str(exc)) from exc
 
     def create(
-        self, name: str, partitions: int, configs: Mapping[str, str], *, internal: bool = False
+        self,
+        name: str,
+        partitions: int,
+        configs: Mapping[str, str],
+        *,
+        internal: bool = False,
+        topic_id: bytes | None = None,
     ) -> Topic:
         log_config = self.check_new_topic(name, partitions, configs)
-        topic = Topic(name, uuid.uuid4().bytes, dict(configs), log_config, internal)
+        topic_id = uuid.uuid4().bytes if topic_id is None else topic_id
+        topic = Topic(name, topic_id, dict(configs), log_config, internal)
         self.topics[name] = topic
         try:
             for index in range(partitions):

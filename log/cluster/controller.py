@@ -16,6 +16,15 @@ brokers' requests and turns them into records.
 * :meth:`create_topic` places replicas round-robin over the live brokers,
   starting where the last topic left off, so leadership spreads.
 
+* :meth:`alter_partition` commits a leader's ISR change once it checks the
+  leader and partition epochs the leader based it on; :meth:`controlled_shutdown`
+  moves a stopping broker's leaderships away first; :meth:`rebalance_leaders`
+  gives partitions back to their preferred (first) replica.
+
+Brokers reach these through :meth:`methods` (:mod:`.rpc`); a heartbeat
+also carries the committed metadata records the broker has not applied, so
+brokers follow the metadata at the pace it commits.
+
 A request that reaches a controller that is not active raises
 :class:`~.raft.NotLeaderError` naming the active one. Every decision is made
 against the image as committed, and a proposal is only acknowledged once
@@ -24,49 +33,81 @@ committed, so a decision is never lost in a failover.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import asdict
 
+import orjson
 import trio
 
 from eventplatform.log.cluster.metadata import (
+    NO_LEADER,
+    AddPartitions,
     CreateTopic,
+    DeleteTopic,
     FenceBroker,
     MetadataError,
     MetadataImage,
     MetadataRecord,
     PartitionAssignment,
+    PartitionChange,
+    ProducerIds,
     RegisterBroker,
+    TopicConfigs,
     UnfenceBroker,
     decode,
+    elect_leader,
     encode,
     fence_changes,
     place_replicas,
 )
 from eventplatform.log.cluster.quorum import QuorumServer
 from eventplatform.log.cluster.raft import LEADER_CHANGE, Entry, NotLeaderError
+from eventplatform.log.cluster.rpc import NOT_CONTROLLER, Method, Params, RpcError
 
 log = logging.getLogger(__name__)
 
 SESSION_TIMEOUT_MS_DEFAULT = 9_000
 FENCE_CHECK_INTERVAL_S = 0.1
 APPLY_POLL_S = 0.001
+HEARTBEAT_ENTRIES_MAX = 5_000
+PRODUCER_ID_BLOCK = 1_000
+HEARTBEAT_WAIT_MS_MAX = 5_000
+LEADER_REBALANCE_INTERVAL_S_DEFAULT = 300.0
+
+# Codes of refused requests (the broker maps them to Kafka's error codes).
+STALE_BROKER_EPOCH = "stale_broker_epoch"
+TOPIC_EXISTS = "topic_exists"
+UNKNOWN_TOPIC = "unknown_topic"
+INVALID_REPLICATION_FACTOR = "invalid_replication_factor"
+INVALID_PARTITIONS = "invalid_partitions"
+FENCED_LEADER_EPOCH = "fenced_leader_epoch"
+INVALID_UPDATE_VERSION = "invalid_update_version"
+INELIGIBLE_REPLICA = "ineligible_replica"
+INVALID_REPLICAS = "invalid_replicas"
 
 
 class Controller:
     """The metadata of one voter, and the active controller's decisions; see the module."""
 
     def __init__(
-        self, quorum: QuorumServer, *, session_timeout_ms: int = SESSION_TIMEOUT_MS_DEFAULT
+        self,
+        quorum: QuorumServer,
+        *,
+        session_timeout_ms: int = SESSION_TIMEOUT_MS_DEFAULT,
+        leader_rebalance_interval_s: float = LEADER_REBALANCE_INTERVAL_S_DEFAULT,
     ) -> None:
         self.quorum = quorum
         self.session_timeout_ms = session_timeout_ms
+        self.leader_rebalance_interval_s = leader_rebalance_interval_s
         self.image = MetadataImage()
         self._heartbeats: dict[int, float] = {}
         self._active_epoch: int | None = None
         self._next_start = 0
         self._deciding = trio.Lock()
+        self._shutting_down: set[tuple[int, int]] = set()
         quorum.on_commit = self._apply
 
     @property
@@ -85,11 +126,19 @@ class Controller:
             raise
 
     async def run(self) -> None:
-        """The active controller's duties (fencing) until cancelled."""
+        """The active controller's duties (fencing, leader rebalancing) until cancelled."""
+        next_rebalance = trio.current_time() + self.leader_rebalance_interval_s
         while True:
             await trio.sleep(FENCE_CHECK_INTERVAL_S)
-            if self.active:
+            if not self.active:
+                continue
+            try:
                 await self._fence_silent()
+                if trio.current_time() >= next_rebalance:
+                    next_rebalance = trio.current_time() + self.leader_rebalance_interval_s
+                    await self.rebalance_leaders()
+            except (NotLeaderError, trio.TooSlowError) as exc:
+                log.info("controller duties paused: %s", exc)
 
     # ------------------------------------------------------------ requests
 
@@ -99,6 +148,15 @@ class Controller:
             self._require_active()
             known = self.image.brokers.get(broker)
             epoch = (known.epoch if known else 0) + 1
+            if known is not None:
+                # a new incarnation: what the old one held (ISR places, leaderships) goes
+                # first, as if it had been fenced; it rejoins the ISRs as it catches up
+                if not known.fenced:
+                    await self._commit([FenceBroker(broker, known.epoch)])
+                changes = fence_changes(self.image, broker)
+                if changes:
+                    await self._commit(changes)
+            self._shutting_down = {s for s in self._shutting_down if s[0] != broker}
             await self._commit([RegisterBroker(broker, epoch, host, port, rack)])
             await self._commit([UnfenceBroker(broker, epoch)])
             self._heartbeats[broker] = trio.current_time()
@@ -110,6 +168,15 @@ class Controller:
         if known is None or known.epoch != epoch:
             raise MetadataError(f"broker {broker} epoch {epoch} is not registered; register")
         self._heartbeats[broker] = trio.current_time()
+
+    async def unfence(self, broker: int, epoch: int) -> None:
+        """A fenced broker that heartbeats again with its epoch is back (after a pause)."""
+        async with self._deciding:
+            self._require_active()
+            known = self.image.brokers.get(broker)
+            if known is not None and known.epoch == epoch and known.fenced:
+                log.info("unfencing broker %d: it heartbeats again", broker)
+                await self._commit([UnfenceBroker(broker, epoch)])
 
     async def create_topic(
         self,
@@ -131,6 +198,278 @@ class Controller:
             await self._commit([record])
             return record
 
+    async def add_partitions(self, name: str, count: int, replication_factor: int) -> None:
+        async with self._deciding:
+            self._require_active()
+            topic = self.image.topics.get(name)
+            if topic is None:
+                raise RpcError(UNKNOWN_TOPIC, f"topic {name} does not exist")
+            if count <= len(topic.partitions):
+                raise RpcError(
+                    INVALID_PARTITIONS, f"topic {name} has {len(topic.partitions)} partitions"
+                )
+            factor = replication_factor
+            if factor <= 0:
+                factor = len(topic.partitions[0].replicas)
+            placed = place_replicas(
+                self.image.live_brokers(), count - len(topic.partitions), factor, self._next_start
+            )
+            self._next_start += len(placed)
+            assignments = tuple(PartitionAssignment(r, r, r[0]) for r in placed)
+            await self._commit([AddPartitions(name, assignments)])
+
+    async def set_topic_configs(self, name: str, configs: Mapping[str, str]) -> None:
+        async with self._deciding:
+            self._require_active()
+            if name not in self.image.topics:
+                raise RpcError(UNKNOWN_TOPIC, f"topic {name} does not exist")
+            await self._commit([TopicConfigs(name, dict(configs))])
+
+    async def delete_topic(self, name: str) -> None:
+        async with self._deciding:
+            self._require_active()
+            if name not in self.image.topics:
+                raise RpcError(UNKNOWN_TOPIC, f"topic {name} does not exist")
+            await self._commit([DeleteTopic(name)])
+
+    async def allocate_producer_ids(self, broker: int, epoch: int) -> ProducerIds:
+        """The next block of producer ids, for ``broker`` alone."""
+        async with self._deciding:
+            self._require_active()
+            known = self.image.brokers.get(broker)
+            if known is None or known.epoch != epoch:
+                raise RpcError(STALE_BROKER_EPOCH, f"broker {broker} epoch {epoch} is stale")
+            block = ProducerIds(broker, self.image.next_producer_id, PRODUCER_ID_BLOCK)
+            await self._commit([block])
+            return block
+
+    async def alter_partition(
+        self,
+        topic: str,
+        partition: int,
+        *,
+        broker: int,
+        leader_epoch: int,
+        partition_epoch: int,
+        isr: Sequence[int],
+    ) -> PartitionChange | None:
+        """The leader ``broker`` asks for ``isr``, having seen the partition at
+        ``leader_epoch`` and ``partition_epoch``; a stale view is refused."""
+        async with self._deciding:
+            self._require_active()
+            try:
+                state = self.image.partition(topic, partition)
+            except MetadataError as exc:
+                raise RpcError(UNKNOWN_TOPIC, str(exc)) from exc
+            if state.leader != broker or state.leader_epoch != leader_epoch:
+                raise RpcError(
+                    FENCED_LEADER_EPOCH,
+                    f"{topic}/{partition}: broker {broker} at leader epoch {leader_epoch} "
+                    f"is not the leader (leader {state.leader}, epoch {state.leader_epoch})",
+                )
+            if state.partition_epoch != partition_epoch:
+                raise RpcError(
+                    INVALID_UPDATE_VERSION,
+                    f"{topic}/{partition}: partition epoch {partition_epoch} is stale "
+                    f"(now {state.partition_epoch})",
+                )
+            wanted = tuple(r for r in state.replicas if r in set(isr))
+            if broker not in wanted:
+                raise RpcError(INVALID_REPLICAS, f"the ISR {list(isr)} must hold its leader")
+            live = set(self.image.live_brokers())
+            added = [r for r in wanted if r not in state.isr and r not in live]
+            if added:
+                raise RpcError(INELIGIBLE_REPLICA, f"brokers {added} are fenced")
+            if wanted == state.isr:
+                return None
+            change = PartitionChange(topic, partition, isr=wanted)
+            await self._commit([change])
+            return change
+
+    async def controlled_shutdown(self, broker: int, epoch: int) -> None:
+        """Move ``broker``'s leaderships away and take it out of every ISR, as fencing does,
+        before it stops: its clients move to the new leaders at once."""
+        async with self._deciding:
+            self._require_active()
+            known = self.image.brokers.get(broker)
+            if known is None or known.epoch != epoch:
+                raise RpcError(STALE_BROKER_EPOCH, f"broker {broker} epoch {epoch} is stale")
+            self._shutting_down.add((broker, epoch))
+            if not known.fenced:
+                log.info("controlled shutdown of broker %d", broker)
+                await self._commit([FenceBroker(broker, epoch)])
+            changes = fence_changes(self.image, broker)
+            if changes:
+                await self._commit(changes)
+
+    async def rebalance_leaders(self) -> int:
+        """Give each partition back to its preferred replica when that one is live and in
+        the ISR; how many moved."""
+        async with self._deciding:
+            self._require_active()
+            live = set(self.image.live_brokers())
+            changes = [
+                PartitionChange(topic.name, number, leader=state.replicas[0])
+                for topic in self.image.topics.values()
+                for number, state in enumerate(topic.partitions)
+                if state.leader != state.replicas[0]
+                and state.replicas[0] in live
+                and state.replicas[0] in state.isr
+            ]
+            if changes:
+                log.info("moving %d partitions back to their preferred leaders", len(changes))
+                await self._commit(changes)
+            return len(changes)
+
+    async def elect_leaderless(self) -> None:
+        """Elect a leader for partitions that have none, now that a replica may be back."""
+        async with self._deciding:
+            self._require_active()
+            live = self.image.live_brokers()
+            changes = []
+            for topic in self.image.topics.values():
+                unclean = topic.configs.get("unclean.leader.election.enable", "false") == "true"
+                for number, state in enumerate(topic.partitions):
+                    if state.leader != NO_LEADER:
+                        continue
+                    leader = elect_leader(state, live, unclean=unclean)
+                    if leader == NO_LEADER:
+                        continue
+                    isr = state.isr if leader in state.isr else (leader,)
+                    changes.append(PartitionChange(topic.name, number, leader=leader, isr=isr))
+            if changes:
+                await self._commit(changes)
+
+    # ------------------------------------------------------------ requests over the network
+
+    def methods(self) -> dict[str, Method]:
+        """The requests brokers and tools send (:mod:`.rpc`), by name."""
+        return {
+            "register_broker": self._rpc_register,
+            "heartbeat": self._rpc_heartbeat,
+            "create_topic": self._rpc_create_topic,
+            "add_partitions": self._rpc_add_partitions,
+            "topic_configs": self._rpc_topic_configs,
+            "delete_topic": self._rpc_delete_topic,
+            "alter_partition": self._rpc_alter_partition,
+            "controlled_shutdown": self._rpc_controlled_shutdown,
+            "describe": self._rpc_describe,
+            "allocate_producer_ids": self._rpc_allocate_producer_ids,
+        }
+
+    async def _rpc_allocate_producer_ids(self, params: Params) -> Params:
+        with _refusals():
+            block = await self.allocate_producer_ids(int(params["broker"]), int(params["epoch"]))
+            return {"start": block.start, "size": block.size}
+
+    async def _rpc_register(self, params: Params) -> Params:
+        with _refusals():
+            epoch = await self.register(
+                int(params["broker"]), str(params["host"]), int(params["port"]), params.get("rack")
+            )
+            return {"epoch": epoch, "controller": self.quorum.id}
+
+    async def _rpc_heartbeat(self, params: Params) -> Params:
+        """Keep the broker alive; answer with the committed records after its ``offset``,
+        waiting up to ``wait_ms`` for some when there are none yet."""
+        broker, epoch, offset = int(params["broker"]), int(params["epoch"]), int(params["offset"])
+        with _refusals():
+            try:
+                self.heartbeat(broker, epoch)
+            except MetadataError as exc:
+                raise RpcError(STALE_BROKER_EPOCH, str(exc)) from exc
+            if self.image.brokers[broker].fenced and (broker, epoch) not in self._shutting_down:
+                await self.unfence(broker, epoch)
+            wait_ms = min(max(int(params.get("wait_ms", 0)), 0), HEARTBEAT_WAIT_MS_MAX)
+            if self.quorum.applied <= offset and wait_ms:
+                await self.quorum.wait_applied(offset, trio.current_time() + wait_ms / 1000)
+            raft = self.quorum.raft
+            end = min(self.quorum.applied, offset + HEARTBEAT_ENTRIES_MAX)
+            entries = [
+                None if entry.payload == LEADER_CHANGE else orjson.loads(entry.payload)
+                for entry in raft.log[offset:end]
+            ]
+            return {
+                "entries": entries,
+                "end": end,
+                "applied": self.quorum.applied,
+                "controller": self.quorum.id,
+            }
+
+    async def _rpc_create_topic(self, params: Params) -> Params:
+        with _refusals():
+            name = str(params["name"])
+            if name in self.image.topics:
+                raise RpcError(TOPIC_EXISTS, f"topic {name} already exists")
+            try:
+                record = await self.create_topic(
+                    name,
+                    int(params["partitions"]),
+                    int(params["replication_factor"]),
+                    dict(params.get("configs") or {}),
+                )
+            except MetadataError as exc:
+                raise RpcError(INVALID_REPLICATION_FACTOR, str(exc)) from exc
+            return {"topic_id": record.topic_id}
+
+    async def _rpc_add_partitions(self, params: Params) -> Params:
+        with _refusals():
+            try:
+                factor = int(params.get("replication_factor", -1))
+                await self.add_partitions(str(params["name"]), int(params["count"]), factor)
+            except MetadataError as exc:
+                raise RpcError(INVALID_REPLICATION_FACTOR, str(exc)) from exc
+            return {}
+
+    async def _rpc_topic_configs(self, params: Params) -> Params:
+        with _refusals():
+            configs = {str(k): str(v) for k, v in dict(params["configs"]).items()}
+            await self.set_topic_configs(str(params["name"]), configs)
+            return {}
+
+    async def _rpc_delete_topic(self, params: Params) -> Params:
+        with _refusals():
+            await self.delete_topic(str(params["name"]))
+            return {}
+
+    async def _rpc_alter_partition(self, params: Params) -> Params:
+        with _refusals():
+            change = await self.alter_partition(
+                str(params["topic"]),
+                int(params["partition"]),
+                broker=int(params["broker"]),
+                leader_epoch=int(params["leader_epoch"]),
+                partition_epoch=int(params["partition_epoch"]),
+                isr=[int(r) for r in params["isr"]],
+            )
+            state = self.image.partition(str(params["topic"]), int(params["partition"]))
+            return {"changed": change is not None, "partition_epoch": state.partition_epoch}
+
+    async def _rpc_controlled_shutdown(self, params: Params) -> Params:
+        with _refusals():
+            await self.controlled_shutdown(int(params["broker"]), int(params["epoch"]))
+            return {}
+
+    async def _rpc_describe(self, params: Params) -> Params:
+        with _refusals():
+            self._require_active()
+            raft = self.quorum.raft
+            return {
+                "controller": self.quorum.id,
+                "epoch": raft.epoch,
+                "voters": list(self.quorum.voters),
+                "metadata_offset": self.quorum.applied,
+                "brokers": [asdict(b) for b in self.image.brokers.values()],
+                "topics": {
+                    name: {
+                        "topic_id": topic.topic_id,
+                        "configs": topic.configs,
+                        "partitions": [asdict(p) for p in topic.partitions],
+                    }
+                    for name, topic in self.image.topics.items()
+                },
+            }
+
     # ------------------------------------------------------------ fencing
 
     async def _fence_silent(self) -> None:
@@ -149,6 +488,12 @@ class Controller:
                 changes: Sequence[MetadataRecord] = fence_changes(self.image, broker)
                 if changes:
                     await self._commit(changes)
+        if any(
+            state.leader == NO_LEADER
+            for topic in self.image.topics.values()
+            for state in topic.partitions
+        ):
+            await self.elect_leaderless()
 
     # ------------------------------------------------------------ proposing
 
@@ -162,3 +507,15 @@ class Controller:
         end = first + len(records)
         while self.quorum.applied < end:  # applied before propose returns; this is a guard
             await trio.sleep(APPLY_POLL_S)
+
+
+@contextlib.contextmanager
+def _refusals() -> Iterator[None]:
+    """Turn the controller's refusals into answers: not active, or a proposal that did not
+    commit in time (the quorum is changing hands), is NOT_CONTROLLER."""
+    try:
+        yield
+    except NotLeaderError as exc:
+        raise RpcError(NOT_CONTROLLER, str(exc), exc.leader) from exc
+    except trio.TooSlowError as exc:
+        raise RpcError(NOT_CONTROLLER, "the proposal did not commit in time") from exc

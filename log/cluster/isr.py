@@ -22,6 +22,11 @@ it what follows, as Kafka's ``Partition`` does:
 
 ISR changes are proposed to the controller, which commits them; the
 partition adopts the committed ISR with :meth:`~LeaderReplicas.set_isr`.
+While a change is in flight (:meth:`~LeaderReplicas.propose`) the high
+watermark counts the larger of the two sets (Kafka's "maximal ISR"): a
+follower being added must already have what the high watermark covers, or
+it could be elected without it, and a follower being removed still counts
+until the removal is committed.
 """
 
 from __future__ import annotations
@@ -56,6 +61,7 @@ class LeaderReplicas:
         self.leader = leader
         self.replicas = tuple(replicas)
         self.isr = frozenset(isr)
+        self.pending: frozenset[int] | None = None
         self.high_watermark = high_watermark
         self.epoch_start_offset = epoch_start_offset
         self.replica_lag_time_max_ms = replica_lag_time_max_ms
@@ -84,8 +90,9 @@ class LeaderReplicas:
 
     def advance(self, leader_end: int) -> bool:
         """Recompute the high watermark (after an append or a fetch); True if it moved."""
+        counted = self.isr | self.pending if self.pending is not None else self.isr
         ends = [leader_end]
-        ends += [self.followers[r].log_end_offset for r in self.isr if r in self.followers]
+        ends += [self.followers[r].log_end_offset for r in counted if r in self.followers]
         candidate = min(ends)
         if candidate > self.high_watermark:
             self.high_watermark = candidate
@@ -111,9 +118,20 @@ class LeaderReplicas:
             if replica not in self.isr and state.log_end_offset >= floor
         )
 
+    def propose(self, isr: Iterable[int] | None) -> None:
+        """An ISR change is in flight (None: it failed, or there is none)."""
+        self.pending = None if isr is None else frozenset(isr)
+
     def set_isr(self, isr: Iterable[int], leader_end: int) -> None:
-        """Adopt the ISR the controller committed."""
-        self.isr = frozenset(isr)
+        """Adopt the ISR the controller committed. A follower it dropped (it lagged, or its
+        broker was fenced) must fetch again before it can come back."""
+        new = frozenset(isr)
+        for replica in self.isr - new:
+            state = self.followers.get(replica)
+            if state is not None:
+                self.followers[replica] = FollowerState(last_caught_up_ms=state.last_caught_up_ms)
+        self.isr = new
+        self.pending = None
         self.advance(leader_end)
 
     def enough_replicas(self) -> bool:

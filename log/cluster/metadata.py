@@ -10,7 +10,11 @@ records in order to a :class:`MetadataImage`. The records:
 * :class:`CreateTopic`: a topic with its partitions' replicas, ISR and
   first leaders, and its configs;
 * :class:`PartitionChange`: a partition's new leader, ISR or replicas; each
-  change bumps the partition epoch, a new leader the leader epoch too.
+  change bumps the partition epoch, a new leader the leader epoch too;
+* :class:`AddPartitions`, :class:`TopicConfigs`, :class:`DeleteTopic`: a
+  topic grows, changes its config overrides, or goes;
+* :class:`ProducerIds`: a block of producer ids handed to a broker, so no
+  two idempotent producers in the cluster ever share an id.
 
 Records are JSON objects with a ``type`` (:func:`encode` / :func:`decode`).
 Applying one that contradicts the image (a leader outside the ISR, an ISR
@@ -87,13 +91,53 @@ class PartitionChange:
     replicas: tuple[int, ...] | None = None
 
 
-MetadataRecord = RegisterBroker | FenceBroker | UnfenceBroker | CreateTopic | PartitionChange
+@dataclass(frozen=True)
+class AddPartitions:
+    name: str
+    partitions: tuple[PartitionAssignment, ...]
+
+
+@dataclass(frozen=True)
+class TopicConfigs:
+    name: str
+    configs: Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class DeleteTopic:
+    name: str
+
+
+@dataclass(frozen=True)
+class ProducerIds:
+    """``broker`` holds producer ids ``[start, start + size)``; the next block starts after."""
+
+    broker: int
+    start: int
+    size: int
+
+
+MetadataRecord = (
+    RegisterBroker
+    | FenceBroker
+    | UnfenceBroker
+    | CreateTopic
+    | PartitionChange
+    | AddPartitions
+    | TopicConfigs
+    | DeleteTopic
+    | ProducerIds
+)
 RECORD_TYPES: dict[str, type[Any]] = {
     "register_broker": RegisterBroker,
     "fence_broker": FenceBroker,
     "unfence_broker": UnfenceBroker,
     "create_topic": CreateTopic,
     "partition_change": PartitionChange,
+    "add_partitions": AddPartitions,
+    "topic_configs": TopicConfigs,
+    "delete_topic": DeleteTopic,
+    "producer_ids": ProducerIds,
 }
 TYPE_NAMES = {record_type: name for name, record_type in RECORD_TYPES.items()}
 
@@ -105,20 +149,29 @@ def encode(record: MetadataRecord) -> bytes:
 def decode(payload: bytes) -> MetadataRecord:
     try:
         document = orjson.loads(payload)
-        record_type = RECORD_TYPES[document.pop("type")]
-    except (orjson.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
+    except orjson.JSONDecodeError as exc:
         raise MetadataError(f"not a metadata record: {payload[:80]!r}") from exc
-    if record_type is CreateTopic:
-        document["partitions"] = tuple(
-            PartitionAssignment(tuple(p["replicas"]), tuple(p["isr"]), p["leader"])
-            for p in document["partitions"]
-        )
-    for name in ("isr", "replicas"):
-        if document.get(name) is not None:
-            document[name] = tuple(document[name])
+    return decode_document(document)
+
+
+def decode_document(document: Any) -> MetadataRecord:
+    """A record from its decoded JSON object (as :func:`encode` wrote it)."""
     try:
+        document = dict(document)
+        record_type = RECORD_TYPES[document.pop("type")]
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise MetadataError(f"not a metadata record: {str(document)[:80]}") from exc
+    try:
+        if record_type in (CreateTopic, AddPartitions):
+            document["partitions"] = tuple(
+                PartitionAssignment(tuple(p["replicas"]), tuple(p["isr"]), p["leader"])
+                for p in document["partitions"]
+            )
+        for name in ("isr", "replicas"):
+            if document.get(name) is not None:
+                document[name] = tuple(document[name])
         record: MetadataRecord = record_type(**document)
-    except TypeError as exc:
+    except (KeyError, TypeError) as exc:
         raise MetadataError(f"a {record_type.__name__} with wrong fields: {exc}") from exc
     return record
 
@@ -160,6 +213,7 @@ class MetadataImage:
     brokers: dict[int, BrokerState] = field(default_factory=dict)
     topics: dict[str, TopicState] = field(default_factory=dict)
     offset: int = 0
+    next_producer_id: int = 0
 
     def apply(self, record: MetadataRecord) -> None:
         """Apply the next committed record; raises MetadataError on a contradiction."""
@@ -172,6 +226,22 @@ class MetadataImage:
             self.brokers[record.broker] = replace(broker, fenced=isinstance(record, FenceBroker))
         elif isinstance(record, CreateTopic):
             self._create(record)
+        elif isinstance(record, AddPartitions):
+            topic = self._topic(record.name)
+            for new in record.partitions:
+                _check_partition(record.name, new.replicas, new.isr, new.leader)
+                topic.partitions.append(PartitionState(new.replicas, new.isr, new.leader, 0, 0))
+        elif isinstance(record, TopicConfigs):
+            self._topic(record.name).configs = dict(record.configs)
+        elif isinstance(record, DeleteTopic):
+            self._topic(record.name)
+            del self.topics[record.name]
+        elif isinstance(record, ProducerIds):
+            if record.start != self.next_producer_id or record.size <= 0:
+                raise MetadataError(
+                    f"producer ids from {record.start} do not follow {self.next_producer_id}"
+                )
+            self.next_producer_id = record.start + record.size
         else:
             self._change(record)
         self.offset += 1
@@ -184,6 +254,12 @@ class MetadataImage:
         if state is None or not 0 <= partition < len(state.partitions):
             raise MetadataError(f"no partition {topic}/{partition}")
         return state.partitions[partition]
+
+    def _topic(self, name: str) -> TopicState:
+        topic = self.topics.get(name)
+        if topic is None:
+            raise MetadataError(f"no topic {name}")
+        return topic
 
     def _broker(self, broker: int, epoch: int) -> BrokerState:
         state = self.brokers.get(broker)

@@ -20,14 +20,14 @@ from __future__ import annotations
 
 import logging
 import math
-import struct
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import asdict
 from typing import Any, Protocol
 
 import orjson
 import trio
 
+from eventplatform.log.cluster.frames import FrameError, frame, split_frames
 from eventplatform.log.cluster.raft import (
     BeginQuorumEpoch,
     DivergingEpoch,
@@ -47,12 +47,10 @@ from eventplatform.log.cluster.raft import (
 log = logging.getLogger(__name__)
 
 TICK_MS = 10
-FRAME_BYTES_MAX = 16 * 1024 * 1024
 RECONNECT_DELAY_S = 0.2
 CONNECT_TIMEOUT_S = 2.0
 SEND_QUEUE_MESSAGES = 10_000
 PROPOSE_TIMEOUT_S = 10.0
-LENGTH = struct.Struct(">I")
 BODIES: dict[str, type[Any]] = {
     "vote_request": VoteRequest,
     "vote_response": VoteResponse,
@@ -63,8 +61,10 @@ BODIES: dict[str, type[Any]] = {
 BODY_NAMES = {body: name for name, body in BODIES.items()}
 
 
-class FrameError(ValueError):
-    """A frame that is too long or does not decode as a quorum message."""
+RequestHandler = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
+"""Answers a request frame (one with a ``method``) that arrives on a voter's port."""
+
+__all__ = ["FrameError", "QuorumServer", "TcpTransport", "decode_message", "encode_message"]
 
 
 def encode_message(message: Message) -> bytes:
@@ -77,13 +77,19 @@ def encode_message(message: Message) -> bytes:
         "type": BODY_NAMES[type(message.body)],
         "body": body,
     }
-    payload = orjson.dumps(document)
-    return LENGTH.pack(len(payload)) + payload
+    return frame(document)
 
 
 def decode_message(payload: bytes) -> Message:
     try:
         document = orjson.loads(payload)
+    except orjson.JSONDecodeError as exc:
+        raise FrameError(f"not a quorum message: {exc}") from exc
+    return message_from(document)
+
+
+def message_from(document: Any) -> Message:
+    try:
         body_type = BODIES[document["type"]]
         fields = dict(document["body"])
         if body_type is FetchResponse:
@@ -93,7 +99,7 @@ def decode_message(payload: bytes) -> Message:
             if fields["diverging"] is not None:
                 fields["diverging"] = DivergingEpoch(**fields["diverging"])
         return Message(int(document["sender"]), int(document["receiver"]), body_type(**fields))
-    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+    except (KeyError, TypeError, ValueError) as exc:
         raise FrameError(f"not a quorum message: {exc}") from exc
 
 
@@ -114,10 +120,17 @@ class Transport(Protocol):
 
 
 class TcpTransport:
-    """Voters over TCP: length-prefixed frames, one outgoing connection per peer."""
+    """Voters over TCP: length-prefixed frames, one outgoing connection per peer.
 
-    def __init__(self, peers: Mapping[int, tuple[str, int]]) -> None:
+    The same port takes requests (frames with a ``method``, :mod:`.rpc`) when
+    ``requests`` is given: each is answered on its connection, in order.
+    """
+
+    def __init__(
+        self, peers: Mapping[int, tuple[str, int]], requests: RequestHandler | None = None
+    ) -> None:
         self.peers = dict(peers)
+        self.requests = requests
 
     async def run(
         self,
@@ -166,13 +179,22 @@ class TcpTransport:
                     if not data:
                         return
                     buffer += data
-                    for message in _frames(buffer):
+                    for document in split_frames(buffer):
+                        if "method" in document:
+                            await self._answer(stream, document)
+                            continue
+                        message = message_from(document)
                         if message.receiver == node and message.sender in self.peers:
                             deliver(message)
         except FrameError as exc:
             log.warning("voter %d: closing a connection: %s", node, exc)
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             return
+
+    async def _answer(self, stream: trio.SocketStream, document: dict[str, Any]) -> None:
+        if self.requests is None:
+            raise FrameError("this port takes no requests")
+        await stream.send_all(frame(await self.requests(document)))
 
 
 class QuorumServer:
@@ -210,10 +232,11 @@ class QuorumServer:
         node_id: int,
         peers: Mapping[int, tuple[str, int]],
         storage: QuorumStorage,
+        requests: RequestHandler | None = None,
         **options: Any,
     ) -> QuorumServer:
         """A voter of ``peers`` (id → (host, port), itself included) over TCP."""
-        return cls(node_id, list(peers), storage, TcpTransport(peers), **options)
+        return cls(node_id, list(peers), storage, TcpTransport(peers, requests), **options)
 
     @property
     def raft(self) -> RaftNode:
@@ -252,6 +275,13 @@ class QuorumServer:
                     await self._committed.wait()
         return first
 
+    async def wait_applied(self, beyond: int, deadline: float) -> None:
+        """Return once more than ``beyond`` entries are applied, or at ``deadline``."""
+        with trio.move_on_at(deadline):
+            async with self._committed:
+                while self.applied <= beyond:
+                    await self._committed.wait()
+
     # ------------------------------------------------------------ the owner
 
     async def _drive(self) -> None:
@@ -288,19 +318,6 @@ class QuorumServer:
                 outbox[0].send_nowait(message)
             except trio.WouldBlock:
                 log.warning("voter %d: the queue to %d is full", self.id, message.receiver)
-
-
-def _frames(buffer: bytearray) -> list[Message]:
-    found = []
-    while len(buffer) >= LENGTH.size:
-        (length,) = LENGTH.unpack_from(buffer)
-        if length > FRAME_BYTES_MAX:
-            raise FrameError(f"a frame of {length} bytes (at most {FRAME_BYTES_MAX})")
-        if len(buffer) < LENGTH.size + length:
-            break
-        found.append(decode_message(bytes(buffer[LENGTH.size : LENGTH.size + length])))
-        del buffer[: LENGTH.size + length]
-    return found
 
 
 def _now_ms() -> int:

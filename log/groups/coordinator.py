@@ -49,12 +49,19 @@ from eventplatform.log.groups.messages import (
     SyncRequest,
 )
 from eventplatform.log.groups.offsets_topic import OffsetsReplay, OffsetsTopic
-from eventplatform.log.groups.records import OFFSETS_TOPIC, CommittedOffset, TopicPartition
+from eventplatform.log.groups.records import (
+    OFFSETS_TOPIC,
+    CommittedOffset,
+    TopicPartition,
+    partition_for,
+)
 from eventplatform.log.protocol import ErrorCode
+from eventplatform.log.storage import StorageError
 
 if TYPE_CHECKING:
     from eventplatform.log.broker.broker import Broker
     from eventplatform.log.broker.config import BrokerConfig
+    from eventplatform.log.broker.partition import Partition
     from eventplatform.log.broker.topics import TopicRegistry
 
 log = logging.getLogger("eventplatform.groups")
@@ -62,6 +69,7 @@ log = logging.getLogger("eventplatform.groups")
 REPLY_MARGIN_MS = 5_000
 """How much longer than the core's own bound a handler waits for a held answer."""
 LOAD_CHECKPOINT_RECORDS = 1_000
+LOAD_RETRY_S = 0.5
 """Records replayed between yields to the scheduler while loading."""
 OFFSETS_RETENTION_CHECK_INTERVAL_S = 600.0
 
@@ -110,7 +118,12 @@ class GroupCoordinator:
     """See the module docstring."""
 
     def __init__(
-        self, config: BrokerConfig, topics: TopicRegistry, clock_ms: Callable[[], int]
+        self,
+        config: BrokerConfig,
+        topics: TopicRegistry,
+        clock_ms: Callable[[], int],
+        *,
+        clustered: bool = False,
     ) -> None:
         self.offsets_topic = OffsetsTopic(
             topics,
@@ -123,15 +136,38 @@ class GroupCoordinator:
         self._loaded = trio.Event()
         self._timer_changed = trio.Event()
         self._timer_wake_s = math.inf
+        # in a cluster: the __consumer_offsets partitions this broker leads and has loaded,
+        # by leader epoch, and those it is loading
+        self.clustered = clustered
+        self._owned: dict[int, int] = {}
+        self._loading: dict[int, int] = {}
+        self._nursery: trio.Nursery | None = None
 
     @classmethod
     def for_broker(cls, broker: Broker) -> GroupCoordinator:
-        return cls(broker.config, broker.topics, broker.clock_ms)
+        return cls(broker.config, broker.topics, broker.clock_ms, clustered=broker.config.clustered)
 
     # ------------------------------------------------------------ lifecycle
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Create and load ``__consumer_offsets``, then keep the timers until cancelled."""
+        """Create and load ``__consumer_offsets``, then keep the timers until cancelled.
+
+        In a cluster the controller creates the topic (at the first FindCoordinator) and
+        this broker coordinates the groups of the partitions it leads, loading each as it
+        takes over (:meth:`leadership_changed`)."""
+        if self.clustered:
+            self.status = Status.ACTIVE
+            try:
+                async with trio.open_nursery() as nursery:
+                    self._nursery = nursery
+                    nursery.start_soon(self._run_timers)
+                    self._loaded.set()
+                    task_status.started()
+                    nursery.start_soon(self._expire_offsets_periodically)
+                    self.leadership_changed()
+            finally:
+                self.close()
+            return
         self.offsets_topic.ensure_created()
         self.status = Status.LOADING
         try:
@@ -180,6 +216,77 @@ class GroupCoordinator:
             replay.skipped,
         )
 
+    # ------------------------------------------------------------ cluster ownership
+
+    def leadership_changed(self) -> None:
+        """Load the groups of offsets partitions this broker now leads; drop those of
+        partitions it no longer leads (their clients find the new coordinator)."""
+        if not self.clustered or self._nursery is None or self.status is not Status.ACTIVE:
+            return
+        partitions = self.offsets_topic.partitions()
+        for index, partition in enumerate(partitions):
+            epoch = partition.leader_epoch if partition.is_leader else None
+            if self._owned.get(index, epoch) != epoch or (epoch is None and index in self._owned):
+                self._owned.pop(index, None)
+                self.core.unload_groups(
+                    [g for g in self.core.groups if partition_for(g, len(partitions)) == index]
+                )
+            if epoch is None:
+                self._loading.pop(index, None)
+            elif self._owned.get(index) != epoch and self._loading.get(index) != epoch:
+                self._loading[index] = epoch
+                self._nursery.start_soon(self._load_partition, index, partition, epoch)
+
+    async def _load_partition(self, index: int, partition: Partition, epoch: int) -> None:
+        def current() -> bool:
+            return (
+                self._loading.get(index) == epoch
+                and partition.is_leader
+                and partition.leader_epoch == epoch
+            )
+
+        while current():
+            try:
+                replay = OffsetsReplay()
+                for number, batch in enumerate(
+                    partition.log.iter_batches(None, partition.log.log_end_offset)
+                ):
+                    replay.apply_batch(batch)
+                    if number % 100 == 99:
+                        await trio.lowlevel.checkpoint()
+                        if not current():
+                            return
+            except StorageError as exc:
+                log.warning("loading %s-%d failed, retrying: %s", OFFSETS_TOPIC, index, exc)
+                await trio.sleep(LOAD_RETRY_S)
+                continue
+            count = len(self.offsets_topic.partitions())
+            now_ms = self._now_ms()
+            loaded = 0
+            for group_id, group in replay.groups():
+                if partition_for(group_id, count) == index:
+                    self.core.load_group(group_id, group.record, group.offsets, now_ms)
+                    loaded += 1
+            del self._loading[index]
+            self._owned[index] = epoch
+            self._poke()
+            log.info(
+                "coordinating %d groups of %s-%d (epoch %d)", loaded, OFFSETS_TOPIC, index, epoch
+            )
+            return
+
+    def _cluster_status(self, group_id: str) -> ErrorCode:
+        partitions = self.offsets_topic.partitions()
+        if not partitions:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        index = partition_for(group_id, len(partitions))
+        partition = partitions[index]
+        if not partition.is_leader:
+            return ErrorCode.NOT_COORDINATOR
+        if self._owned.get(index) != partition.leader_epoch:
+            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+        return ErrorCode.NONE
+
     # ------------------------------------------------------------ timers
 
     @staticmethod
@@ -224,6 +331,8 @@ class GroupCoordinator:
             return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
         if self.status is not Status.ACTIVE:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        if self.clustered:
+            return self._cluster_status(group_id)
         return ErrorCode.NONE
 
     @property

@@ -706,12 +706,19 @@ class GroupCoordinatorCore:
 
     def shutdown(self) -> None:
         """Answer every held JoinGroup and SyncGroup with NOT_COORDINATOR and drop all state."""
-        for group in self.groups.values():
+        self.unload_groups(list(self.groups))
+        self._timers.clear()
+
+    def unload_groups(self, group_ids: Sequence[str]) -> None:
+        """Drop these groups (another broker coordinates them now); their held JoinGroup
+        and SyncGroup requests are answered NOT_COORDINATOR, and their timers lapse."""
+        for group_id in group_ids:
+            group = self.groups.pop(group_id, None)
+            if group is None:
+                continue
             for member in group.all_members():
                 group.invoke_join_callback(member, JoinResult(ErrorCode.NOT_COORDINATOR, ""))
                 group.invoke_sync_callback(member, SyncResult(ErrorCode.NOT_COORDINATOR))
-        self.groups.clear()
-        self._timers.clear()
 
     def rebalance_timeout_ms(self, group_id: str) -> int:
         group = self.groups.get(group_id)

@@ -52,6 +52,10 @@ class LogConfig:
     flush_ms: int | None = None
     message_timestamp_type: str = "CreateTime"
     file_delete_delay_ms: int = FILE_DELETE_DELAY_MS_DEFAULT
+    min_insync_replicas: int = 1
+    """How many replicas, the leader included, an acks=all produce needs in the ISR."""
+    unclean_leader_election_enable: bool = False
+    """Whether a replica outside the ISR may lead when no ISR member is alive."""
 
     @property
     def compact(self) -> bool:
@@ -90,6 +94,8 @@ class LogConfig:
             value = getattr(self, key.replace(".", "_"))
             if isinstance(value, frozenset):
                 value = ",".join(sorted(value))
+            elif isinstance(value, bool):
+                value = str(value).lower()
             out[key] = str(INT64_MAX) if value is None else str(value)
         return out
 
@@ -132,6 +138,16 @@ def _cleanup_policy(raw: Any) -> frozenset[str]:
     return policies
 
 
+def boolean(raw: Any) -> bool:
+    """``true`` or ``false`` (any case), or a TOML boolean."""
+    if isinstance(raw, bool):
+        return raw
+    text = str(raw).strip().lower()
+    if text not in ("true", "false"):
+        raise ValueError("expected true or false")
+    return text == "true"
+
+
 def _timestamp_type(raw: Any) -> str:
     if raw not in TIMESTAMP_TYPES:
         raise ValueError(f"expected one of {', '.join(TIMESTAMP_TYPES)}")
@@ -153,4 +169,6 @@ _PARSERS: dict[str, Callable[[Any], Any]] = {
     "flush.ms": _optional_integer(0),
     "message.timestamp.type": _timestamp_type,
     "file.delete.delay.ms": integer_between(0),
+    "min.insync.replicas": integer_between(1, INT32_MAX),
+    "unclean.leader.election.enable": boolean,
 }

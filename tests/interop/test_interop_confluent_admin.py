@@ -53,6 +53,18 @@ def _topic_names(admin: AdminClient) -> dict[str, int]:
     return {name: len(topic.partitions) for name, topic in metadata.topics.items()}
 
 
+def _partition_count_when_settled(admin: AdminClient, topic: str, wanted: int) -> int:
+    """The topic's partition count once a broker reports ``wanted`` (bounded). In a cluster
+    the broker that answered CreatePartitions has the change; the one the next Metadata
+    goes to learns it from the controller a moment later, as in Kafka."""
+    deadline = time.monotonic() + ADMIN_TIMEOUT_S
+    count = _topic_names(admin).get(topic, 0)
+    while count != wanted and time.monotonic() < deadline:
+        time.sleep(0.05)
+        count = _topic_names(admin).get(topic, 0)
+    return count
+
+
 def _describe(admin: AdminClient, resource: ConfigResource) -> dict[str, ConfigEntry]:
     [future] = admin.describe_configs([resource], request_timeout=ADMIN_TIMEOUT_S).values()
     result: dict[str, ConfigEntry] = future.result(timeout=ADMIN_TIMEOUT_S)
@@ -109,11 +121,14 @@ def test_create_topics_validate_only_creates_nothing(admin: AdminClient) -> None
 
 def test_create_topics_errors(admin: AdminClient, new_topic: Callable[..., str]) -> None:
     existing = new_topic(partitions=1)
+    brokers = len(admin.list_topics(timeout=ADMIN_TIMEOUT_S).brokers)
     requests = {
         existing: NewTopic(existing, num_partitions=1, replication_factor=1),
         "bad-config-value": NewTopic("bad-config-value", 1, 1, config={"cleanup.policy": "shred"}),
         "unknown-config": NewTopic("unknown-config", 1, 1, config={"no.such.config": "1"}),
-        "two-replicas": NewTopic("two-replicas", num_partitions=1, replication_factor=2),
+        "too-many-replicas": NewTopic(
+            "too-many-replicas", num_partitions=1, replication_factor=brokers + 1
+        ),
     }
     futures = admin.create_topics(list(requests.values()), operation_timeout=ADMIN_TIMEOUT_S)
     codes = {name: _error_code(futures[name]) for name in requests}
@@ -122,9 +137,11 @@ def test_create_topics_errors(admin: AdminClient, new_topic: Callable[..., str])
         existing: KafkaError.TOPIC_ALREADY_EXISTS,
         "bad-config-value": KafkaError.INVALID_CONFIG,
         "unknown-config": KafkaError.INVALID_CONFIG,
-        "two-replicas": KafkaError.INVALID_REPLICATION_FACTOR,
+        "too-many-replicas": KafkaError.INVALID_REPLICATION_FACTOR,
     }
-    assert not {"bad-config-value", "unknown-config", "two-replicas"} & set(_topic_names(admin))
+    assert not {"bad-config-value", "unknown-config", "too-many-replicas"} & set(
+        _topic_names(admin)
+    )
 
 
 def test_delete_topics_and_recreate_empty(
@@ -157,7 +174,7 @@ def test_create_partitions(
 
     grown = admin.create_partitions([NewPartitions(topic, 5)], operation_timeout=ADMIN_TIMEOUT_S)
     assert _error_code(grown[topic]) is None
-    assert _topic_names(admin)[topic] == 5
+    assert _partition_count_when_settled(admin, topic, 5) == 5
     record = Record(b"k", b"in the new partition", BASE_TIMESTAMP_MS, None)
     assert produce(broker.bootstrap, topic, [record], partition=4) == []
     [received] = consume(broker.bootstrap, topic, [4], 1)

@@ -71,14 +71,17 @@ def test_metadata_lists_the_broker_and_topic_partitions(
     metadata = json.loads(kcat(broker, "-L", "-J"))
     single = kcat(broker, "-L", "-t", topic)
 
-    assert [(entry["id"], entry["name"]) for entry in metadata["brokers"]] == [
-        (1, f"{broker.bootstrap}")
-    ]
+    addresses = broker.bootstrap.split(",")
+    nodes = list(range(1, len(addresses) + 1))
+    assert [(entry["id"], entry["name"]) for entry in metadata["brokers"]] == list(
+        zip(nodes, addresses, strict=True)
+    )
     [described] = [entry for entry in metadata["topics"] if entry["topic"] == topic]
-    assert described["partitions"] == [
-        {"partition": index, "leader": 1, "replicas": [{"id": 1}], "isrs": [{"id": 1}]}
-        for index in range(3)
-    ]
+    assert [entry["partition"] for entry in described["partitions"]] == [0, 1, 2]
+    for entry in described["partitions"]:
+        assert sorted(replica["id"] for replica in entry["replicas"]) == nodes
+        assert sorted(replica["id"] for replica in entry["isrs"]) == nodes
+        assert entry["leader"] in nodes
     assert f'topic "{topic}" with 3 partitions:' in single
 
 

@@ -17,6 +17,8 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
+from eventplatform.log.cluster.local import LocalCluster
+
 START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 30.0
 _SERVING = re.compile(r"serving on (\S+):(\d+)")
@@ -106,3 +108,42 @@ def wait_until(condition: object, timeout_s: float, interval_s: float = 0.05) ->
             return True
         time.sleep(interval_s)
     return False
+
+
+class ClusterBrokers:
+    """A 3-node :class:`LocalCluster` standing in for one broker in the interop suites:
+    clients get every node as bootstrap; ``process`` and ``port`` are node 1's."""
+
+    def __init__(self, directory: Path, overrides: Sequence[str] = ()) -> None:
+        self.cluster = LocalCluster.create(directory, 3, list(overrides))
+        self.data_dir = directory
+
+    @property
+    def bootstrap(self) -> str:
+        return self.cluster.bootstrap
+
+    @property
+    def port(self) -> int:
+        return self.cluster.nodes[1].kafka_port
+
+    @property
+    def process(self) -> subprocess.Popen[bytes] | None:
+        """Node 1 while every node runs; the first node that exited otherwise."""
+        for node in self.cluster.nodes.values():
+            if node.process is not None and node.process.poll() is not None:
+                return node.process
+        return self.cluster.nodes[1].process
+
+    def log_text(self) -> str:
+        return "\n".join(f"--- node {n}\n{self.cluster.tail(n, 200)}" for n in self.cluster.nodes)
+
+
+@contextmanager
+def running_cluster(directory: Path, overrides: Sequence[str] = ()) -> Iterator[ClusterBrokers]:
+    brokers = ClusterBrokers(directory, overrides)
+    brokers.cluster.start()
+    try:
+        yield brokers
+    finally:
+        for node in brokers.cluster.nodes:
+            brokers.cluster.kill(node)

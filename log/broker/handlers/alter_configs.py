@@ -21,4 +21,4 @@ VERSIONS = Versions.parse("0-1")
 
 async def handle(context: RequestContext, request: Body) -> Body:
     await trio.lowlevel.checkpoint()
-    return {"responses": apply_alter_request(context.broker, request, incremental=False)}
+    return {"responses": await apply_alter_request(context.broker, request, incremental=False)}

@@ -32,7 +32,7 @@ async def handle(context: RequestContext, request: Body) -> Body:
             if counts[name] > 1:
                 raise TopicError(ErrorCode.INVALID_REQUEST, f"topic {name!r} is listed twice")
             for assignment in topic["assignments"] or []:
-                if assignment["broker_ids"] != [broker.node_id]:
+                if broker.member is not None or assignment["broker_ids"] != [broker.node_id]:
                     raise TopicError(
                         ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                         f"new partitions must be assigned to node {broker.node_id} alone",
@@ -40,7 +40,7 @@ async def handle(context: RequestContext, request: Body) -> Body:
             if request["validate_only"]:
                 broker.topics.check_partition_count(name, topic["count"])
             else:
-                broker.topics.add_partitions(name, topic["count"])
+                await broker.add_partitions(name, topic["count"])
             results.append({"name": name, "error_code": 0})
         except TopicError as exc:
             results.append({"name": name, "error_code": exc.code, "error_message": str(exc)})

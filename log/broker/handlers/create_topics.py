@@ -2,8 +2,10 @@
 
 Creates each topic with its partition count (-1: ``num.partitions``, v4) and
 config overrides, which are validated like any topic config. The only
-replication factor a single node offers is 1 (-1 means the default);
-explicit assignments must name this node, one replica per partition.
+replication factor a standalone broker offers is 1 (-1 means the default);
+explicit assignments must name this node, one replica per partition. A
+cluster member forwards the topic to the active controller, which places
+its replicas round-robin, and answers once the topic has reached it.
 ``validate_only`` (v1+) checks everything and creates nothing. Errors per
 topic: TOPIC_ALREADY_EXISTS, INVALID_TOPIC_EXCEPTION, INVALID_PARTITIONS,
 INVALID_REPLICATION_FACTOR, INVALID_REPLICA_ASSIGNMENT, INVALID_CONFIG,
@@ -34,7 +36,7 @@ async def handle(context: RequestContext, request: Body) -> Body:
         try:
             if counts[name] > 1:
                 raise TopicError(ErrorCode.INVALID_REQUEST, f"topic {name!r} is listed twice")
-            _create(context, topic, validate_only=request["validate_only"])
+            await _create(context, topic, validate_only=request["validate_only"])
             results.append({"name": name, "error_code": 0})
         except TopicError as exc:
             results.append({"name": name, "error_code": exc.code, "error_message": str(exc)})
@@ -42,7 +44,7 @@ async def handle(context: RequestContext, request: Body) -> Body:
     return {"topics": results}
 
 
-def _create(context: RequestContext, topic: Body, *, validate_only: bool) -> None:
+async def _create(context: RequestContext, topic: Body, *, validate_only: bool) -> None:
     broker = context.broker
     partitions = topic["num_partitions"]
     replication_factor = topic["replication_factor"]
@@ -52,6 +54,11 @@ def _create(context: RequestContext, topic: Body, *, validate_only: bool) -> Non
             raise TopicError(
                 ErrorCode.INVALID_REQUEST,
                 "give either assignments or a partition count and replication factor",
+            )
+        if broker.member is not None:
+            raise TopicError(
+                ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                "a cluster places replicas itself; give a replication factor",
             )
         for assignment in assignments:
             if assignment["broker_ids"] != [broker.node_id]:
@@ -63,15 +70,15 @@ def _create(context: RequestContext, topic: Body, *, validate_only: bool) -> Non
         partitions = len(assignments)
     if partitions == -1:
         partitions = broker.config.num_partitions
-    if replication_factor not in (-1, 1):
-        raise TopicError(
-            ErrorCode.INVALID_REPLICATION_FACTOR,
-            f"replication factor {replication_factor} is larger than the 1 available broker",
-        )
     configs = {entry["name"]: entry["value"] for entry in topic["configs"]}
     if any(value is None for value in configs.values()):
         raise TopicError(ErrorCode.INVALID_CONFIG, "config values may not be null")
     if validate_only:
         broker.topics.check_new_topic(topic["name"], partitions, configs)
+        if broker.member is None and replication_factor not in (-1, 1):
+            raise TopicError(
+                ErrorCode.INVALID_REPLICATION_FACTOR,
+                f"replication factor {replication_factor} is larger than the 1 available broker",
+            )
     else:
-        broker.topics.create(topic["name"], partitions, configs)
+        await broker.create_topic(topic["name"], partitions, replication_factor, configs)

@@ -32,6 +32,8 @@ def _answer(partition: Partition | None, entry: Body) -> Body:
     offset = entry["offset"]
     if partition is None:
         answer["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    elif not partition.is_leader:
+        answer["error_code"] = ErrorCode.NOT_LEADER_OR_FOLLOWER
     elif offset == HIGH_WATERMARK or 0 <= offset <= partition.high_watermark:
         target = partition.high_watermark if offset == HIGH_WATERMARK else offset
         if target > partition.log_start_offset:

@@ -34,9 +34,7 @@ async def handle(context: RequestContext, request: Body) -> Body:
                 raise TopicError(
                     ErrorCode.INVALID_TOPIC_EXCEPTION, f"internal topic {name!r} cannot be deleted"
                 )
-            broker.topics.delete(name)
-            if broker.groups is not None:
-                broker.groups.topic_deleted(name)
+            await broker.delete_topic(name)
             responses.append({"name": name, "error_code": 0})
         except TopicError as exc:
             responses.append({"name": name, "error_code": exc.code})

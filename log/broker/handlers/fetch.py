@@ -13,6 +13,11 @@ fetch sessions are not offered: ``session_id`` is always 0, which clients
 take as "send full requests". From v9 ``current_leader_epoch`` is checked
 (FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH). Record data leaves as file
 regions that the connection sends with ``os.sendfile``.
+
+Only a partition's leader answers (NOT_LEADER_OR_FOLLOWER). A fetch with a
+``replica_id`` comes from a follower: it reads up to the log end, not the
+high watermark, and its fetch offset tells the leader how far that
+follower has come (which moves the high watermark and the ISR).
 """
 
 from __future__ import annotations
@@ -48,6 +53,9 @@ class _Read:
 
 
 async def handle(context: RequestContext, request: Body) -> Body:
+    replica = request["replica_id"]
+    if replica >= 0:
+        _note_replica_fetch(context, request, replica)
     max_wait_s = min(max(request["max_wait_ms"], 0), MAX_WAIT_MS_MAX) / 1000
     deadline = trio.current_time() + max_wait_s
     # The checkpoint comes first: between the last read and ``_response`` nothing may
@@ -63,9 +71,19 @@ async def handle(context: RequestContext, request: Body) -> Body:
     return _response(reads, read_committed=request["isolation_level"] == READ_COMMITTED)
 
 
+def _note_replica_fetch(context: RequestContext, request: Body, replica: int) -> None:
+    now_ms = context.broker.clock_ms()
+    for topic_entry in request["topics"]:
+        for entry in topic_entry["partitions"]:
+            partition = context.broker.topics.partition(topic_entry["topic"], entry["partition"])
+            if partition is not None and partition.check_leader(entry["current_leader_epoch"]) == 0:
+                partition.on_replica_fetch(replica, entry["fetch_offset"], now_ms)
+
+
 def _read_all(context: RequestContext, request: Body) -> list[_Read]:
     topics = context.broker.topics
     budget = request["max_bytes"]
+    replica = request["replica_id"] >= 0
     reads = []
     for topic_entry in request["topics"]:
         name = topic_entry["topic"]
@@ -74,7 +92,7 @@ def _read_all(context: RequestContext, request: Body) -> list[_Read]:
             if partition is None:
                 read = _Read(name, entry["partition"], None, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
             else:
-                read = _read_partition(partition, entry, budget)
+                read = _read_partition(partition, entry, budget, replica=replica)
                 if read.data is not None:
                     if read.data.length > budget and budget < request["max_bytes"]:
                         # Only the first partition with data may exceed max_bytes (KIP-74).
@@ -85,16 +103,19 @@ def _read_all(context: RequestContext, request: Body) -> list[_Read]:
     return reads
 
 
-def _read_partition(partition: Partition, entry: Body, budget: int) -> _Read:
+def _read_partition(partition: Partition, entry: Body, budget: int, *, replica: bool) -> _Read:
     read = _Read(partition.topic, partition.index, partition, ErrorCode.NONE)
-    read.error = partition.check_leader_epoch(entry["current_leader_epoch"])
+    read.error = partition.check_leader(entry["current_leader_epoch"])
     if read.error != ErrorCode.NONE:
         return read
     if budget <= 0:
         return read
-    limit = min(entry["partition_max_bytes"], budget)
+    limit = max(min(entry["partition_max_bytes"], budget), 1)
     try:
-        read.data = partition.read(entry["fetch_offset"], max(limit, 1))
+        if replica:
+            read.data = partition.read_for_replica(entry["fetch_offset"], limit)
+        else:
+            read.data = partition.read(entry["fetch_offset"], limit)
     except OffsetOutOfRangeError:
         read.error = ErrorCode.OFFSET_OUT_OF_RANGE
     return read

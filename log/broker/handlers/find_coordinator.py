@@ -13,7 +13,10 @@ from __future__ import annotations
 
 import trio
 
+from eventplatform.log.broker.broker import Broker
 from eventplatform.log.broker.context import Body, RequestContext
+from eventplatform.log.broker.topics import TopicError
+from eventplatform.log.groups.records import OFFSETS_TOPIC, partition_for
 from eventplatform.log.protocol import ErrorCode
 from eventplatform.log.protocol.apis import FIND_COORDINATOR
 from eventplatform.log.protocol.schema import Versions
@@ -35,6 +38,8 @@ async def handle(context: RequestContext, request: Body) -> Body:
         return _no_coordinator(
             ErrorCode.COORDINATOR_NOT_AVAILABLE, "the group coordinator is not running"
         )
+    if key_type == GROUP_KEY_TYPE and broker.member is not None:
+        return await _leader_of_group_partition(broker, request["key"])
     return {
         "error_code": ErrorCode.NONE,
         "error_message": None,
@@ -46,3 +51,42 @@ async def handle(context: RequestContext, request: Body) -> Body:
 
 def _no_coordinator(error: ErrorCode, message: str) -> Body:
     return {"error_code": error, "error_message": message, "node_id": -1, "host": "", "port": -1}
+
+
+async def _leader_of_group_partition(broker: Broker, group_id: str) -> Body:
+    """In a cluster, the coordinator is the leader of the group's ``__consumer_offsets``
+    partition; the first FindCoordinator creates that topic through the controller."""
+    assert broker.member is not None
+    topic = broker.topics.get(OFFSETS_TOPIC)
+    if topic is None:
+        image = broker.member.replicas.image
+        factor = min(broker.config.offsets_topic_replication_factor, len(image.live_brokers()))
+        configs = {
+            "cleanup.policy": "compact",
+            "segment.bytes": str(broker.config.offsets_topic_segment_bytes),
+        }
+        try:
+            await broker.create_topic(
+                OFFSETS_TOPIC, broker.config.offsets_topic_num_partitions, max(factor, 1), configs
+            )
+        except TopicError as exc:
+            if exc.code != ErrorCode.TOPIC_ALREADY_EXISTS:
+                return _no_coordinator(ErrorCode.COORDINATOR_NOT_AVAILABLE, str(exc))
+        topic = broker.topics.get(OFFSETS_TOPIC)
+        if topic is None:
+            return _no_coordinator(ErrorCode.COORDINATOR_NOT_AVAILABLE, "creating the topic")
+    image = broker.member.replicas.image
+    state = image.topics.get(OFFSETS_TOPIC)
+    if state is None:
+        return _no_coordinator(ErrorCode.COORDINATOR_NOT_AVAILABLE, "creating the topic")
+    leader = state.partitions[partition_for(group_id, len(state.partitions))].leader
+    node = image.brokers.get(leader)
+    if node is None or node.fenced:
+        return _no_coordinator(ErrorCode.COORDINATOR_NOT_AVAILABLE, "the partition has no leader")
+    return {
+        "error_code": ErrorCode.NONE,
+        "error_message": None,
+        "node_id": node.broker,
+        "host": node.host,
+        "port": node.port,
+    }

@@ -22,4 +22,4 @@ VERSIONS = Versions.parse("0")
 
 async def handle(context: RequestContext, request: Body) -> Body:
     await trio.lowlevel.checkpoint()
-    return {"responses": apply_alter_request(context.broker, request, incremental=True)}
+    return {"responses": await apply_alter_request(context.broker, request, incremental=True)}

@@ -1,7 +1,9 @@
 """InitProducerId (key 22), v0-1.
 
 Gives an idempotent producer (null ``transactional_id``) a new producer id
-with epoch 0; ids are never reused, even across restarts. Transactions are
+with epoch 0; ids are never reused, even across restarts. In a cluster the
+ids come from blocks the controller hands each broker through the metadata
+log, so no two brokers give out the same id. Transactions are
 not offered: a transactional id gets TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
 which clients report as fatal instead of retrying forever.
 """
@@ -11,6 +13,7 @@ from __future__ import annotations
 import trio
 
 from eventplatform.log.broker.context import Body, RequestContext
+from eventplatform.log.broker.topics import TopicError
 from eventplatform.log.protocol import ErrorCode
 from eventplatform.log.protocol.apis import INIT_PRODUCER_ID
 from eventplatform.log.protocol.schema import Versions
@@ -27,5 +30,12 @@ async def handle(context: RequestContext, request: Body) -> Body:
             "producer_id": -1,
             "producer_epoch": -1,
         }
-    producer_id = context.broker.producer_ids.allocate()
+    member = context.broker.member
+    if member is None:
+        producer_id = context.broker.producer_ids.allocate()
+    else:
+        try:
+            producer_id = await member.allocate_producer_id()
+        except TopicError as exc:
+            return {"error_code": exc.code, "producer_id": -1, "producer_epoch": -1}
     return {"error_code": ErrorCode.NONE, "producer_id": producer_id, "producer_epoch": 0}

@@ -37,7 +37,7 @@ def _answer(partition: Partition | None, entry: Body) -> Body:
     if partition is None:
         answer["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         return answer
-    answer["error_code"] = partition.check_leader_epoch(entry["current_leader_epoch"])
+    answer["error_code"] = partition.check_leader(entry["current_leader_epoch"])
     if answer["error_code"] != ErrorCode.NONE:
         return answer
     timestamp = entry["timestamp"]

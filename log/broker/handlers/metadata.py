@@ -1,11 +1,17 @@
 """Metadata (key 3), v1-8.
 
-Answers with this broker as the only node, controller and leader of every
-partition. A null topic list means every topic (internal ones included, as
-Kafka does). Requested topics that do not exist are created with the broker
+A standalone broker answers with itself as the only node, controller and
+leader of every partition. A cluster member answers from the metadata it
+has applied: the live brokers, each partition's leader (or
+LEADER_NOT_AVAILABLE while it has none), leader epoch, replicas, ISR and
+fenced ("offline") replicas; it names itself as the controller, since it
+forwards admin requests to the active one.
+
+A null topic list means every topic (internal ones included, as Kafka
+does). Requested topics that do not exist are created with the broker
 defaults when ``auto.create.topics.enable`` is on and the request allows it
-(``allow_auto_topic_creation``, v4+; always allowed before), and are
-reported ready at once, since a single node has nothing to wait for. From v7
+(``allow_auto_topic_creation``, v4+; always allowed before); a cluster
+member answers once the new topic has reached it. From v7
 each partition carries its leader epoch, and clients validate positions with
 OffsetForLeaderEpoch.
 """
@@ -18,6 +24,7 @@ import trio
 
 from eventplatform.log.broker.context import Body, RequestContext
 from eventplatform.log.broker.topics import Topic, TopicError, validate_topic_name
+from eventplatform.log.cluster.metadata import NO_LEADER, MetadataImage
 from eventplatform.log.protocol import ErrorCode
 from eventplatform.log.protocol.apis import METADATA
 from eventplatform.log.protocol.schema import Versions
@@ -33,19 +40,25 @@ async def handle(context: RequestContext, request: Body) -> Body:
         topics = [describe_topic(context, topic) for topic in broker.topics.topics.values()]
     else:
         allow = context.version < 4 or request["allow_auto_topic_creation"]
-        topics = [_requested_topic(context, entry["name"], allow) for entry in requested]
+        topics = [await _requested_topic(context, entry["name"], allow) for entry in requested]
     await trio.lowlevel.checkpoint()
+    brokers = [{"node_id": broker.node_id, "host": broker.advertised_host, "port": broker.port}]
+    if broker.member is not None:
+        image = broker.member.replicas.image
+        brokers = [
+            {"node_id": b.broker, "host": b.host, "port": b.port, "rack": b.rack}
+            for b in sorted(image.brokers.values(), key=lambda b: b.broker)
+            if not b.fenced
+        ]
     return {
-        "brokers": [
-            {"node_id": broker.node_id, "host": broker.advertised_host, "port": broker.port}
-        ],
+        "brokers": brokers,
         "cluster_id": broker.cluster_id,
         "controller_id": broker.node_id,
         "topics": topics,
     }
 
 
-def _requested_topic(context: RequestContext, name: str | None, allow_create: bool) -> Body:
+async def _requested_topic(context: RequestContext, name: str | None, allow_create: bool) -> Body:
     broker = context.broker
     try:
         validate_topic_name(name or "")
@@ -54,7 +67,7 @@ def _requested_topic(context: RequestContext, name: str | None, allow_create: bo
     assert name is not None
     topic = broker.topics.get(name)
     if topic is None and allow_create:
-        topic = broker.auto_create_topic(name)
+        topic = await broker.auto_create_topic(name)
     if topic is None:
         return {"error_code": ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "name": name, "partitions": []}
     return describe_topic(context, topic)
@@ -62,6 +75,9 @@ def _requested_topic(context: RequestContext, name: str | None, allow_create: bo
 
 def describe_topic(context: RequestContext, topic: Topic) -> Body:
     node = context.broker.node_id
+    member = context.broker.member
+    if member is not None:
+        return _describe_replicated(member.replicas.image, topic)
     partitions: list[dict[str, Any]] = [
         {
             "partition_index": partition.index,
@@ -72,6 +88,31 @@ def describe_topic(context: RequestContext, topic: Topic) -> Body:
         }
         for partition in topic.partitions
     ]
+    return {
+        "name": topic.name,
+        "topic_id": topic.topic_id,
+        "is_internal": topic.internal,
+        "partitions": partitions,
+    }
+
+
+def _describe_replicated(image: MetadataImage, topic: Topic) -> Body:
+    state = image.topics.get(topic.name)
+    fenced = {b.broker for b in image.brokers.values() if b.fenced}
+    partitions: list[dict[str, Any]] = []
+    for index, partition in enumerate(state.partitions if state is not None else []):
+        leaderless = partition.leader == NO_LEADER
+        partitions.append(
+            {
+                "error_code": ErrorCode.LEADER_NOT_AVAILABLE if leaderless else ErrorCode.NONE,
+                "partition_index": index,
+                "leader_id": partition.leader,
+                "leader_epoch": partition.leader_epoch,
+                "replica_nodes": list(partition.replicas),
+                "isr_nodes": list(partition.isr),
+                "offline_replicas": [r for r in partition.replicas if r in fenced],
+            }
+        )
     return {
         "name": topic.name,
         "topic_id": topic.topic_id,

@@ -1,10 +1,15 @@
 """OffsetForLeaderEpoch (key 23), v2-3.
 
-For each partition, the end offset of the requested leader epoch: the log
-end offset for the current epoch, and -1 with epoch -1 for an epoch this
-broker has never led. A single node has led every partition since epoch 0,
-so every earlier epoch request resolves to the current one's end.
-Replica requests (v3 ``replica_id``) are answered the same way.
+For each partition, the end offset of the requested leader epoch: the
+largest epoch at most the requested one that this leader's log holds, and
+where it ends (the next epoch's start, or the log end for the current
+one); -1 with epoch -1 when every epoch it knows is later. Consumers use it
+to validate their positions after a leader change, and followers
+(``replica_id``, v3) to find where their log diverged from the leader's
+(KIP-101, KIP-279). Only the leader answers (NOT_LEADER_OR_FOLLOWER).
+
+A standalone broker has led every partition since epoch 0, so every
+earlier epoch request resolves to the current one's end.
 """
 
 from __future__ import annotations
@@ -34,10 +39,15 @@ def _answer(partition: Partition | None, entry: Body) -> Body:
     if partition is None:
         answer["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         return answer
-    answer["error_code"] = partition.check_leader_epoch(entry["current_leader_epoch"])
+    answer["error_code"] = partition.check_leader(entry["current_leader_epoch"])
     if answer["error_code"] != ErrorCode.NONE:
         return answer
-    if entry["leader_epoch"] <= partition.leader_epoch:
+    if partition.clustered:
+        epoch, end = partition.epochs.end_offset_for(
+            entry["leader_epoch"], partition.log.log_end_offset
+        )
+        answer["leader_epoch"], answer["end_offset"] = epoch, end
+    elif entry["leader_epoch"] <= partition.leader_epoch:
         answer["leader_epoch"] = partition.leader_epoch
         answer["end_offset"] = partition.log.log_end_offset
     return answer

@@ -12,9 +12,14 @@ magic, framing), MESSAGE_TOO_LARGE (``max.message.bytes``), INVALID_RECORD
 topic), INVALID_TOPIC_EXCEPTION (internal topics such as
 ``__consumer_offsets``), UNSUPPORTED_COMPRESSION_TYPE, OUT_OF_ORDER_SEQUENCE_NUMBER and
 INVALID_PRODUCER_EPOCH (idempotence). A retried batch already in the log is
-answered with its original offset. acks=0 gets no response at all; acks 1
-and -1 are answered after the append (on one node the leader is the whole
-ISR). Unknown topics are created when auto-creation is on.
+answered with its original offset. acks=0 gets no response at all; acks=1
+is answered after the leader's append. acks=-1 is refused with
+NOT_ENOUGH_REPLICAS while the ISR is smaller than ``min.insync.replicas``,
+and is answered once the whole ISR has the batch (the high watermark passed
+it), or with REQUEST_TIMED_OUT after ``timeout_ms``, or with
+NOT_LEADER_OR_FOLLOWER when leadership moved meanwhile; a standalone broker
+is the whole ISR. Only the leader appends (NOT_LEADER_OR_FOLLOWER). Unknown
+topics are created when auto-creation is on.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from __future__ import annotations
 import trio
 
 from eventplatform.log.broker.context import Body, RequestContext
-from eventplatform.log.broker.partition import ProduceResult
+from eventplatform.log.broker.partition import ACKS_ALL, Partition, ProduceResult
 from eventplatform.log.protocol import ErrorCode
 from eventplatform.log.protocol.apis import PRODUCE
 from eventplatform.log.protocol.schema import Versions
@@ -47,19 +52,21 @@ async def handle(context: RequestContext, request: Body) -> Body | None:
         )
         responses = _answer_all(request, error)
     else:
-        responses = _append_all(context, request)
+        responses = await _append_all(context, request)
     await trio.lowlevel.checkpoint()
     if acks == 0:
         return None
     return {"responses": responses}
 
 
-def _append_all(context: RequestContext, request: Body) -> list[Body]:
+async def _append_all(context: RequestContext, request: Body) -> list[Body]:
     broker = context.broker
+    acks = request["acks"]
     responses = []
+    waits: list[tuple[Body, Partition, int, int]] = []
     for topic_data in request["topic_data"]:
         name = topic_data["name"]
-        topic = broker.topics.get(name) or broker.auto_create_topic(name)
+        topic = broker.topics.get(name) or await broker.auto_create_topic(name)
         partitions = []
         for partition_data in topic_data["partition_data"]:
             index = partition_data["index"]
@@ -72,10 +79,30 @@ def _append_all(context: RequestContext, request: Body) -> list[Body]:
             elif not records:
                 result = ProduceResult(ErrorCode.CORRUPT_MESSAGE, message="no record data")
             else:
-                result = topic.partitions[index].append(records)
+                partition = topic.partitions[index]
+                result = partition.append(records, acks=acks)
+                if acks == ACKS_ALL and result.error == ErrorCode.NONE and partition.clustered:
+                    entry = _partition_response(index, result)
+                    partitions.append(entry)
+                    waits.append((entry, partition, result.last_offset, partition.leader_epoch))
+                    continue
             partitions.append(_partition_response(index, result))
         responses.append({"name": name, "partition_responses": partitions})
+    if waits:
+        await _wait_replicated(waits, request["timeout_ms"])
     return responses
+
+
+async def _wait_replicated(waits: list[tuple[Body, Partition, int, int]], timeout_ms: int) -> None:
+    """Wait for the ISR to have each acks=all append, all against one deadline; a partition
+    whose append did not replicate in time answers with the error instead."""
+    deadline = trio.current_time() + max(timeout_ms, 0) / 1000
+    for entry, partition, last_offset, epoch in waits:
+        error = await partition.wait_replicated(last_offset, epoch, deadline)
+        if error != ErrorCode.NONE:
+            entry["error_code"] = error
+            entry["base_offset"] = -1
+            entry["error_message"] = error.name
 
 
 def _answer_all(request: Body, error: ProduceResult) -> list[Body]:

@@ -1,0 +1,253 @@
+"""Replication benchmark: a 3-node cluster of ``platform serve`` processes on loopback.
+
+Two measurements, in one run, against one local cluster (every node broker
+and controller, as ``platform cluster up`` lays it out) in a fresh
+directory that is deleted at the end:
+
+1. **The cost of replication.** One producer process (librdkafka,
+   ``linger.ms=5``, 1 MB batches) sends a fixed count of 100-byte records
+   to a one-partition topic and waits for every acknowledgement: once to a
+   topic with replication factor 1 at acks=1, once to one with replication
+   factor 3 and ``min.insync.replicas=2`` at acks=all, alternating, for
+   ``--repetitions`` rounds. The ratio of the medians is the cost of
+   synchronous 3x replication (Kafka's published figure is about 0.51).
+2. **Failover time.** An idempotent acks=all producer writes to a 3-way
+   replicated topic at a steady rate; the leader of partition 0 is killed
+   (SIGKILL) ``--kills`` times. Each failover is the time from the kill to
+   the acknowledgement of the first record sent to partition 0 after it.
+   After each kill the node restarts and the ISR heals before the next. The
+   producer refreshes its metadata every second
+   (``topic.metadata.refresh.interval.ms=1000``).
+
+The cluster's failure detection is ``broker.session.timeout.ms=3000``
+(``platform cluster up``'s setting). Run with ``--quick`` for a smoke run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from broker import produce_worker, run_in_process
+from harness import Deadline, Spread, describe_machine, format_spread, markdown_table, progress
+
+from eventplatform.log.cluster.local import LocalCluster
+from eventplatform.log.cluster.status import wait_healthy
+
+KAFKA_RATIO = 0.51
+RECORD_BYTES = 100
+FAILOVER_RATE_PER_S = 500
+HEAL_TIMEOUT_S = 120.0
+FAILOVER_TIMEOUT_S = 60.0
+METADATA_REFRESH_MS = 1_000
+"""The failover producer refreshes metadata every second, as the cluster tests' producers do."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    repetitions: int
+    records: int
+    kills: int
+
+
+FULL = Plan(repetitions=3, records=2_000_000, kills=20)
+QUICK = Plan(repetitions=1, records=50_000, kills=3)
+
+
+def create_topic(bootstrap: str, name: str, replication: int, **configs: str) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    topic = NewTopic(name, num_partitions=1, replication_factor=replication, config=configs)
+    admin.create_topics([topic], operation_timeout=30)[name].result(timeout=30)
+
+
+def leader_of(bootstrap: str, topic: str, partition: int) -> int:
+    from confluent_kafka.admin import AdminClient
+
+    metadata = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=10)
+    return int(metadata.topics[topic].partitions[partition].leader)
+
+
+def wait_healed(cluster: LocalCluster) -> None:
+    if not wait_healthy(cluster, HEAL_TIMEOUT_S):
+        raise SystemExit("the cluster did not heal in time")
+
+
+# ---------------------------------------------------------------- measurements
+
+
+def measure_throughput(cluster: LocalCluster, plan: Plan) -> dict[str, list[float]]:
+    rates: dict[str, list[float]] = {"rf1_acks1": [], "rf3_acks_all": []}
+    for repetition in range(plan.repetitions):
+        for key, replication, acks in (("rf1_acks1", 1, 1), ("rf3_acks_all", 3, -1)):
+            topic = f"throughput-{key}-{repetition}"
+            create_topic(
+                cluster.bootstrap,
+                topic,
+                replication,
+                **{"min.insync.replicas": "2"} if replication == 3 else {},
+            )
+            seconds = run_in_process(
+                produce_worker, cluster.bootstrap, topic, RECORD_BYTES, plan.records, acks
+            )
+            rates[key].append(plan.records / seconds)
+            progress(
+                f"  {key} repetition {repetition + 1}: {plan.records / seconds:,.0f} records/s"
+            )
+    return rates
+
+
+class TimedProducer:
+    """An idempotent acks=all producer at a steady rate, timing each acknowledgement."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        from confluent_kafka import Producer
+
+        self.producer = Producer(
+            {
+                "bootstrap.servers": bootstrap,
+                "acks": "all",
+                "enable.idempotence": True,
+                "linger.ms": 1,
+                "retry.backoff.ms": 50,
+                "message.timeout.ms": 120_000,
+                "topic.metadata.refresh.interval.ms": METADATA_REFRESH_MS,
+            }
+        )
+        self.topic = topic
+        self.lock = threading.Lock()
+        self.acknowledged: list[tuple[float, float]] = []
+        self.failures: list[str] = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        number = 0
+        while not self.stop.is_set():
+            sent = time.monotonic()
+
+            def delivered(error: Any, _message: Any, sent: float = sent) -> None:
+                with self.lock:
+                    if error is None:
+                        self.acknowledged.append((sent, time.monotonic()))
+                    else:
+                        self.failures.append(str(error))
+
+            self.producer.produce(
+                self.topic, f"r-{number}".encode(), partition=0, on_delivery=delivered
+            )
+            number += 1
+            self.producer.poll(0)
+            time.sleep(1 / FAILOVER_RATE_PER_S)
+        self.producer.flush(FAILOVER_TIMEOUT_S)
+
+    def first_after(self, moment: float) -> float | None:
+        with self.lock:
+            times = [acked for sent, acked in self.acknowledged if sent > moment]
+        return min(times) if times else None
+
+
+def measure_failover(cluster: LocalCluster, plan: Plan) -> list[float]:
+    topic = "failover"
+    create_topic(cluster.bootstrap, topic, 3, **{"min.insync.replicas": "2"})
+    producer = TimedProducer(cluster.bootstrap, topic)
+    producer.thread.start()
+    failovers = []
+    try:
+        time.sleep(2.0)
+        for kill in range(plan.kills):
+            victim = leader_of(cluster.bootstrap, topic, 0)
+            killed_at = time.monotonic()
+            cluster.kill(victim)
+            deadline = Deadline(FAILOVER_TIMEOUT_S)
+            acknowledged = producer.first_after(killed_at)
+            while acknowledged is None and not deadline.passed():
+                time.sleep(0.02)
+                acknowledged = producer.first_after(killed_at)
+            if acknowledged is None:
+                raise SystemExit(f"kill {kill + 1}: no acknowledgement after the kill")
+            failovers.append(acknowledged - killed_at)
+            progress(f"  kill {kill + 1} (node {victim}): failover {failovers[-1]:.2f} s")
+            cluster.start([victim])
+            wait_healed(cluster)
+    finally:
+        producer.stop.set()
+        producer.thread.join(FAILOVER_TIMEOUT_S + 10)
+    if producer.failures:
+        raise SystemExit(f"the producer failed: {producer.failures[:3]}")
+    return failovers
+
+
+# ---------------------------------------------------------------- report
+
+
+def report(results: dict[str, Any]) -> str:
+    rf1 = Spread.of(results["throughput"]["rf1_acks1"])
+    rf3 = Spread.of(results["throughput"]["rf3_acks_all"])
+    throughput = markdown_table(
+        [
+            ["topic, acks", "records/s median (min-max)", "MB/s of values, median"],
+            ["RF=1, acks=1", format_spread(rf1), f"{rf1.median * RECORD_BYTES / 1e6:.2f}"],
+            ["RF=3, acks=all", format_spread(rf3), f"{rf3.median * RECORD_BYTES / 1e6:.2f}"],
+            [
+                "ratio RF=3 acks=all / RF=1 acks=1",
+                f"{rf3.median / rf1.median:.2f}",
+                f"Kafka's figure: about {KAFKA_RATIO}",
+            ],
+        ]
+    )
+    failovers = results["failovers"]
+    failover = markdown_table(
+        [
+            ["kills", "failover median s", "max s", "min s"],
+            [
+                str(len(failovers)),
+                f"{statistics.median(failovers):.2f}",
+                f"{max(failovers):.2f}",
+                f"{min(failovers):.2f}",
+            ],
+        ]
+    )
+    return "\n\n".join([throughput, failover])
+
+
+def main(argv: Sequence[str]) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="a smoke run")
+    parser.add_argument("--data-dir", type=Path, default=None, help="parent of the cluster")
+    parser.add_argument("--json", type=Path, default=None, help="write raw results here")
+    arguments = parser.parse_args(argv)
+    plan = QUICK if arguments.quick else FULL
+    root = Path(tempfile.mkdtemp(prefix="bench-replication-", dir=arguments.data_dir))
+    cluster = LocalCluster.create(root / "cluster", 3)
+    results: dict[str, Any] = {"plan": asdict(plan), "machine": describe_machine(root)}
+    try:
+        progress("starting a 3-node cluster")
+        cluster.start()
+        progress(f"throughput, {plan.records:,} records of {RECORD_BYTES} B per run")
+        results["throughput"] = measure_throughput(cluster, plan)
+        progress(f"failover, {plan.kills} kills")
+        results["failovers"] = measure_failover(cluster, plan)
+    finally:
+        cluster.stop()
+        shutil.rmtree(root, ignore_errors=True)
+    if arguments.json is not None:
+        arguments.json.write_text(json.dumps(results, indent=2))
+    print(report(results))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

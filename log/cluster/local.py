@@ -1,0 +1,298 @@
+"""A local cluster of ``platform serve`` processes, for development and tests.
+
+:class:`LocalCluster` lays a cluster out under one directory::
+
+    cluster.json        node ids, Kafka and quorum ports, settings (kept across restarts)
+    node-<id>/          each node's data directory
+    node-<id>.log       each node's output
+
+By default every node runs both roles (``process.roles=broker,controller``),
+so a 3-node cluster has a 3-voter quorum and 3 brokers; with
+``controllers=K`` the quorum is K nodes of their own (ids after the
+brokers') and the brokers are only brokers. Ports are chosen free
+on the first start and then kept, so a node restarts where its peers
+expect it. Each node is a separate process that a test can stop
+(SIGTERM, a controlled shutdown), kill (SIGKILL), pause (SIGSTOP) and
+resume (SIGCONT). Every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import orjson
+
+LAYOUT_FILE = "cluster.json"
+START_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 30.0
+HOST = "127.0.0.1"
+SERVING = "serving on "
+DEFAULT_SETTINGS = (
+    "broker.session.timeout.ms=3000",
+    "broker.heartbeat.interval.ms=250",
+    "replica.lag.time.max.ms=10000",
+    "controller.quorum.election.timeout.ms=500",
+    "controller.quorum.fetch.timeout.ms=1000",
+)
+"""Faster failure detection than Kafka's defaults (9 s sessions): a laptop cluster."""
+
+
+class ClusterError(Exception):
+    """A node did not start or stop in time, or the layout is unreadable."""
+
+
+@dataclass
+class Node:
+    node_id: int
+    kafka_port: int
+    quorum_port: int
+    roles: str = "broker,controller"
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def broker(self) -> bool:
+        return "broker" in self.roles
+
+    @property
+    def controller(self) -> bool:
+        return "controller" in self.roles
+
+
+@dataclass
+class LocalCluster:
+    """See the module docstring."""
+
+    directory: Path
+    nodes: dict[int, Node] = field(default_factory=dict)
+    settings: list[str] = field(default_factory=list)
+    platform: Path = field(default_factory=lambda: Path(sys.executable).with_name("platform"))
+
+    @classmethod
+    def create(
+        cls, directory: Path, brokers: int = 3, settings: Sequence[str] = (), controllers: int = 0
+    ) -> LocalCluster:
+        """The cluster laid out in ``directory``: read back, or new with free ports."""
+        directory.mkdir(parents=True, exist_ok=True)
+        layout = directory / LAYOUT_FILE
+        if layout.exists():
+            cluster = cls.load(directory)
+            if len(cluster.broker_ids) != brokers:
+                held = len(cluster.broker_ids)
+                raise ClusterError(f"{directory} holds a cluster of {held} brokers, not {brokers}")
+            return cluster
+        total = brokers + controllers
+        ports = free_ports(2 * total)
+        broker_roles = "broker" if controllers else "broker,controller"
+        roles = dict.fromkeys(range(1, brokers + 1), broker_roles)
+        roles.update(dict.fromkeys(range(brokers + 1, total + 1), "controller"))
+        nodes = {
+            n: Node(n, ports[2 * (n - 1)], ports[2 * (n - 1) + 1], roles[n])
+            for n in range(1, total + 1)
+        }
+        cluster = cls(directory, nodes, [*DEFAULT_SETTINGS, *settings])
+        cluster.save()
+        return cluster
+
+    @classmethod
+    def load(cls, directory: Path) -> LocalCluster:
+        try:
+            document = orjson.loads((directory / LAYOUT_FILE).read_bytes())
+            nodes = {
+                int(entry["id"]): Node(
+                    int(entry["id"]),
+                    int(entry["kafka"]),
+                    int(entry["quorum"]),
+                    str(entry.get("roles", "broker,controller")),
+                )
+                for entry in document["nodes"]
+            }
+            return cls(directory, nodes, list(document["settings"]))
+        except (OSError, orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+            raise ClusterError(f"{directory / LAYOUT_FILE} is not a cluster layout: {exc}") from exc
+
+    def save(self) -> None:
+        document = {
+            "nodes": [
+                {"id": n.node_id, "kafka": n.kafka_port, "quorum": n.quorum_port, "roles": n.roles}
+                for n in self.nodes.values()
+            ],
+            "settings": self.settings,
+        }
+        (self.directory / LAYOUT_FILE).write_bytes(
+            orjson.dumps(document, option=orjson.OPT_INDENT_2)
+        )
+
+    # ------------------------------------------------------------ addresses
+
+    @property
+    def broker_ids(self) -> list[int]:
+        return [n.node_id for n in self.nodes.values() if n.broker]
+
+    @property
+    def voters(self) -> str:
+        return ",".join(
+            f"{n.node_id}@{HOST}:{n.quorum_port}" for n in self.nodes.values() if n.controller
+        )
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(f"{HOST}:{n.kafka_port}" for n in self.nodes.values() if n.broker)
+
+    @property
+    def controllers(self) -> dict[int, tuple[str, int]]:
+        return {n.node_id: (HOST, n.quorum_port) for n in self.nodes.values() if n.controller}
+
+    def log_path(self, node_id: int) -> Path:
+        return self.directory / f"node-{node_id}.log"
+
+    # ------------------------------------------------------------ processes
+
+    def command(self, node_id: int) -> list[str]:
+        node = self.nodes[node_id]
+        command = [
+            str(self.platform),
+            "serve",
+            "--data-dir",
+            str(self.directory / f"node-{node_id}"),
+            "--listen",
+            f"{HOST}:{node.kafka_port}",
+        ]
+        factor = min(3, len(self.broker_ids))
+        settings = [
+            f"node.id={node_id}",
+            f"process.roles={node.roles}",
+            f"controller.quorum.voters={self.voters}",
+            f"default.replication.factor={factor}",
+            f"offsets.topic.replication.factor={factor}",
+            *self.settings,
+        ]
+        for setting in settings:
+            command += ["--override", setting]
+        return command
+
+    def start(self, node_ids: Sequence[int] | None = None, *, wait: bool = True) -> None:
+        """Start the nodes (all by default) and wait until each serves clients."""
+        chosen = list(self.nodes) if node_ids is None else list(node_ids)
+        starts = {}
+        for node_id in chosen:
+            node = self.nodes[node_id]
+            if node.process is not None and node.process.poll() is None:
+                continue
+            log_file = self.log_path(node_id)
+            starts[node_id] = log_file.stat().st_size if log_file.exists() else 0
+            with log_file.open("ab") as output:
+                node.process = subprocess.Popen(
+                    self.command(node_id),
+                    stdout=output,
+                    stderr=subprocess.STDOUT,
+                    env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                    start_new_session=True,
+                )
+        if wait:
+            for node_id, offset in starts.items():
+                self._wait_serving(node_id, offset)
+
+    def _wait_serving(self, node_id: int, offset: int) -> None:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        node = self.nodes[node_id]
+        while time.monotonic() < deadline:
+            with self.log_path(node_id).open("rb") as log_file:
+                log_file.seek(offset)
+                if SERVING.encode() in log_file.read():
+                    return
+            if node.process is not None and node.process.poll() is not None:
+                break
+            time.sleep(0.05)
+        raise ClusterError(f"node {node_id} did not start:\n{self.tail(node_id)}")
+
+    def tail(self, node_id: int, lines: int = 40) -> str:
+        try:
+            text = self.log_path(node_id).read_text(errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def signal(self, node_id: int, signum: int) -> None:
+        process = self.nodes[node_id].process
+        if process is not None and process.poll() is None:
+            process.send_signal(signum)
+
+    def kill(self, node_id: int) -> None:
+        """SIGKILL, and reap."""
+        self.signal(node_id, signal.SIGKILL)
+        process = self.nodes[node_id].process
+        if process is not None:
+            process.wait(STOP_TIMEOUT_S)
+
+    def pause(self, node_id: int) -> None:
+        self.signal(node_id, signal.SIGSTOP)
+
+    def resume(self, node_id: int) -> None:
+        self.signal(node_id, signal.SIGCONT)
+
+    def stop(self, node_ids: Sequence[int] | None = None) -> None:
+        """SIGTERM (a controlled shutdown) and wait; SIGKILL what outlives the wait."""
+        chosen = list(self.nodes) if node_ids is None else list(node_ids)
+        for node_id in chosen:
+            self.resume(node_id)
+            self.signal(node_id, signal.SIGTERM)
+        for node_id in chosen:
+            process = self.nodes[node_id].process
+            if process is None:
+                continue
+            try:
+                process.wait(STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(STOP_TIMEOUT_S)
+
+    def running(self, node_id: int) -> bool:
+        process = self.nodes[node_id].process
+        return process is not None and process.poll() is None
+
+    def write_pids(self) -> None:
+        pids = {str(n.node_id): n.process.pid for n in self.nodes.values() if n.process}
+        (self.directory / "pids.json").write_bytes(orjson.dumps(pids))
+
+    def stop_detached(self) -> int:
+        """SIGTERM the processes a detached ``cluster up`` left; how many were running."""
+        path = self.directory / "pids.json"
+        if not path.exists():
+            return 0
+        pids = [int(pid) for pid in orjson.loads(path.read_bytes()).values()]
+        stopped = [pid for pid in pids if _signal(pid, signal.SIGTERM)]
+        deadline = time.monotonic() + STOP_TIMEOUT_S
+        while time.monotonic() < deadline and any(_signal(pid, 0) for pid in stopped):
+            time.sleep(0.1)
+        for pid in stopped:
+            _signal(pid, signal.SIGKILL)
+        path.unlink()
+        return len(stopped)
+
+
+def _signal(pid: int, signum: int) -> bool:
+    """Send ``signum`` to ``pid``; False when no such process runs."""
+    try:
+        os.kill(pid, signum)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def free_ports(count: int) -> list[int]:
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for sock in sockets:
+            sock.bind((HOST, 0))
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()

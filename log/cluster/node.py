@@ -1,0 +1,189 @@
+"""One cluster node's services, by ``process.roles``.
+
+* ``controller``: a voter of the quorum in ``controller.quorum.voters``, its
+  log in ``<data dir>/__cluster_metadata-0``, and a
+  :class:`~.controller.Controller` on it, taking brokers' requests on the
+  voter's port;
+* ``broker``: the :class:`~.broker_link.BrokerLink` to the active controller
+  and the :class:`~.replication.ReplicaManager` that turns metadata into
+  replica roles.
+
+A node with both roles runs both, sharing nothing but the process: its
+broker reaches the controllers over the network like any other broker.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from eventplatform.log.broker.config import BrokerConfig
+from eventplatform.log.broker.topics import TopicError
+from eventplatform.log.cluster.broker_link import BrokerLink
+from eventplatform.log.cluster.controller import (
+    INVALID_PARTITIONS,
+    INVALID_REPLICATION_FACTOR,
+    TOPIC_EXISTS,
+    UNKNOWN_TOPIC,
+    Controller,
+)
+from eventplatform.log.cluster.quorum import QuorumServer
+from eventplatform.log.cluster.quorum_storage import SegmentQuorumStorage
+from eventplatform.log.cluster.raft import RaftConfig
+from eventplatform.log.cluster.replication import ReplicaManager, topic_id_bytes
+from eventplatform.log.cluster.rpc import NOT_CONTROLLER, RpcError, answer
+from eventplatform.log.protocol import ErrorCode
+
+if TYPE_CHECKING:
+    from eventplatform.log.broker.broker import Broker
+
+log = logging.getLogger(__name__)
+
+METADATA_DIRECTORY = "__cluster_metadata-0"
+APPLY_WAIT_S = 10.0
+
+
+def raft_config(config: BrokerConfig) -> RaftConfig:
+    return RaftConfig(
+        election_timeout_ms=config.controller_quorum_election_timeout_ms,
+        fetch_timeout_ms=config.controller_quorum_fetch_timeout_ms,
+        request_timeout_ms=max(config.controller_quorum_election_timeout_ms // 2, 10),
+    )
+
+
+class ControllerNode:
+    """The controller role: a quorum voter with a controller on it."""
+
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        peers = {node: (host, port) for node, host, port in config.controller_quorum_voters}
+        self.storage = SegmentQuorumStorage(Path(config.data_dir) / METADATA_DIRECTORY)
+        self.quorum = QuorumServer.over_tcp(
+            config.node_id, peers, self.storage, self._request, config=raft_config(config)
+        )
+        self.controller = Controller(
+            self.quorum, session_timeout_ms=config.broker_session_timeout_ms
+        )
+        self._methods = self.controller.methods()
+
+    async def _request(self, document: dict[str, object]) -> dict[str, object]:
+        return await answer(self._methods, document)
+
+    async def run(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
+        """Serve the voter until cancelled; reports its bound port."""
+        try:
+            async with trio.open_nursery() as nursery:
+                port = await nursery.start(self.quorum.serve)
+                nursery.start_soon(self.controller.run)
+                log.info("controller %d: quorum port %s", self.config.node_id, port)
+                task_status.started(port)
+        finally:
+            self.storage.close()
+
+
+class BrokerMember:
+    """The broker role: replica roles from the metadata, and the link that brings it."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.replicas = ReplicaManager(broker)
+        self.link = BrokerLink(broker, self.replicas)
+        self.replicas.link = self.link
+        self._producer_ids_next = self._producer_ids_end = 0
+        self._producer_ids_lock = trio.Lock()
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Until cancelled: register, follow the metadata, replicate."""
+        async with trio.open_nursery() as nursery:
+            self.replicas.start(nursery)
+            await nursery.start(self.link.run)
+            task_status.started()
+
+    async def allocate_producer_id(self) -> int:
+        """The next producer id of this broker's block, fetching a new block when it is
+        used up; raises TopicError (REQUEST_TIMED_OUT) when no controller answers."""
+        if self._producer_ids_next >= self._producer_ids_end:
+            async with self._producer_ids_lock:
+                if self._producer_ids_next >= self._producer_ids_end:
+                    epoch = self.link.epoch
+                    result = await self._forward(
+                        "allocate_producer_ids", {"broker": self.broker.node_id, "epoch": epoch}
+                    )
+                    self._producer_ids_next = int(result["start"])
+                    self._producer_ids_end = self._producer_ids_next + int(result["size"])
+        producer_id = self._producer_ids_next
+        self._producer_ids_next += 1
+        return producer_id
+
+    # ------------------------------------------------------------ topic changes
+
+    async def create_topic(
+        self, name: str, partitions: int, replication_factor: int, configs: dict[str, str]
+    ) -> None:
+        """Create ``name`` through the controller; return once this broker has it."""
+        factor = (
+            self.broker.config.default_replication_factor
+            if replication_factor == -1
+            else replication_factor
+        )
+        result = await self._forward(
+            "create_topic",
+            {
+                "name": name,
+                "partitions": partitions,
+                "replication_factor": factor,
+                "configs": configs,
+            },
+        )
+        wanted = topic_id_bytes(str(result["topic_id"]))
+        await self._until(lambda: _has_topic(self.broker, name, wanted))
+
+    async def delete_topic(self, name: str) -> None:
+        await self._forward("delete_topic", {"name": name})
+        await self._until(lambda: self.broker.topics.get(name) is None)
+
+    async def add_partitions(self, name: str, count: int) -> None:
+        await self._forward("add_partitions", {"name": name, "count": count})
+        await self._until(
+            lambda: len(getattr(self.broker.topics.get(name), "partitions", ())) >= count
+        )
+
+    async def set_topic_configs(self, name: str, configs: dict[str, str]) -> None:
+        await self._forward("topic_configs", {"name": name, "configs": configs})
+        await self._until(lambda: getattr(self.broker.topics.get(name), "configs", None) == configs)
+
+    async def _forward(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        try:
+            result: dict[str, Any] = await self.link.call(method, params)
+        except RpcError as exc:
+            code = RPC_ERRORS.get(exc.code, ErrorCode.UNKNOWN_SERVER_ERROR)
+            raise TopicError(code, str(exc)) from exc
+        except trio.TooSlowError as exc:
+            raise TopicError(ErrorCode.REQUEST_TIMED_OUT, "no active controller answered") from exc
+        return result
+
+    async def _until(self, done: Callable[[], bool]) -> None:
+        """Wait (bounded) until the metadata applied here makes ``done`` true."""
+        with trio.move_on_after(APPLY_WAIT_S):
+            while not done():
+                await self.replicas.applied.wait()
+            return
+        raise TopicError(ErrorCode.REQUEST_TIMED_OUT, "the change is committed but not yet applied")
+
+
+def _has_topic(broker: Broker, name: str, topic_id: bytes) -> bool:
+    topic = broker.topics.get(name)
+    return topic is not None and topic.topic_id == topic_id
+
+
+RPC_ERRORS = {
+    TOPIC_EXISTS: ErrorCode.TOPIC_ALREADY_EXISTS,
+    UNKNOWN_TOPIC: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+    INVALID_REPLICATION_FACTOR: ErrorCode.INVALID_REPLICATION_FACTOR,
+    INVALID_PARTITIONS: ErrorCode.INVALID_PARTITIONS,
+    NOT_CONTROLLER: ErrorCode.REQUEST_TIMED_OUT,
+}

@@ -1,0 +1,145 @@
+"""Brokers' requests to the active controller, and its answers.
+
+A request is a frame (:mod:`.frames`) ``{"method": ..., "params": {...}}``
+sent to a controller's quorum port; the answer, on the same connection, is
+``{"result": {...}}`` or ``{"error": code, "message": ..., "leader": id}``.
+A controller that is not active answers :data:`NOT_CONTROLLER` with the
+active one it knows, and :class:`ControllerClient` follows it there, or
+tries the voters in turn while none is known, until its deadline.
+
+:func:`answer` turns a handler's outcome into that answer: an
+:class:`RpcError` becomes its code, any other exception ``internal`` (and
+is logged), so a bad request never takes the controller down.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+import trio
+
+from eventplatform.log.cluster.frames import FrameError, frame, split_frames
+
+log = logging.getLogger(__name__)
+
+NOT_CONTROLLER = "not_controller"
+INVALID_REQUEST = "invalid_request"
+INTERNAL = "internal"
+CALL_TIMEOUT_S = 10.0
+RETRY_DELAY_S = 0.05
+CONNECT_TIMEOUT_S = 1.0
+
+Params = dict[str, Any]
+Method = Callable[[Params], Awaitable[Params]]
+
+
+class RpcError(Exception):
+    """A request the controller refused; ``code`` says why."""
+
+    def __init__(self, code: str, message: str, leader: int | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.leader = leader
+
+
+async def answer(methods: Mapping[str, Method], document: Mapping[str, Any]) -> Params:
+    """Run the request ``document`` names against ``methods``; the answer frame's document."""
+    name = document.get("method")
+    params = document.get("params")
+    try:
+        method = methods.get(name) if isinstance(name, str) else None
+        if method is None:
+            raise RpcError(INVALID_REQUEST, f"unknown method {name!r}")
+        if not isinstance(params, dict):
+            raise RpcError(INVALID_REQUEST, "params must be an object")
+        return {"result": await method(params)}
+    except RpcError as exc:
+        return {"error": exc.code, "message": str(exc), "leader": exc.leader}
+    except (KeyError, TypeError, ValueError) as exc:
+        return {"error": INVALID_REQUEST, "message": f"{name}: bad params: {exc!r}"}
+    except Exception as exc:
+        log.exception("request %s failed", name)
+        return {"error": INTERNAL, "message": f"{name} failed: {exc!r}"}
+
+
+class ControllerClient:
+    """Calls the active controller among ``voters`` (id → (host, port))."""
+
+    def __init__(self, voters: Mapping[int, tuple[str, int]]) -> None:
+        self.voters = dict(voters)
+        self.leader: int | None = None
+        self._order = sorted(self.voters)
+        self._next = 0
+        self._idle: dict[int, list[trio.SocketStream]] = {}
+
+    async def call(
+        self, method: str, params: Params, *, timeout_s: float = CALL_TIMEOUT_S
+    ) -> Params:
+        """The active controller's result; raises RpcError (not NOT_CONTROLLER) as it
+        answered, or trio.TooSlowError when no controller answered in ``timeout_s``."""
+        with trio.fail_after(timeout_s):
+            while True:
+                node = self._target()
+                try:
+                    return await self._call(node, method, params)
+                except RpcError as exc:
+                    if exc.code != NOT_CONTROLLER:
+                        raise
+                    self.leader = exc.leader if exc.leader in self.voters else None
+                    if self.leader == node:
+                        self.leader = None
+                except (OSError, trio.BrokenResourceError, trio.ClosedResourceError, FrameError):
+                    self.leader = None
+                if self.leader is None:
+                    await trio.sleep(RETRY_DELAY_S)
+
+    def _target(self) -> int:
+        if self.leader is not None:
+            return self.leader
+        node = self._order[self._next % len(self._order)]
+        self._next += 1
+        return node
+
+    async def _call(self, node: int, method: str, params: Params) -> Params:
+        idle = self._idle.setdefault(node, [])
+        stream: trio.SocketStream | None = idle.pop() if idle else None
+        if stream is None:
+            host, port = self.voters[node]
+            with trio.move_on_after(CONNECT_TIMEOUT_S):
+                stream = await trio.open_tcp_stream(host, port)
+            if stream is None:
+                raise OSError(f"connecting to controller {node} timed out")
+        try:
+            await stream.send_all(frame({"method": method, "params": params}))
+            document = await _receive_one(stream)
+        except BaseException:
+            await trio.aclose_forcefully(stream)
+            raise
+        idle.append(stream)
+        if "error" in document:
+            message, leader = str(document.get("message")), document.get("leader")
+            raise RpcError(str(document["error"]), message, leader)
+        result: Params = document["result"]
+        return result
+
+    async def aclose(self) -> None:
+        for streams in self._idle.values():
+            for stream in streams:
+                await trio.aclose_forcefully(stream)
+        self._idle.clear()
+
+
+async def _receive_one(stream: trio.SocketStream) -> dict[str, Any]:
+    buffer = bytearray()
+    while True:
+        data = await stream.receive_some(65_536)
+        if not data:
+            raise trio.BrokenResourceError("the controller closed the connection")
+        buffer += data
+        documents = split_frames(buffer)
+        if documents:
+            if len(documents) > 1 or buffer:
+                raise FrameError("more than one answer to one request")
+            return documents[0]

@@ -1,0 +1,110 @@
+"""What ``platform cluster status`` shows: the active controller's view of the cluster.
+
+:func:`describe_cluster` asks the active controller (``describe``, :mod:`.rpc`)
+and :func:`render_status` lays the answer out: the quorum (voters, the
+active one, its epoch and metadata offset), each broker (live or fenced),
+each partition's leader, replicas and ISR, and the partitions that are
+under-replicated (ISR smaller than the replica set) or offline (no leader).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from eventplatform.log.broker.config import parse_voters
+from eventplatform.log.cluster.local import ClusterError, LocalCluster
+from eventplatform.log.cluster.metadata import NO_LEADER
+from eventplatform.log.cluster.rpc import ControllerClient, RpcError
+from eventplatform.tools.errors import ToolError
+
+STATUS_TIMEOUT_S = 10.0
+HEAL_POLL_S = 0.2
+
+
+def describe_cluster(*, data_dir: Path | None, controllers: str | None) -> dict[str, Any]:
+    """The active controller's ``describe`` answer; raises ToolError when none answers."""
+    if controllers:
+        try:
+            voters = {node: (host, port) for node, host, port in parse_voters(controllers)}
+        except ValueError as exc:
+            raise ToolError(f"--controllers: {exc}") from exc
+    elif data_dir is not None:
+        try:
+            voters = LocalCluster.load(data_dir).controllers
+        except ClusterError as exc:
+            raise ToolError(str(exc)) from exc
+    else:
+        raise ToolError("give --data-dir or --controllers")
+
+    async def ask() -> dict[str, Any]:
+        client = ControllerClient(voters)
+        try:
+            result: dict[str, Any] = await client.call("describe", {}, timeout_s=STATUS_TIMEOUT_S)
+            return result
+        finally:
+            await client.aclose()
+
+    try:
+        return trio.run(ask)
+    except trio.TooSlowError as exc:
+        raise ToolError(f"no active controller answered within {STATUS_TIMEOUT_S:.0f} s") from exc
+    except RpcError as exc:
+        raise ToolError(f"the controller refused: {exc}") from exc
+
+
+def render_status(status: dict[str, Any]) -> Iterator[str]:
+    voters = ", ".join(str(v) for v in status["voters"])
+    yield (
+        f"controllers: {voters}; active {status['controller']} "
+        f"(epoch {status['epoch']}, metadata offset {status['metadata_offset']})"
+    )
+    yield "brokers:"
+    for broker in sorted(status["brokers"], key=lambda b: b["broker"]):
+        state = "fenced" if broker["fenced"] else "live"
+        address = f"{broker['host']}:{broker['port']}"
+        yield f"  {broker['broker']}  {address}  {state}  epoch {broker['epoch']}"
+    under: list[str] = []
+    offline: list[str] = []
+    yield "partitions:"
+    for name in sorted(status["topics"]):
+        for index, partition in enumerate(status["topics"][name]["partitions"]):
+            label = f"{name}-{index}"
+            leader = partition["leader"]
+            if leader == NO_LEADER:
+                offline.append(label)
+            if len(partition["isr"]) < len(partition["replicas"]):
+                under.append(label)
+            yield (
+                f"  {label}  leader {leader if leader != NO_LEADER else 'none'}"
+                f"  epoch {partition['leader_epoch']}"
+                f"  replicas {partition['replicas']}  isr {partition['isr']}"
+            )
+    yield f"under-replicated: {', '.join(under) if under else 'none'}"
+    yield f"offline: {', '.join(offline) if offline else 'none'}"
+
+
+def healthy(status: dict[str, Any]) -> bool:
+    """Every broker live, every partition led and its ISR whole."""
+    return all(not b["fenced"] for b in status["brokers"]) and all(
+        len(p["isr"]) == len(p["replicas"]) and p["leader"] != NO_LEADER
+        for topic in status["topics"].values()
+        for p in topic["partitions"]
+    )
+
+
+def wait_healthy(cluster: LocalCluster, timeout_s: float) -> bool:
+    """Poll the active controller until the cluster is :func:`healthy`; False at the timeout."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if healthy(describe_cluster(data_dir=cluster.directory, controllers=None)):
+                return True
+        except ToolError:
+            pass
+        time.sleep(HEAL_POLL_S)
+    return False
