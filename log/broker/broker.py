@@ -24,6 +24,7 @@ import trio
 
 from eventplatform.log.broker.config import BrokerConfig, format_voters
 from eventplatform.log.broker.topics import META_FILE, Topic, TopicError, TopicRegistry
+from eventplatform.log.cluster.network import TCP, Network
 from eventplatform.log.protocol import ErrorCode
 from eventplatform.log.storage import Cleaner
 from eventplatform.log.storage.files import CLEAN_SHUTDOWN_FILE, write_atomically
@@ -87,6 +88,8 @@ class Broker:
         """The broker's cluster role (None for a standalone broker)."""
         self.api_versions: list[dict[str, int]] = []
         self.was_clean_shutdown = False
+        self.network: Network = TCP
+        """How this broker reaches other nodes (replica fetches, the controller)."""
 
     @classmethod
     def open(cls, config: BrokerConfig, clock_ms: Callable[[], int] = wall_clock_ms) -> Broker:

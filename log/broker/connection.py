@@ -17,6 +17,7 @@ decode, an API key no table knows) is logged and closes this connection only.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import itertools
 import logging
@@ -94,16 +95,16 @@ class Connection:
     """See the module docstring."""
 
     def __init__(
-        self, stream: trio.SocketStream, broker: Broker, handlers: dict[int, Handler]
+        self, stream: trio.abc.Stream, broker: Broker, handlers: dict[int, Handler]
     ) -> None:
         self.stream = stream
         self.broker = broker
         self.handlers = handlers
         self.id = next(_connection_ids)
-        try:
-            self.peer = str(stream.socket.getpeername()[0])
-        except OSError:
-            self.peer = "?"
+        self.peer = str(getattr(stream, "peer", "?"))
+        if isinstance(stream, trio.SocketStream):
+            with contextlib.suppress(OSError):
+                self.peer = str(stream.socket.getpeername()[0])
         self.idle = True
         self._stopping = False
         self._read_scope = trio.CancelScope()
@@ -218,7 +219,14 @@ class Connection:
             await self.stream.send_all(pending)
 
     async def _sendfile(self, region: Any) -> None:
-        """Send a file region with ``os.sendfile``, waiting for the socket when it is full."""
+        """Send a file region with ``os.sendfile``, waiting for the socket when it is full;
+        a stream that is not a socket gets the region's bytes read for it."""
+        if not isinstance(self.stream, trio.SocketStream):
+            data = os.pread(region.descriptor, region.length, region.position)
+            if len(data) != region.length:
+                raise ProtocolError("file region shorter than announced")
+            await self.stream.send_all(data)
+            return
         sock = self.stream.socket
         descriptor = sock.fileno()
         position = region.position

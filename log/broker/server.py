@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import resource
 import signal
+from collections.abc import Callable
 
 import trio
 
@@ -21,8 +22,10 @@ from eventplatform.log.broker.config import BrokerConfig
 from eventplatform.log.broker.connection import Connection, advertised_versions, configure_socket
 from eventplatform.log.broker.context import Handler
 from eventplatform.log.broker.dispatcher import HANDLER_MODULES, build_handlers
+from eventplatform.log.cluster.network import TCP, Network
 from eventplatform.log.cluster.node import BrokerMember, ControllerNode
 from eventplatform.log.groups.coordinator import GroupCoordinator
+from eventplatform.log.storage.partition_log import wall_clock_ms
 
 log = logging.getLogger("eventplatform.broker")
 
@@ -32,10 +35,19 @@ OPEN_FILES_WANTED = 65536
 class BrokerServer:
     """See the module docstring."""
 
-    def __init__(self, config: BrokerConfig) -> None:
+    def __init__(
+        self,
+        config: BrokerConfig,
+        *,
+        network: Network = TCP,
+        clock_ms: Callable[[], int] = wall_clock_ms,
+    ) -> None:
         self.config = config
+        self.network = network
+        self.clock_ms = clock_ms
         self.handlers: dict[int, Handler] = build_handlers(HANDLER_MODULES)
         self.broker: Broker | None = None
+        self.controller: ControllerNode | None = None
         self.port: int | None = None
         self._connections: set[Connection] = set()
         self._accept_scope = trio.CancelScope()
@@ -44,15 +56,15 @@ class BrokerServer:
 
     async def run(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
         raise_open_file_limit()
-        broker = Broker.open(self.config)
+        broker = Broker.open(self.config, self.clock_ms)
+        broker.network = self.network
         broker.api_versions = advertised_versions(self.handlers)
         broker.groups = GroupCoordinator.for_broker(broker)
         self.broker = broker
         try:
-            listeners = await trio.open_tcp_listeners(
-                self.config.listen_port, host=self.config.listen_host
+            listeners, self.port = await self.network.listen(
+                self.config.listen_host, self.config.listen_port
             )
-            self.port = int(listeners[0].socket.getsockname()[1])
             broker.port = self.port
             async with trio.open_nursery() as nursery:
                 await self._start_services(nursery, broker)
@@ -80,7 +92,8 @@ class BrokerServer:
         nursery.start_soon(broker.run_background)
         if self.config.clustered:
             if "controller" in self.config.process_roles:
-                await nursery.start(ControllerNode(self.config).run)
+                self.controller = ControllerNode(self.config, self.network)
+                await nursery.start(self.controller.run)
             member = BrokerMember(broker)
             broker.member = member
             await nursery.start(member.run)
@@ -96,9 +109,10 @@ class BrokerServer:
         if self.broker is not None and self.broker.member is not None:
             await self.broker.member.link.controlled_shutdown()
 
-    async def _serve_connection(self, stream: trio.SocketStream) -> None:
+    async def _serve_connection(self, stream: trio.abc.Stream) -> None:
         assert self.broker is not None
-        configure_socket(stream.socket)
+        if isinstance(stream, trio.SocketStream):
+            configure_socket(stream.socket)
         connection = Connection(stream, self.broker, self.handlers)
         self._connections.add(connection)
         try:

@@ -43,7 +43,9 @@ class BrokerLink:
         self.broker = broker
         self.replicas = replicas
         voters = broker.config.controller_quorum_voters
-        self.client = ControllerClient({node: (host, port) for node, host, port in voters})
+        self.client = ControllerClient(
+            {node: (host, port) for node, host, port in voters}, broker.network
+        )
         self.epoch: int | None = None
         self.offset = 0
         self.image = MetadataImage()

@@ -31,6 +31,7 @@ from eventplatform.log.cluster.controller import (
     UNKNOWN_TOPIC,
     Controller,
 )
+from eventplatform.log.cluster.network import TCP, Network
 from eventplatform.log.cluster.quorum import QuorumServer
 from eventplatform.log.cluster.quorum_storage import SegmentQuorumStorage
 from eventplatform.log.cluster.raft import RaftConfig
@@ -58,12 +59,17 @@ def raft_config(config: BrokerConfig) -> RaftConfig:
 class ControllerNode:
     """The controller role: a quorum voter with a controller on it."""
 
-    def __init__(self, config: BrokerConfig) -> None:
+    def __init__(self, config: BrokerConfig, network: Network = TCP) -> None:
         self.config = config
         peers = {node: (host, port) for node, host, port in config.controller_quorum_voters}
         self.storage = SegmentQuorumStorage(Path(config.data_dir) / METADATA_DIRECTORY)
         self.quorum = QuorumServer.over_tcp(
-            config.node_id, peers, self.storage, self._request, config=raft_config(config)
+            config.node_id,
+            peers,
+            self.storage,
+            self._request,
+            network,
+            config=raft_config(config),
         )
         self.controller = Controller(
             self.quorum, session_timeout_ms=config.broker_session_timeout_ms

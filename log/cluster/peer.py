@@ -12,6 +12,7 @@ from typing import Any
 
 import trio
 
+from eventplatform.log.cluster.network import TCP, Network
 from eventplatform.log.protocol import Api, ProtocolError
 from eventplatform.log.protocol.frames import decode_response, encode_request
 
@@ -27,11 +28,12 @@ class PeerError(Exception):
 class PeerConnection:
     """See the module docstring."""
 
-    def __init__(self, host: str, port: int, client_id: str) -> None:
+    def __init__(self, host: str, port: int, client_id: str, network: Network = TCP) -> None:
         self.host = host
         self.port = port
         self.client_id = client_id
-        self._stream: trio.SocketStream | None = None
+        self.network = network
+        self._stream: trio.abc.Stream | None = None
         self._correlation = 0
 
     async def request(
@@ -61,10 +63,10 @@ class PeerConnection:
             await self.aclose()
             raise
 
-    async def _connect(self) -> trio.SocketStream:
+    async def _connect(self) -> trio.abc.Stream:
         if self._stream is None:
             with trio.fail_after(CONNECT_TIMEOUT_S):
-                self._stream = await trio.open_tcp_stream(self.host, self.port)
+                self._stream = await self.network.connect(self.host, self.port)
         return self._stream
 
     async def aclose(self) -> None:
@@ -73,7 +75,7 @@ class PeerConnection:
             await trio.aclose_forcefully(stream)
 
 
-async def _receive_exactly(stream: trio.SocketStream, count: int) -> bytes:
+async def _receive_exactly(stream: trio.abc.Stream, count: int) -> bytes:
     chunks = bytearray()
     while len(chunks) < count:
         data = await stream.receive_some(min(count - len(chunks), 1 << 20))

@@ -28,6 +28,7 @@ import orjson
 import trio
 
 from eventplatform.log.cluster.frames import FrameError, frame, split_frames
+from eventplatform.log.cluster.network import TCP, Network
 from eventplatform.log.cluster.raft import (
     BeginQuorumEpoch,
     DivergingEpoch,
@@ -127,10 +128,14 @@ class TcpTransport:
     """
 
     def __init__(
-        self, peers: Mapping[int, tuple[str, int]], requests: RequestHandler | None = None
+        self,
+        peers: Mapping[int, tuple[str, int]],
+        requests: RequestHandler | None = None,
+        network: Network = TCP,
     ) -> None:
         self.peers = dict(peers)
         self.requests = requests
+        self.network = network
 
     async def run(
         self,
@@ -141,23 +146,23 @@ class TcpTransport:
         task_status: Any = trio.TASK_STATUS_IGNORED,
     ) -> None:
         host, port = self.peers[node]
-        listeners = await trio.open_tcp_listeners(port, host=host)
+        listeners, bound = await self.network.listen(host, port)
 
-        async def inbound(stream: trio.SocketStream) -> None:
+        async def inbound(stream: trio.abc.Stream) -> None:
             await self._inbound(node, stream, deliver)
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(trio.serve_listeners, inbound, listeners)
             for peer, outbox in outboxes.items():
                 nursery.start_soon(self._outbound, peer, outbox)
-            task_status.started(listeners[0].socket.getsockname()[1])
+            task_status.started(bound)
 
     async def _outbound(self, peer: int, outbox: trio.MemoryReceiveChannel[Message]) -> None:
         host, port = self.peers[peer]
         while True:
             try:
                 with trio.fail_after(CONNECT_TIMEOUT_S):
-                    stream = await trio.open_tcp_stream(host, port)
+                    stream = await self.network.connect(host, port)
             except (OSError, trio.TooSlowError):
                 await trio.sleep(RECONNECT_DELAY_S)
                 continue
@@ -169,7 +174,7 @@ class TcpTransport:
                 await trio.sleep(RECONNECT_DELAY_S)
 
     async def _inbound(
-        self, node: int, stream: trio.SocketStream, deliver: Callable[[Message], None]
+        self, node: int, stream: trio.abc.Stream, deliver: Callable[[Message], None]
     ) -> None:
         buffer = bytearray()
         try:
@@ -191,7 +196,7 @@ class TcpTransport:
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             return
 
-    async def _answer(self, stream: trio.SocketStream, document: dict[str, Any]) -> None:
+    async def _answer(self, stream: trio.abc.Stream, document: dict[str, Any]) -> None:
         if self.requests is None:
             raise FrameError("this port takes no requests")
         await stream.send_all(frame(await self.requests(document)))
@@ -233,10 +238,12 @@ class QuorumServer:
         peers: Mapping[int, tuple[str, int]],
         storage: QuorumStorage,
         requests: RequestHandler | None = None,
+        network: Network = TCP,
         **options: Any,
     ) -> QuorumServer:
         """A voter of ``peers`` (id → (host, port), itself included) over TCP."""
-        return cls(node_id, list(peers), storage, TcpTransport(peers, requests), **options)
+        transport = TcpTransport(peers, requests, network)
+        return cls(node_id, list(peers), storage, transport, **options)
 
     @property
     def raft(self) -> RaftNode:

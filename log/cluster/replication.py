@@ -340,7 +340,10 @@ class ReplicaFetcher:
         connection = self._connection
         if connection is None or (connection.host, connection.port) != (broker.host, broker.port):
             connection = self._connection = PeerConnection(
-                broker.host, broker.port, f"replica-{self.manager.node_id}"
+                broker.host,
+                broker.port,
+                f"replica-{self.manager.node_id}",
+                self.manager.broker.network,
             )
         return connection
 

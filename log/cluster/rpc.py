@@ -21,6 +21,7 @@ from typing import Any
 import trio
 
 from eventplatform.log.cluster.frames import FrameError, frame, split_frames
+from eventplatform.log.cluster.network import TCP, Network
 
 log = logging.getLogger(__name__)
 
@@ -67,12 +68,13 @@ async def answer(methods: Mapping[str, Method], document: Mapping[str, Any]) -> 
 class ControllerClient:
     """Calls the active controller among ``voters`` (id → (host, port))."""
 
-    def __init__(self, voters: Mapping[int, tuple[str, int]]) -> None:
+    def __init__(self, voters: Mapping[int, tuple[str, int]], network: Network = TCP) -> None:
         self.voters = dict(voters)
+        self.network = network
         self.leader: int | None = None
         self._order = sorted(self.voters)
         self._next = 0
-        self._idle: dict[int, list[trio.SocketStream]] = {}
+        self._idle: dict[int, list[trio.abc.Stream]] = {}
 
     async def call(
         self, method: str, params: Params, *, timeout_s: float = CALL_TIMEOUT_S
@@ -104,11 +106,11 @@ class ControllerClient:
 
     async def _call(self, node: int, method: str, params: Params) -> Params:
         idle = self._idle.setdefault(node, [])
-        stream: trio.SocketStream | None = idle.pop() if idle else None
+        stream: trio.abc.Stream | None = idle.pop() if idle else None
         if stream is None:
             host, port = self.voters[node]
             with trio.move_on_after(CONNECT_TIMEOUT_S):
-                stream = await trio.open_tcp_stream(host, port)
+                stream = await self.network.connect(host, port)
             if stream is None:
                 raise OSError(f"connecting to controller {node} timed out")
         try:
@@ -131,7 +133,7 @@ class ControllerClient:
         self._idle.clear()
 
 
-async def _receive_one(stream: trio.SocketStream) -> dict[str, Any]:
+async def _receive_one(stream: trio.abc.Stream) -> dict[str, Any]:
     buffer = bytearray()
     while True:
         data = await stream.receive_some(65_536)

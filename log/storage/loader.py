@@ -13,7 +13,10 @@ Steps, each idempotent so a crash during recovery is itself recoverable:
 4. With a clean-shutdown marker, trust the indexes after a sanity check and
    a framing scan of each segment's tail. Without one, re-check every batch from
    the segment holding the recovery point by CRC, truncate at the first bad
-   byte, rebuild the indexes, and delete every later segment.
+   byte, rebuild the indexes, and delete every later segment. A checked segment
+   that ends before the next one begins lost writes the next one kept (files
+   reach the disk in any order); outside compacted logs every later segment
+   is deleted then too.
 
 Called only by :meth:`PartitionLog.open`, before anyone else sees the directory.
 """
@@ -199,6 +202,23 @@ class LogLoader:
                     logger.warning("truncated %d bytes of %s", bytes_cut, segment.log_path)
                     truncated += bytes_cut + self._drop_after(segments, segment)
                     break
+            following = segments.higher(segment.base_offset)
+            if (
+                needs_check
+                and following is not None
+                and not self.config.compact
+                and segment.next_offset < following.base_offset
+            ):
+                # Writes of this segment were lost while later ones reached the disk (a
+                # power cut flushes files in any order): nothing after the gap is the log.
+                logger.warning(
+                    "%s ends at offset %d but the next segment starts at %d",
+                    segment.log_path,
+                    segment.next_offset,
+                    following.base_offset,
+                )
+                truncated += self._drop_after(segments, segment)
+                break
             previous_end = segment.next_offset
         return truncated
 

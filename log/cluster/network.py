@@ -1,0 +1,43 @@
+"""How a node reaches other nodes and takes their connections.
+
+Everything a broker or controller sends between processes (Kafka requests
+from clients and replica fetchers, quorum messages, requests to the
+controller) goes over a :class:`Network`. :data:`TCP` is the real one; a
+simulation gives its nodes an in-memory network instead, so the same code
+runs many nodes in one ``trio.run`` under a mock clock.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import trio
+
+
+class Network(Protocol):
+    async def connect(self, host: str, port: int) -> trio.abc.Stream:
+        """A stream to ``host:port``; raises OSError when nothing answers there."""
+        ...
+
+    async def listen(
+        self, host: str, port: int
+    ) -> tuple[list[trio.abc.Listener[trio.abc.Stream]], int]:
+        """Listeners on ``host:port`` (port 0: any free one) and the bound port."""
+        ...
+
+
+class TcpNetwork:
+    """The operating system's TCP."""
+
+    async def connect(self, host: str, port: int) -> trio.abc.Stream:
+        return await trio.open_tcp_stream(host, port)
+
+    async def listen(
+        self, host: str, port: int
+    ) -> tuple[list[trio.abc.Listener[trio.abc.Stream]], int]:
+        listeners = await trio.open_tcp_listeners(port, host=host)
+        bound = int(listeners[0].socket.getsockname()[1])
+        return list[trio.abc.Listener[trio.abc.Stream]](listeners), bound
+
+
+TCP: Network = TcpNetwork()

@@ -1,0 +1,122 @@
+"""A disk that forgets what was never fsynced, for whole-cluster simulations.
+
+While :func:`fake_disk` is active, ``os.fsync`` does not reach the real disk
+(the simulation has no use for it); it records the size of the file it was
+given, by inode, as that file's durable length. A node's files then live
+as the page cache holds them. :meth:`FakeDisk.lose_power` is what a power
+cut does to one node's data directory: every file that grew past its
+durable length loses the unflushed bytes, except that the first of them
+may survive in part (a torn write), and a file never fsynced loses
+everything after a torn prefix. Files the broker writes through a memory
+map (offset and time indexes, flushed with ``msync``) keep what they hold,
+which leaves recovery to cope with index entries past the end of a
+truncated log, as after a real power cut.
+
+A process kill (the common crash) loses nothing: the page cache outlives
+the process. The simulation only cuts a node's power while every replica
+of every partition is in sync, since the log, like Kafka's, keeps
+acknowledged records through replication, not through fsync.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+MAPPED_SUFFIXES = (".index", ".timeindex")
+SKIPPED_NAMES = (".lock",)
+
+
+@dataclass
+class FakeDisk:
+    random: random.Random
+    durable: dict[str, tuple[int, int]] = field(default_factory=dict)
+    """path → (inode, length) at its last fsync."""
+    torn_writes: int = 0
+    lost_bytes: int = 0
+
+    def fsync(self, descriptor: int) -> None:
+        status = os.fstat(descriptor)
+        path = os.readlink(f"/proc/self/fd/{descriptor}")
+        self.durable[path] = (status.st_ino, status.st_size)
+
+    def length(self, path: str) -> int:
+        """What of ``path`` survives a power cut for sure: its length at its last fsync, or
+        nothing when it was never fsynced (or the inode there is another file now)."""
+        inode, length = self.durable.get(path, (-1, 0))
+        try:
+            return length if os.stat(path).st_ino == inode else 0
+        except FileNotFoundError:
+            return 0
+
+    def truncated(self, path: str, length: int) -> None:
+        """A truncation is journalled at once; what is written after it is not."""
+        if path in self.durable:
+            inode, durable = self.durable[path]
+            self.durable[path] = (inode, min(durable, length))
+
+    def renamed(self, source: str, target: str) -> None:
+        """A rename is journalled at once and carries what was fsynced."""
+        self.durable.pop(target, None)
+        if source in self.durable:
+            self.durable[target] = self.durable.pop(source)
+
+    def lose_power(self, directory: Path) -> None:
+        """Drop what ``directory``'s files hold beyond their durable length (see the module)."""
+        for path in sorted(directory.rglob("*")):
+            if not path.is_file() or path.name in SKIPPED_NAMES:
+                continue
+            if path.name.endswith(MAPPED_SUFFIXES):
+                continue
+            status = path.stat()
+            durable = self.length(os.path.realpath(path))
+            if status.st_size <= durable:
+                continue
+            kept = durable
+            if self.random.random() < 0.5:
+                kept += self.random.randint(0, status.st_size - durable)
+                self.torn_writes += 1
+            self.lost_bytes += status.st_size - kept
+            os.truncate(path, kept)
+
+
+@contextlib.contextmanager
+def fake_disk(disk: FakeDisk) -> Iterator[FakeDisk]:
+    real = (os.fsync, os.ftruncate, os.truncate, os.replace, os.rename)
+    real_ftruncate, real_truncate, real_replace, real_rename = real[1:]
+
+    def ftruncate(descriptor: int, length: int) -> None:
+        disk.truncated(os.readlink(f"/proc/self/fd/{descriptor}"), length)
+        real_ftruncate(descriptor, length)
+
+    def truncate(path: Any, length: int) -> None:
+        if isinstance(path, int):
+            ftruncate(path, length)
+            return
+        disk.truncated(os.path.realpath(path), length)
+        real_truncate(path, length)
+
+    def replace(source: Any, target: Any, **options: Any) -> None:
+        real_replace(source, target, **options)
+        disk.renamed(os.path.realpath(source), os.path.realpath(target))
+
+    def rename(source: Any, target: Any, **options: Any) -> None:
+        real_rename(source, target, **options)
+        disk.renamed(os.path.realpath(source), os.path.realpath(target))
+
+    os.fsync, os.ftruncate, os.truncate, os.replace, os.rename = (
+        disk.fsync,
+        ftruncate,
+        truncate,
+        replace,
+        rename,
+    )
+    try:
+        yield disk
+    finally:
+        os.fsync, os.ftruncate, os.truncate, os.replace, os.rename = real
