@@ -300,8 +300,14 @@ class Partition:
         if check.verdict is Verdict.DUPLICATE:
             require(check.duplicate_of is not None, "a duplicate names its batch")
             assert check.duplicate_of is not None
+            # answered with the original's offsets, and (acks=all) only once the ISR has it
+            original = check.duplicate_of
             return ProduceResult(
-                ErrorCode.NONE, check.duplicate_of.first_offset, -1, self.log_start_offset
+                ErrorCode.NONE,
+                original.first_offset,
+                -1,
+                self.log_start_offset,
+                last_offset=original.last_offset,
             )
         if check.verdict is Verdict.FENCED:
             return ProduceResult(ErrorCode.INVALID_PRODUCER_EPOCH, message=check.message)
