@@ -112,7 +112,10 @@ class Controller:
 
     @property
     def active(self) -> bool:
-        return self.quorum.is_leader
+        """Leading the quorum with the image current: a new leader's log may hold records
+        of the previous epoch that commit only with its own first entry, and deciding
+        before they are applied would contradict them."""
+        return self.quorum.leads_caught_up
 
     def _apply(self, offset: int, entry: Entry) -> None:
         if entry.payload == LEADER_CHANGE:

@@ -256,6 +256,12 @@ class QuorumServer:
     def is_leader(self) -> bool:
         return self.node is not None and self.node.role is Role.LEADER
 
+    @property
+    def leads_caught_up(self) -> bool:
+        """Leading, with every entry before this epoch's leader-change entry committed and
+        applied here: a state machine on ``on_commit`` is current, and may decide."""
+        return self.is_leader and self.node is not None and self.applied > self.node.epoch_start
+
     async def serve(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Run until cancelled; reports what the transport bound (a port, or None)."""
         self.node = RaftNode(self.id, self.voters, self.storage, _now_ms(), config=self.config)

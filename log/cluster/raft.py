@@ -375,6 +375,11 @@ class RaftNode:
     def _has_majority(self, nodes: set[int]) -> bool:
         return len(nodes & set(self.voters)) * 2 > len(self.voters)
 
+    @property
+    def epoch_start(self) -> int:
+        """Where this leader's epoch begins: the offset of its leader-change entry."""
+        return self._epoch_start
+
     def _become_leader(self, now_ms: int) -> list[Message]:
         self.role, self.leader = Role.LEADER, self.id
         self._epoch_start = self.end_offset

@@ -204,8 +204,9 @@ class ClusterSim:
             try:
                 with scope:
                     await server.run()
-            except BaseException as exc:  # noqa: BLE001 - a live node's failure is a finding
-                if not node.killed or server is not node.server:
+            except BaseException as exc:
+                if not node.killed and server is node.server:
+                    node.killed = True  # what is left of it is no replica to check
                     self.history.violation(f"node {node_id} failed: {exc!r}")
                     logging.getLogger(__name__).exception("node %d failed", node_id)
             finally:
@@ -336,7 +337,7 @@ class ClusterSim:
                             TOPIC, self.partitions, 3, dict(self.topic_configs)
                         )
                         return
-                    except Exception as exc:  # noqa: BLE001 - retried until the deadline
+                    except Exception as exc:
                         if "exists" in str(exc).lower():
                             return
                 await trio.sleep(0.2)

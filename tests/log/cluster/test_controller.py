@@ -29,7 +29,13 @@ class ControlledCluster(Cluster):
         nursery.start_soon(self.controllers[node].run)
 
     async def active(self) -> Controller:
-        return self.controllers[(await self.leader()).id]
+        """The leader's controller, once it has applied the log before its epoch."""
+        with trio.fail_after(ELECTION_TIMEOUT_S):
+            while True:
+                controller = self.controllers[(await self.leader()).id]
+                if controller.active:
+                    return controller
+                await trio.sleep(0.01)
 
     def images_agree(self) -> bool:
         live = [self.controllers[n] for n in self.servers]
