@@ -60,6 +60,7 @@ TOPIC = "sim"
 EPOCH_MS = 1_800_000_000_000
 MONITOR_INTERVAL_S = 0.005
 REQUEST_TIMEOUT_S = 5.0
+PRODUCE_PAUSE_S = 0.04
 SETTINGS = {
     "broker.session.timeout.ms": "2000",
     "broker.heartbeat.interval.ms": "200",
@@ -350,9 +351,7 @@ class ClusterSim:
         leaders: dict[int, int] = {}
         while not stop.is_set():
             partition = count % self.partitions
-            values = [
-                f"p{number}-{count}-{i}".encode() for i in range(self.random.randint(1, 3))
-            ]
+            values = [f"p{number}-{count}-{i}".encode() for i in range(self.random.randint(1, 3))]
             count += 1
             while True:  # until acknowledged: the same batch, the same sequence
                 leader = leaders.get(partition)
@@ -404,6 +403,7 @@ class ClusterSim:
                 leaders = {}
                 await trio.sleep(0.02)
             sequences[partition] += len(values)
+            await trio.sleep(self.random.uniform(0.0, PRODUCE_PAUSE_S))
 
     def _acked(self, value: bytes, partition: int, offset: int | None) -> None:
         known = self.history.acked.get(value)
@@ -497,9 +497,11 @@ class ClusterSim:
     # ------------------------------------------------------------ faults
 
     async def faults(self, until: float) -> None:
-        everyone = {node.host for node in self.nodes.values()} | {
-            f"producer-{n}" for n in range(2)
-        } | {f"consumer-{p}" for p in range(self.partitions)}
+        everyone = (
+            {node.host for node in self.nodes.values()}
+            | {f"producer-{n}" for n in range(2)}
+            | {f"consumer-{p}" for p in range(self.partitions)}
+        )
         while trio.current_time() < until:
             await trio.sleep(self.random.expovariate(1 / 1.5))
             if trio.current_time() >= until:
@@ -575,7 +577,7 @@ class ClusterSim:
                 ]
                 offsets = [offset for offset, _ in records]
                 if offsets != sorted(set(offsets)):
-                    history.violation(f"node {node.node_id} partition {index}: offsets not monotonic")
+                    history.violation(f"node {node.node_id} partition {index}: offsets go back")
                 logs.append((node.node_id, dict(records)))
             reference_node, reference = logs[0]
             for node_id, other in logs[1:]:
@@ -618,10 +620,11 @@ class ClusterSim:
         for index in range(self.partitions):
             for node, p in self.partition_replicas(index):
                 role = "leader" if p.is_leader else f"follower of {p.leader_id}"
+                epochs = [(entry.epoch, entry.start_offset) for entry in p.epochs.entries]
                 lines.append(
                     f"partition {index} node {node.node_id}: {role} epoch {p.leader_epoch}, "
                     f"log {p.log.log_start_offset}..{p.log.log_end_offset}, "
-                    f"high watermark {p.high_watermark}, epochs {[(e.epoch, e.start_offset) for e in p.epochs.entries]}"
+                    f"high watermark {p.high_watermark}, epochs {epochs}"
                 )
         return lines
 
@@ -668,4 +671,3 @@ def seed_trio_scheduler(seed: int) -> None:
     generator = getattr(run_module, "_r", None)
     if isinstance(generator, random.Random):
         generator.seed(seed)
-

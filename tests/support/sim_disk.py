@@ -42,15 +42,14 @@ class FakeDisk:
 
     def fsync(self, descriptor: int) -> None:
         status = os.fstat(descriptor)
-        path = os.readlink(f"/proc/self/fd/{descriptor}")
-        self.durable[path] = (status.st_ino, status.st_size)
+        self.durable[_path_of(descriptor)] = (status.st_ino, status.st_size)
 
     def length(self, path: str) -> int:
         """What of ``path`` survives a power cut for sure: its length at its last fsync, or
         nothing when it was never fsynced (or the inode there is another file now)."""
         inode, length = self.durable.get(path, (-1, 0))
         try:
-            return length if os.stat(path).st_ino == inode else 0
+            return length if Path(path).stat().st_ino == inode else 0
         except FileNotFoundError:
             return 0
 
@@ -91,7 +90,7 @@ def fake_disk(disk: FakeDisk) -> Iterator[FakeDisk]:
     real_ftruncate, real_truncate, real_replace, real_rename = real[1:]
 
     def ftruncate(descriptor: int, length: int) -> None:
-        disk.truncated(os.readlink(f"/proc/self/fd/{descriptor}"), length)
+        disk.truncated(_path_of(descriptor), length)
         real_ftruncate(descriptor, length)
 
     def truncate(path: Any, length: int) -> None:
@@ -120,3 +119,7 @@ def fake_disk(disk: FakeDisk) -> Iterator[FakeDisk]:
         yield disk
     finally:
         os.fsync, os.ftruncate, os.truncate, os.replace, os.rename = real
+
+
+def _path_of(descriptor: int) -> str:
+    return str(Path(f"/proc/self/fd/{descriptor}").readlink())

@@ -191,9 +191,7 @@ class Fabric:
         return a in self.paused or b in self.paused or frozenset((a, b)) in self.cut
 
     def _notify(self) -> None:
-        self.connections = [
-            c for c in self.connections if not (c.up.broken and c.down.broken)
-        ]
+        self.connections = [c for c in self.connections if not (c.up.broken and c.down.broken)]
         for connection in self.connections:
             connection.up.notify()
             connection.down.notify()
@@ -209,9 +207,9 @@ class Fabric:
         """Cut ``side`` off from the rest of ``everyone``; some crossing connections reset."""
         self.cut = {frozenset((a, b)) for a in side for b in everyone - side}
         for connection in list(self.connections):
-            if frozenset((connection.client, connection.server)) in self.cut:
-                if self.random.random() < reset_chance:
-                    self.reset(connection)
+            crossing = frozenset((connection.client, connection.server)) in self.cut
+            if crossing and self.random.random() < reset_chance:
+                self.reset(connection)
         self._notify()
 
     def heal(self) -> None:
