@@ -18,7 +18,12 @@ from pathlib import Path
 import pytest
 import trio
 import trio.testing
-from cluster_simulation import History, run_cluster
+from cluster_simulation import (
+    History,
+    double_failover,
+    restart_before_high_watermark,
+    run_cluster,
+)
 
 FIRST = int(os.environ.get("EVENTPLATFORM_CLUSTER_SIM_FIRST", "0"))
 SEEDS = int(os.environ.get("EVENTPLATFORM_CLUSTER_SIM_SEEDS", "200"))
@@ -44,3 +49,22 @@ def test_a_cluster_seed_replays_exactly(tmp_path: Path) -> None:
     first = simulate(3, tmp_path / "first")
     second = simulate(3, tmp_path / "second")
     assert first.outcome() == second.outcome()
+
+
+def scripted(scenario, root: Path):  # type: ignore[no-untyped-def]
+    return trio.run(lambda: scenario(1, root), clock=trio.testing.MockClock(autojump_threshold=0))
+
+
+def test_kip_101_a_follower_restarted_before_its_high_watermark_keeps_the_record(
+    tmp_path: Path,
+) -> None:
+    sim = scripted(restart_before_high_watermark, tmp_path / "cluster")
+    assert sim.history.final[0] == [(0, b"m1"), (1, b"m2")]
+
+
+def test_kip_279_after_a_double_failover_the_returning_replica_truncates_by_epoch(
+    tmp_path: Path,
+) -> None:
+    sim = scripted(double_failover, tmp_path / "cluster")
+    # m3 was written only by the second leader, whose epoch the third leader never had
+    assert sim.history.final[0] == [(0, b"m1"), (1, b"m2"), (2, b"m4")]

@@ -35,7 +35,7 @@ import dataclasses
 import logging
 import random
 import shutil
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -158,6 +158,7 @@ class ClusterSim:
         nodes: int = 3,
         partitions: int = 2,
         topic_configs: dict[str, str] | None = None,
+        replication_factor: int = 3,
     ) -> None:
         self.seed = seed
         self.random = random.Random(seed)
@@ -165,6 +166,7 @@ class ClusterSim:
         self.disk = FakeDisk(random.Random(seed * 7919 + 2))
         self.history = History(seed)
         self.partitions = partitions
+        self.replication_factor = replication_factor
         self.topic_configs = topic_configs or {}
         self.nodes = {n: SimNode(n, root / f"node-{n}") for n in range(1, nodes + 1)}
         voters = ",".join(f"{n}@node-{n}:{QUORUM_PORT}" for n in self.nodes)
@@ -247,7 +249,9 @@ class ClusterSim:
             assert node.server is not None and node.server.broker is not None
             topic = node.server.broker.topics.get(TOPIC)
             if topic is not None and index < len(topic.partitions):
-                found.append((node, topic.partitions[index]))
+                partition = topic.partitions[index]
+                if node.node_id in partition.replica_set:
+                    found.append((node, partition))
         return found
 
     def in_sync(self) -> bool:
@@ -335,7 +339,10 @@ class ClusterSim:
                     assert node.server is not None and node.server.broker is not None
                     try:
                         await node.server.broker.create_topic(
-                            TOPIC, self.partitions, 3, dict(self.topic_configs)
+                            TOPIC,
+                            self.partitions,
+                            self.replication_factor,
+                            dict(self.topic_configs),
                         )
                         return
                     except Exception as exc:
@@ -559,8 +566,8 @@ class ClusterSim:
             leader = next(p for p in replicas if p.is_leader)
             if len(ends) != 1 or leader.high_watermark != leader.log.log_end_offset:
                 return False
-            reads = self.history.reads.get(index, {})
-            if leader.high_watermark and max(reads, default=-1) < leader.high_watermark - 1:
+            reads = self.history.reads.get(index)  # None: no consumer in this run
+            if reads is not None and max(reads, default=-1) < leader.high_watermark - 1:
                 return False
         return True
 
@@ -671,3 +678,137 @@ def seed_trio_scheduler(seed: int) -> None:
     generator = getattr(run_module, "_r", None)
     if isinstance(generator, random.Random):
         generator.seed(seed)
+
+
+# ------------------------------------------------------------ scripted scenarios
+
+
+async def produce_once(
+    sim: ClusterSim, node_id: int, value: bytes, acks: int, *, partition: int = 0
+) -> tuple[int, int]:
+    """One plain (not idempotent) batch of ``value`` to ``node_id``: (error, base offset)."""
+    body = {
+        "transactional_id": None,
+        "acks": acks,
+        "timeout_ms": 2000,
+        "topic_data": [
+            {
+                "name": TOPIC,
+                "partition_data": [
+                    {
+                        "index": partition,
+                        "records": encode_batch([Record(0, sim.clock_ms(), None, value)]),
+                    }
+                ],
+            }
+        ],
+    }
+    response = await sim.request("scenario", node_id, PRODUCE, 8, body)
+    answer = response["responses"][0]["partition_responses"][0]
+    return answer["error_code"], answer["base_offset"]
+
+
+async def until(condition: Callable[[], bool], what: str, timeout_s: float = 30.0) -> None:
+    with trio.move_on_after(timeout_s):
+        while not condition():
+            await trio.sleep(0.01)
+        return
+    raise SimulationError(f"{what}: not within {timeout_s} s")
+
+
+def leader_of(sim: ClusterSim, partition: int = 0) -> tuple[int, int]:
+    """(leader id, leader epoch) as the controllers' image has it."""
+    for node in sim.brokers():
+        assert node.server is not None
+        if node.server.controller is not None and node.server.controller.controller.active:
+            state = node.server.controller.controller.image.topics[TOPIC].partitions[partition]
+            return state.leader, state.leader_epoch
+    return -1, -1
+
+
+async def double_failover(seed: int, root: Path) -> ClusterSim:
+    """KIP-279: two leaders die in turn, each with a suffix the other never had; the replica
+    that comes back must truncate to where the new leader's epochs and its own agree."""
+    seed_trio_scheduler(seed)
+    configs = {"min.insync.replicas": "1", "unclean.leader.election.enable": "true"}
+    sim = ClusterSim(seed, root, partitions=1, topic_configs=configs, replication_factor=2)
+    sim.fabric.faulty = False
+    try:
+        async with sim.running():
+            await sim.create_topic()
+            await until(lambda: leader_of(sim)[0] > 0, "a first leader")
+            first, _ = leader_of(sim)
+            await until(lambda: len(sim.partition_replicas(0)) == 2, "both replicas")
+            [second] = [n.node_id for n, _ in sim.partition_replicas(0) if n.node_id != first]
+            await until(sim.in_sync, "the replicas in sync")
+            assert await produce_once(sim, first, b"m1", -1) == (ErrorCode.NONE, 0)
+            sim.fabric.cut_link(f"node-{first}", f"node-{second}")
+            assert await produce_once(sim, first, b"m2", 1) == (ErrorCode.NONE, 1)
+            await sim.kill(first)
+            sim.fabric.heal()
+            await until(lambda: leader_of(sim)[0] == second, "the second leader")
+            await until(lambda: _leads(sim, second), "the second leader serving")
+            assert await produce_once(sim, second, b"m3", 1) == (ErrorCode.NONE, 1)
+            await sim.kill(second)
+            await sim.start(first)
+            await until(lambda: leader_of(sim)[0] == first, "the first leader again (unclean)")
+            await until(lambda: _leads(sim, first), "the first leader serving again")
+            assert await produce_once(sim, first, b"m4", 1) == (ErrorCode.NONE, 2)
+            await sim.start(second)
+            await sim.settle(30.0)
+            sim.check()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    return sim
+
+
+def _leads(sim: ClusterSim, node_id: int) -> bool:
+    return any(node.node_id == node_id and p.is_leader for node, p in sim.partition_replicas(0))
+
+
+async def restart_before_high_watermark(seed: int, root: Path) -> ClusterSim:
+    """KIP-101: a follower restarts holding an acknowledged record whose high watermark it
+    never heard of, and then the leader dies. Truncating to the high watermark on restart
+    would lose the record; the follower truncates only by leader epoch, against a leader."""
+    seed_trio_scheduler(seed)
+    configs = {"min.insync.replicas": "1", "unclean.leader.election.enable": "true"}
+    sim = ClusterSim(seed, root, partitions=1, topic_configs=configs, replication_factor=2)
+    sim.fabric.faulty = False
+    try:
+        async with sim.running():
+            await sim.create_topic()
+            await until(lambda: leader_of(sim)[0] > 0, "a first leader")
+            await until(lambda: len(sim.partition_replicas(0)) == 2, "both replicas")
+            await until(sim.in_sync, "the replicas in sync")
+            first, _ = leader_of(sim)
+            [second] = [n.node_id for n, _ in sim.partition_replicas(0) if n.node_id != first]
+            replicas = {n.node_id: p for n, p in sim.partition_replicas(0)}
+            leader, follower = replicas[first], replicas[second]
+            for offset, value in enumerate((b"m1", b"m2")):
+                results: list[tuple[int, int]] = []
+
+                async def send(value: bytes, results: list[tuple[int, int]]) -> None:
+                    results.append(await produce_once(sim, first, value, -1))
+
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(send, value, results)
+                    if value == b"m2":
+                        # the leader's high watermark covers m2 once the follower asks past
+                        # it; the answer that would tell the follower is cut off
+                        await until(lambda: leader.high_watermark == 2, "m2 replicated")
+                        sim.fabric.cut_link(f"node-{first}", f"node-{second}")
+                assert results == [(ErrorCode.NONE, offset)]
+                sim.history.acked[value] = Acked(value, 0, offset)
+            assert (follower.log.log_end_offset, follower.high_watermark) == (2, 1)
+            await sim.kill(second)
+            await sim.start(second)
+            await until(lambda: sim.nodes[second].up, "the follower back")
+            await sim.kill(first)
+            sim.fabric.heal()
+            await until(lambda: _leads(sim, second), "the follower leading (unclean)")
+            await sim.start(first)
+            await sim.settle(30.0)
+            sim.check()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    return sim

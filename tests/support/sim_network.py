@@ -212,6 +212,14 @@ class Fabric:
                 self.reset(connection)
         self._notify()
 
+    def cut_link(self, a: str, b: str) -> None:
+        """Cut ``a`` from ``b`` alone; their connections reset."""
+        self.cut.add(frozenset((a, b)))
+        for connection in list(self.connections):
+            if frozenset((connection.client, connection.server)) == frozenset((a, b)):
+                self.reset(connection)
+        self._notify()
+
     def heal(self) -> None:
         self.cut = set()
         self._notify()
