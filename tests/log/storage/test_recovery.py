@@ -136,6 +136,25 @@ def test_corruption_in_an_older_unflushed_segment_drops_every_later_segment(
     assert offsets(reopened) == list(range(bases[1]))
 
 
+def test_an_unflushed_segment_that_lost_whole_batches_drops_every_later_segment(
+    tmp_path: Path, make_batch, crash
+) -> None:
+    """A power cut can keep a later segment's writes and lose an earlier one's at a batch
+    boundary: nothing is torn, but the log would have a hole. It ends at the hole."""
+    log, layout = fill(tmp_path, make_batch, 200)
+    bases = [segment.base_offset for segment in log.segments]
+    assert len(bases) >= 4
+    victim = list(log.segments)[1]
+    kept = [entry for entry in layout if entry[0] == victim.base_offset][:3]
+    path = victim.log_path
+    crash(log)
+    os.truncate(path, kept[-1][1] + kept[-1][2])  # the first three batches survive
+    reopened = PartitionLog.open(tmp_path, CONFIG)
+    assert [segment.base_offset for segment in reopened.segments] == bases[:2]
+    assert reopened.log_end_offset == kept[-1][3]
+    assert offsets(reopened) == list(range(kept[-1][3]))
+
+
 def test_missing_index_files_are_rebuilt(tmp_path: Path, make_batch) -> None:
     log, _ = fill(tmp_path, make_batch, 60)
     expected = offsets(log)
