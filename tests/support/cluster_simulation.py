@@ -726,9 +726,10 @@ def leader_of(sim: ClusterSim, partition: int = 0) -> tuple[int, int]:
     return -1, -1
 
 
-async def double_failover(seed: int, root: Path) -> ClusterSim:
-    """KIP-279: two leaders die in turn, each with a suffix the other never had; the replica
-    that comes back must truncate to where the new leader's epochs and its own agree."""
+@contextlib.asynccontextmanager
+async def two_replicas(seed: int, root: Path) -> AsyncIterator[tuple[ClusterSim, int, int]]:
+    """A quiet cluster with one partition on two of its nodes, in sync, unclean election
+    allowed: yields (the simulation, the leader, the follower), then settles and checks."""
     seed_trio_scheduler(seed)
     configs = {"min.insync.replicas": "1", "unclean.leader.election.enable": "true"}
     sim = ClusterSim(seed, root, partitions=1, topic_configs=configs, replication_factor=2)
@@ -737,28 +738,35 @@ async def double_failover(seed: int, root: Path) -> ClusterSim:
         async with sim.running():
             await sim.create_topic()
             await until(lambda: leader_of(sim)[0] > 0, "a first leader")
-            first, _ = leader_of(sim)
             await until(lambda: len(sim.partition_replicas(0)) == 2, "both replicas")
-            [second] = [n.node_id for n, _ in sim.partition_replicas(0) if n.node_id != first]
             await until(sim.in_sync, "the replicas in sync")
-            assert await produce_once(sim, first, b"m1", -1) == (ErrorCode.NONE, 0)
-            sim.fabric.cut_link(f"node-{first}", f"node-{second}")
-            assert await produce_once(sim, first, b"m2", 1) == (ErrorCode.NONE, 1)
-            await sim.kill(first)
-            sim.fabric.heal()
-            await until(lambda: leader_of(sim)[0] == second, "the second leader")
-            await until(lambda: _leads(sim, second), "the second leader serving")
-            assert await produce_once(sim, second, b"m3", 1) == (ErrorCode.NONE, 1)
-            await sim.kill(second)
-            await sim.start(first)
-            await until(lambda: leader_of(sim)[0] == first, "the first leader again (unclean)")
-            await until(lambda: _leads(sim, first), "the first leader serving again")
-            assert await produce_once(sim, first, b"m4", 1) == (ErrorCode.NONE, 2)
-            await sim.start(second)
+            first, _ = leader_of(sim)
+            [second] = [n.node_id for n, _ in sim.partition_replicas(0) if n.node_id != first]
+            yield sim, first, second
             await sim.settle(30.0)
             sim.check()
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+async def double_failover(seed: int, root: Path) -> ClusterSim:
+    """KIP-279: two leaders die in turn, each with a suffix the other never had; the replica
+    that comes back must truncate to where the new leader's epochs and its own agree."""
+    async with two_replicas(seed, root) as (sim, first, second):
+        assert await produce_once(sim, first, b"m1", -1) == (ErrorCode.NONE, 0)
+        sim.fabric.cut_link(f"node-{first}", f"node-{second}")
+        assert await produce_once(sim, first, b"m2", 1) == (ErrorCode.NONE, 1)
+        await sim.kill(first)
+        sim.fabric.heal()
+        await until(lambda: leader_of(sim)[0] == second, "the second leader")
+        await until(lambda: _leads(sim, second), "the second leader serving")
+        assert await produce_once(sim, second, b"m3", 1) == (ErrorCode.NONE, 1)
+        await sim.kill(second)
+        await sim.start(first)
+        await until(lambda: leader_of(sim)[0] == first, "the first leader again (unclean)")
+        await until(lambda: _leads(sim, first), "the first leader serving again")
+        assert await produce_once(sim, first, b"m4", 1) == (ErrorCode.NONE, 2)
+        await sim.start(second)
     return sim
 
 
@@ -770,45 +778,30 @@ async def restart_before_high_watermark(seed: int, root: Path) -> ClusterSim:
     """KIP-101: a follower restarts holding an acknowledged record whose high watermark it
     never heard of, and then the leader dies. Truncating to the high watermark on restart
     would lose the record; the follower truncates only by leader epoch, against a leader."""
-    seed_trio_scheduler(seed)
-    configs = {"min.insync.replicas": "1", "unclean.leader.election.enable": "true"}
-    sim = ClusterSim(seed, root, partitions=1, topic_configs=configs, replication_factor=2)
-    sim.fabric.faulty = False
-    try:
-        async with sim.running():
-            await sim.create_topic()
-            await until(lambda: leader_of(sim)[0] > 0, "a first leader")
-            await until(lambda: len(sim.partition_replicas(0)) == 2, "both replicas")
-            await until(sim.in_sync, "the replicas in sync")
-            first, _ = leader_of(sim)
-            [second] = [n.node_id for n, _ in sim.partition_replicas(0) if n.node_id != first]
-            replicas = {n.node_id: p for n, p in sim.partition_replicas(0)}
-            leader, follower = replicas[first], replicas[second]
-            for offset, value in enumerate((b"m1", b"m2")):
-                results: list[tuple[int, int]] = []
+    async with two_replicas(seed, root) as (sim, first, second):
+        replicas = {n.node_id: p for n, p in sim.partition_replicas(0)}
+        leader, follower = replicas[first], replicas[second]
+        for offset, value in enumerate((b"m1", b"m2")):
+            results: list[tuple[int, int]] = []
 
-                async def send(value: bytes, results: list[tuple[int, int]]) -> None:
-                    results.append(await produce_once(sim, first, value, -1))
+            async def send(value: bytes, results: list[tuple[int, int]]) -> None:
+                results.append(await produce_once(sim, first, value, -1))
 
-                async with trio.open_nursery() as nursery:
-                    nursery.start_soon(send, value, results)
-                    if value == b"m2":
-                        # the leader's high watermark covers m2 once the follower asks past
-                        # it; the answer that would tell the follower is cut off
-                        await until(lambda: leader.high_watermark == 2, "m2 replicated")
-                        sim.fabric.cut_link(f"node-{first}", f"node-{second}")
-                assert results == [(ErrorCode.NONE, offset)]
-                sim.history.acked[value] = Acked(value, 0, offset)
-            assert (follower.log.log_end_offset, follower.high_watermark) == (2, 1)
-            await sim.kill(second)
-            await sim.start(second)
-            await until(lambda: sim.nodes[second].up, "the follower back")
-            await sim.kill(first)
-            sim.fabric.heal()
-            await until(lambda: _leads(sim, second), "the follower leading (unclean)")
-            await sim.start(first)
-            await sim.settle(30.0)
-            sim.check()
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(send, value, results)
+                if value == b"m2":
+                    # the leader's high watermark covers m2 once the follower asks past
+                    # it; the answer that would tell the follower is cut off
+                    await until(lambda: leader.high_watermark == 2, "m2 replicated")
+                    sim.fabric.cut_link(f"node-{first}", f"node-{second}")
+            assert results == [(ErrorCode.NONE, offset)]
+            sim.history.acked[value] = Acked(value, 0, offset)
+        assert (follower.log.log_end_offset, follower.high_watermark) == (2, 1)
+        await sim.kill(second)
+        await sim.start(second)
+        await until(lambda: sim.nodes[second].up, "the follower back")
+        await sim.kill(first)
+        sim.fabric.heal()
+        await until(lambda: _leads(sim, second), "the follower leading (unclean)")
+        await sim.start(first)
     return sim
