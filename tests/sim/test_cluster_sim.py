@@ -18,12 +18,8 @@ from pathlib import Path
 import pytest
 import trio
 import trio.testing
-from cluster_simulation import (
-    History,
-    double_failover,
-    restart_before_high_watermark,
-    run_cluster,
-)
+from cluster_scenarios import double_failover, restart_before_high_watermark
+from cluster_simulation import History, run_cluster
 
 FIRST = int(os.environ.get("EVENTPLATFORM_CLUSTER_SIM_FIRST", "0"))
 SEEDS = int(os.environ.get("EVENTPLATFORM_CLUSTER_SIM_SEEDS", "200"))

@@ -1,0 +1,146 @@
+"""Scripted cluster runs in the whole-cluster simulation (:mod:`cluster_simulation`): the
+historical failure modes, replayed step by step on a quiet network, then checked."""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import trio
+from cluster_simulation import (
+    PRODUCE,
+    TOPIC,
+    Acked,
+    ClusterSim,
+    SimulationError,
+    seed_trio_scheduler,
+)
+
+from eventplatform.log.protocol import ErrorCode
+from eventplatform.log.storage.record_batch import Record, encode_batch
+
+
+async def produce_once(
+    sim: ClusterSim, node_id: int, value: bytes, acks: int, *, partition: int = 0
+) -> tuple[int, int]:
+    """One plain (not idempotent) batch of ``value`` to ``node_id``: (error, base offset)."""
+    body = {
+        "transactional_id": None,
+        "acks": acks,
+        "timeout_ms": 2000,
+        "topic_data": [
+            {
+                "name": TOPIC,
+                "partition_data": [
+                    {
+                        "index": partition,
+                        "records": encode_batch([Record(0, sim.clock_ms(), None, value)]),
+                    }
+                ],
+            }
+        ],
+    }
+    response = await sim.request("scenario", node_id, PRODUCE, 8, body)
+    answer = response["responses"][0]["partition_responses"][0]
+    return answer["error_code"], answer["base_offset"]
+
+
+async def until(condition: Callable[[], bool], what: str, timeout_s: float = 30.0) -> None:
+    with trio.move_on_after(timeout_s):
+        while not condition():
+            await trio.sleep(0.01)
+        return
+    raise SimulationError(f"{what}: not within {timeout_s} s")
+
+
+def leader_of(sim: ClusterSim, partition: int = 0) -> tuple[int, int]:
+    """(leader id, leader epoch) as the controllers' image has it."""
+    for node in sim.brokers():
+        assert node.server is not None
+        if node.server.controller is not None and node.server.controller.controller.active:
+            state = node.server.controller.controller.image.topics[TOPIC].partitions[partition]
+            return state.leader, state.leader_epoch
+    return -1, -1
+
+
+@contextlib.asynccontextmanager
+async def two_replicas(seed: int, root: Path) -> AsyncIterator[tuple[ClusterSim, int, int]]:
+    """A quiet cluster with one partition on two of its nodes, in sync, unclean election
+    allowed: yields (the simulation, the leader, the follower), then settles and checks."""
+    seed_trio_scheduler(seed)
+    configs = {"min.insync.replicas": "1", "unclean.leader.election.enable": "true"}
+    sim = ClusterSim(seed, root, partitions=1, topic_configs=configs, replication_factor=2)
+    sim.fabric.faulty = False
+    try:
+        async with sim.running():
+            await sim.create_topic()
+            await until(lambda: leader_of(sim)[0] > 0, "a first leader")
+            await until(lambda: len(sim.partition_replicas(0)) == 2, "both replicas")
+            await until(sim.in_sync, "the replicas in sync")
+            first, _ = leader_of(sim)
+            [second] = [n.node_id for n, _ in sim.partition_replicas(0) if n.node_id != first]
+            yield sim, first, second
+            await sim.settle(30.0)
+            sim.check()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+async def double_failover(seed: int, root: Path) -> ClusterSim:
+    """KIP-279: two leaders die in turn, each with a suffix the other never had; the replica
+    that comes back must truncate to where the new leader's epochs and its own agree."""
+    async with two_replicas(seed, root) as (sim, first, second):
+        assert await produce_once(sim, first, b"m1", -1) == (ErrorCode.NONE, 0)
+        sim.fabric.cut_link(f"node-{first}", f"node-{second}")
+        assert await produce_once(sim, first, b"m2", 1) == (ErrorCode.NONE, 1)
+        await sim.kill(first)
+        sim.fabric.heal()
+        await until(lambda: leader_of(sim)[0] == second, "the second leader")
+        await until(lambda: _leads(sim, second), "the second leader serving")
+        assert await produce_once(sim, second, b"m3", 1) == (ErrorCode.NONE, 1)
+        await sim.kill(second)
+        await sim.start(first)
+        await until(lambda: leader_of(sim)[0] == first, "the first leader again (unclean)")
+        await until(lambda: _leads(sim, first), "the first leader serving again")
+        assert await produce_once(sim, first, b"m4", 1) == (ErrorCode.NONE, 2)
+        await sim.start(second)
+    return sim
+
+
+def _leads(sim: ClusterSim, node_id: int) -> bool:
+    return any(node.node_id == node_id and p.is_leader for node, p in sim.partition_replicas(0))
+
+
+async def restart_before_high_watermark(seed: int, root: Path) -> ClusterSim:
+    """KIP-101: a follower restarts holding an acknowledged record whose high watermark it
+    never heard of, and then the leader dies. Truncating to the high watermark on restart
+    would lose the record; the follower truncates only by leader epoch, against a leader."""
+    async with two_replicas(seed, root) as (sim, first, second):
+        replicas = {n.node_id: p for n, p in sim.partition_replicas(0)}
+        leader, follower = replicas[first], replicas[second]
+        for offset, value in enumerate((b"m1", b"m2")):
+            results: list[tuple[int, int]] = []
+
+            async def send(value: bytes, results: list[tuple[int, int]]) -> None:
+                results.append(await produce_once(sim, first, value, -1))
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(send, value, results)
+                if value == b"m2":
+                    # the leader's high watermark covers m2 once the follower asks past
+                    # it; the answer that would tell the follower is cut off
+                    await until(lambda: leader.high_watermark == 2, "m2 replicated")
+                    sim.fabric.cut_link(f"node-{first}", f"node-{second}")
+            assert results == [(ErrorCode.NONE, offset)]
+            sim.history.acked[value] = Acked(value, 0, offset)
+        assert (follower.log.log_end_offset, follower.high_watermark) == (2, 1)
+        await sim.kill(second)
+        await sim.start(second)
+        await until(lambda: sim.nodes[second].up, "the follower back")
+        await sim.kill(first)
+        sim.fabric.heal()
+        await until(lambda: _leads(sim, second), "the follower leading (unclean)")
+        await sim.start(first)
+    return sim
