@@ -482,10 +482,13 @@ class Controller:
             self._active_epoch = raft.epoch
             self._heartbeats = dict.fromkeys(self.image.brokers, now)
         timeout_s = self.session_timeout_ms / 1000
-        for broker, state in sorted(self.image.brokers.items()):
-            if state.fenced or now - self._heartbeats.get(broker, now) < timeout_s:
-                continue
+        for broker in sorted(self.image.brokers):
             async with self._deciding:
+                # read under the lock: a registration may have replaced the epoch meanwhile
+                state = self.image.brokers.get(broker)
+                silent_s = trio.current_time() - self._heartbeats.get(broker, now)
+                if state is None or state.fenced or silent_s < timeout_s:
+                    continue
                 log.info("fencing broker %d: no heartbeat for %.1f s", broker, timeout_s)
                 await self._commit([FenceBroker(broker, state.epoch)])
                 changes: Sequence[MetadataRecord] = fence_changes(self.image, broker)
