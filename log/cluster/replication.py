@@ -384,11 +384,7 @@ class ReplicaFetcher:
         response = await connection.request(
             OFFSET_FOR_LEADER_EPOCH, version, body, timeout_s=self._timeout_s()
         )
-        answers = {
-            (topic["topic"], entry["partition"]): entry
-            for topic in response["topics"]
-            for entry in topic["partitions"]
-        }
+        answers = _by_partition(response["topics"], "partition")
         for following in asking:
             partition = following.partition
             answer = answers.get((partition.topic, partition.index))
@@ -453,11 +449,7 @@ class ReplicaFetcher:
             "rack_id": "",
         }
         response = await connection.request(FETCH, FETCH_VERSION, body, timeout_s=self._timeout_s())
-        answers = {
-            (topic["topic"], entry["partition_index"]): entry
-            for topic in response["responses"]
-            for entry in topic["partitions"]
-        }
+        answers = _by_partition(response["responses"], "partition_index")
         for following in asked:
             partition = following.partition
             key = (partition.topic, partition.index)
@@ -510,3 +502,14 @@ class ReplicaFetcher:
                     ErrorCode(error).name,
                 )
             following.retry_at = trio.current_time() + RETRY_DELAY_S
+
+
+def _by_partition(
+    topics: list[dict[str, Any]], partition_key: str
+) -> dict[tuple[str, int], dict[str, Any]]:
+    """A response's per-partition entries, by (topic, partition)."""
+    return {
+        (topic["topic"], entry[partition_key]): entry
+        for topic in topics
+        for entry in topic["partitions"]
+    }
