@@ -102,7 +102,7 @@ class Controller:
         quorum: QuorumServer,
         *,
         session_timeout_ms: int = SESSION_TIMEOUT_MS_DEFAULT,
-        leader_rebalance_interval_s: float = LEADER_REBALANCE_INTERVAL_S_DEFAULT,
+        leader_rebalance_interval_s: float | None = LEADER_REBALANCE_INTERVAL_S_DEFAULT,
     ) -> None:
         self.quorum = quorum
         self.session_timeout_ms = session_timeout_ms
@@ -136,16 +136,18 @@ class Controller:
             raise
 
     async def run(self) -> None:
-        """The active controller's duties (fencing, leader rebalancing) until cancelled."""
-        next_rebalance = trio.current_time() + self.leader_rebalance_interval_s
+        """The active controller's duties (fencing, and every ``leader_rebalance_interval_s``
+        unless it is None, leader rebalancing) until cancelled."""
+        interval_s = self.leader_rebalance_interval_s
+        next_rebalance = trio.current_time() + (interval_s or 0.0)
         while True:
             await trio.sleep(FENCE_CHECK_INTERVAL_S)
             if not self.active:
                 continue
             try:
                 await self._fence_silent()
-                if trio.current_time() >= next_rebalance:
-                    next_rebalance = trio.current_time() + self.leader_rebalance_interval_s
+                if interval_s is not None and trio.current_time() >= next_rebalance:
+                    next_rebalance = trio.current_time() + interval_s
                     await self.rebalance_leaders()
             except (NotLeaderError, trio.TooSlowError) as exc:
                 log.info("controller duties paused: %s", exc)
