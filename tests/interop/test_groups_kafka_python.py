@@ -18,6 +18,10 @@ from kafka.errors import CommitFailedError, RebalanceInProgressError
 
 SESSION_TIMEOUT_MS = 6_000
 WAIT_S = 30.0
+POLL_MS = 500
+"""Long enough for a join to finish within one poll: kafka-python 3.0 can lose a join
+that completes between two short polls (the member then neither syncs nor heartbeats,
+and the group drops it after its session)."""
 
 
 def make_consumer(bootstrap: str, group: str, topic: str) -> KafkaConsumer:
@@ -52,7 +56,7 @@ def poll_until(
     deadline = time.monotonic() + WAIT_S
     while time.monotonic() < deadline:
         for index, consumer in enumerate(members):
-            for batch in consumer.poll(timeout_ms=50).values():
+            for batch in consumer.poll(timeout_ms=POLL_MS).values():
                 seen.setdefault(index, []).extend((r.partition, r.offset) for r in batch)
         if condition():
             return
