@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from eventplatform.log.broker.partition import Partition
 from eventplatform.log.broker.topics import Topic, TopicRegistry
+from eventplatform.log.invariants import require
 from eventplatform.log.groups.records import (
     OFFSETS_TOPIC,
     CommittedOffset,
@@ -68,7 +69,12 @@ class OffsetsTopic:
 
     def partitions(self) -> list[Partition]:
         topic = self.topics.get(OFFSETS_TOPIC)
-        return [] if topic is None else list(topic.partitions)
+        if topic is None:
+            return []
+        held = [partition for partition in topic.partitions if partition is not None]
+        # internal topics are never reassigned: every broker holds every partition
+        require(len(held) == len(topic.partitions), f"a broker holds all of {OFFSETS_TOPIC}")
+        return held
 
     def partition_of(self, group_id: str) -> Partition | None:
         """The partition holding ``group_id``; the topic's real count decides, as in Kafka."""
