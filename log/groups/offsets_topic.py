@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 
 from eventplatform.log.broker.partition import Partition
 from eventplatform.log.broker.topics import Topic, TopicRegistry
-from eventplatform.log.invariants import require
 from eventplatform.log.groups.records import (
     OFFSETS_TOPIC,
     CommittedOffset,
@@ -34,6 +33,7 @@ from eventplatform.log.groups.records import (
     decode_offset_value,
     partition_for,
 )
+from eventplatform.log.invariants import require
 from eventplatform.log.protocol import ErrorCode
 from eventplatform.log.storage.record_batch import DecodedBatch, Record, encode_batch
 
