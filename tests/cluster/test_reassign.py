@@ -281,3 +281,55 @@ def test_a_plan_moves_several_partitions(cluster: LocalCluster, tmp_path: Path) 
                 WAIT_TIMEOUT_S,
                 f"broker {broker}'s copy of {topic}-{partition}",
             )
+
+
+def test_a_new_active_controller_completes_a_reassignment(tmp_path: Path) -> None:
+    """Brokers and a 3-voter quorum apart: the active controller dies while the new replica
+    is down; once it is back, the next active controller completes the move."""
+    cluster = LocalCluster.create(tmp_path, 3, ["min.insync.replicas=1"], controllers=3)
+    cluster.start()
+    try:
+        topic = "handed-over"
+        create_topic(cluster.bootstrap, topic, 1, 2)
+        writer = producer(cluster.bootstrap)
+        acked = AckedLog()
+        for number in range(100):
+            writer.produce(
+                topic, f"writer-{number}".encode(), partition=0, on_delivery=acked.on_delivery
+            )
+        assert writer.flush(FLUSH_TIMEOUT_S) == 0
+        del writer
+        before = partition_state(cluster, topic)
+        (spare,) = set(cluster.broker_ids) - set(before["replicas"])
+        old_leader = before["leader"]
+        target = [*(r for r in before["replicas"] if r != old_leader), spare]
+        cluster.kill(spare)
+        result = reassign(cluster, topic, "--partition", "0", "--replicas", f"{target[0]},{spare}")
+        assert result.exit_code == 0, result.output
+
+        active = describe_cluster(data_dir=cluster.directory, controllers=None)["controller"]
+        cluster.kill(active)
+        wait_for(
+            lambda: (
+                describe_cluster(data_dir=cluster.directory, controllers=None)["controller"]
+                != active
+            ),
+            WAIT_TIMEOUT_S,
+            "a new active controller",
+        )
+        assert partition_state(cluster, topic)["target"] == target  # still in progress
+        cluster.start([spare])
+        wait_for(
+            lambda: partition_state(cluster, topic)["replicas"] == target,
+            WAIT_TIMEOUT_S,
+            "the reassignment to complete",
+        )
+        after = partition_state(cluster, topic)
+        assert after["leader"] == target[0] and after["target"] == []
+        wait_for(lambda: not holds(cluster, old_leader, topic), WAIT_TIMEOUT_S, "the old copy gone")
+        cluster.start([active])
+        found = read_partitions(cluster.bootstrap, topic, [0])
+        check_acked(acked.acked, found)
+        assert len(found[0]) == 100
+    finally:
+        cluster.stop()
