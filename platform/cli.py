@@ -8,7 +8,7 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -25,6 +25,9 @@ from eventplatform.tools.arguments import (
     parse_timestamp_ms,
 )
 from eventplatform.tools.errors import ToolError
+
+if TYPE_CHECKING:
+    from eventplatform.tools.reassign import Target
 
 
 @click.group()
@@ -409,7 +412,7 @@ def _reassign_targets(
     plan: Path | None,
     *,
     cancel: bool,
-) -> list[Any]:
+) -> list[Target]:
     from eventplatform.tools import reassign
     from eventplatform.tools.errors import InvalidInputError
 

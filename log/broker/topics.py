@@ -166,6 +166,15 @@ class TopicRegistry:
             return None
         return topic.partitions[index]
 
+    def absence_error(self, name: str, index: int) -> ErrorCode:
+        """Why :meth:`partition` found nothing: the partition exists but another broker
+        holds it (NOT_LEADER_OR_FOLLOWER, so clients look for its leader), or it does not
+        exist at all."""
+        topic = self.topics.get(name)
+        if topic is not None and 0 <= index < len(topic.partitions):
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
+        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
     def partitions_of(self, name: str, *, first: int = 0) -> Iterator[Partition]:
         """The partitions of topic ``name`` this broker holds, from index ``first`` on."""
         topic = self.topics.get(name)

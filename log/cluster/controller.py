@@ -225,7 +225,8 @@ class Controller:
                 )
             factor = replication_factor
             if factor <= 0:
-                factor = len(topic.partitions[0].replicas)
+                first = topic.partitions[0]
+                factor = len(first.target or first.replicas)
             placed = place_replicas(
                 self.image.live_brokers(), count - len(topic.partitions), factor, self._next_start
             )
