@@ -119,9 +119,14 @@ def start(voters: Voters, targets: Sequence[Target], *, echo: Echo) -> None:
     entries = [
         {"topic": t.topic, "partition": t.partition, "replicas": list(t.replicas)} for t in targets
     ]
+    topics = call_controller(voters, "describe", {})["topics"]
     call_controller(voters, "reassign_partitions", {"partitions": entries})
     for target in targets:
-        echo(f"reassigning {target.label} to {list(target.replicas)}")
+        current = topics[target.topic]["partitions"][target.partition]["replicas"]
+        if current == list(target.replicas):
+            echo(f"{target.label} already has the replicas {current}")
+        else:
+            echo(f"reassigning {target.label} from {current} to {list(target.replicas)}")
 
 
 def cancel(voters: Voters, targets: Sequence[Target], *, echo: Echo) -> None:

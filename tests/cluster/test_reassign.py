@@ -171,7 +171,7 @@ def test_a_stalled_reassignment_is_listed_refuses_another_and_cancels(
     try:
         result = reassign(cluster, topic, "--partition", "0", "--replicas", f"{target[0]},{spare}")
         assert result.exit_code == 0, result.output
-        assert f"reassigning {topic}-0 to {target}" in result.output
+        assert f"reassigning {topic}-0 from {before['replicas']} to {target}" in result.output
 
         listed = reassign(cluster, "--list")
         assert listed.exit_code == 0, listed.output
@@ -354,3 +354,21 @@ def test_a_new_active_controller_completes_a_reassignment(tmp_path: Path) -> Non
         assert len(found[0]) == 100
     finally:
         cluster.stop()
+
+
+def test_the_same_replicas_change_nothing_and_a_new_order_applies_at_once(
+    cluster: LocalCluster,
+) -> None:
+    topic = "reordered"
+    create_topic(cluster.bootstrap, topic, 1, 2)
+    replicas = partition_state(cluster, topic)["replicas"]
+    same = reassign(cluster, topic, "--partition", "0", "--replicas", ",".join(map(str, replicas)))
+    assert same.exit_code == 0, same.output
+    assert f"{topic}-0 already has the replicas {replicas}" in same.output
+    flipped = list(reversed(replicas))
+    result = reassign(
+        cluster, topic, "--partition", "0", "--replicas", ",".join(map(str, flipped)), "--wait"
+    )
+    assert result.exit_code == 0, result.output
+    assert partition_state(cluster, topic)["replicas"] == flipped
+    assert all(holds(cluster, broker, topic) for broker in flipped)
