@@ -137,6 +137,8 @@ _PARSERS: dict[str, Callable[[Any], Any]] = {
     "replica.lag.time.max.ms": integer_between(10),
     "replica.fetch.wait.max.ms": integer_between(0),
     "offsets.topic.replication.factor": integer_between(1, 32_767),
+    "auto.leader.rebalance.enable": boolean,
+    "leader.imbalance.check.interval.seconds": integer_between(1),
 }
 
 
@@ -178,6 +180,8 @@ class BrokerConfig:
     replica_lag_time_max_ms: int = 30_000
     replica_fetch_wait_max_ms: int = 500
     offsets_topic_replication_factor: int = 3
+    auto_leader_rebalance_enable: bool = True
+    leader_imbalance_check_interval_seconds: int = 300
     log_defaults: LogConfig = field(default_factory=LogConfig)
 
     @property

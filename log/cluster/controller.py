@@ -14,7 +14,10 @@ brokers' requests and turns them into records.
   new leaders (:func:`~.metadata.fence_changes`). A controller that has just
   become active gives every broker a full session before fencing it.
 * :meth:`create_topic` places replicas round-robin over the live brokers,
-  starting where the last topic left off, so leadership spreads.
+  starting where the last topic left off, so leadership spreads. A topic
+  change is answered once every live broker has applied it (bounded, see
+  :meth:`wait_propagated`), so a client that creates a topic and then asks
+  any broker about it finds it.
 
 * :meth:`alter_partition` commits a leader's ISR change once it checks the
   leader and partition epochs the leader based it on; :meth:`controlled_shutdown`
@@ -84,6 +87,8 @@ APPLY_POLL_S = 0.001
 HEARTBEAT_ENTRIES_MAX = 5_000
 PRODUCER_ID_BLOCK = 1_000
 HEARTBEAT_WAIT_MS_MAX = 5_000
+PROPAGATION_WAIT_S = 5.0
+"""How long a topic change's answer waits for the live brokers to have it."""
 LEADER_REBALANCE_INTERVAL_S_DEFAULT = 300.0
 
 # Codes of refused requests (the broker maps them to Kafka's error codes).
@@ -108,7 +113,7 @@ class Controller:
         quorum: QuorumServer,
         *,
         session_timeout_ms: int = SESSION_TIMEOUT_MS_DEFAULT,
-        leader_rebalance_interval_s: float = LEADER_REBALANCE_INTERVAL_S_DEFAULT,
+        leader_rebalance_interval_s: float | None = LEADER_REBALANCE_INTERVAL_S_DEFAULT,
     ) -> None:
         self.quorum = quorum
         self.session_timeout_ms = session_timeout_ms
@@ -119,6 +124,8 @@ class Controller:
         self._next_start = 0
         self._deciding = trio.Lock()
         self._shutting_down: set[tuple[int, int]] = set()
+        self._broker_offsets: dict[int, int] = {}
+        self._broker_offsets_moved = trio.Event()
         quorum.on_commit = self._apply
 
     @property
@@ -140,8 +147,11 @@ class Controller:
             raise
 
     async def run(self) -> None:
-        """The active controller's duties (fencing, leader rebalancing) until cancelled."""
-        next_rebalance = trio.current_time() + self.leader_rebalance_interval_s
+        """The active controller's duties (fencing, completing reassignments, and every
+        ``leader_rebalance_interval_s`` unless it is None, leader rebalancing) until
+        cancelled."""
+        interval_s = self.leader_rebalance_interval_s
+        next_rebalance = trio.current_time() + (interval_s or 0.0)
         while True:
             await trio.sleep(FENCE_CHECK_INTERVAL_S)
             if not self.active:
@@ -149,8 +159,8 @@ class Controller:
             try:
                 await self._fence_silent()
                 await self.complete_reassignments()
-                if trio.current_time() >= next_rebalance:
-                    next_rebalance = trio.current_time() + self.leader_rebalance_interval_s
+                if interval_s is not None and trio.current_time() >= next_rebalance:
+                    next_rebalance = trio.current_time() + interval_s
                     await self.rebalance_leaders()
             except (NotLeaderError, trio.TooSlowError) as exc:
                 log.info("controller duties paused: %s", exc)
@@ -495,6 +505,7 @@ class Controller:
                 self.heartbeat(broker, epoch)
             except MetadataError as exc:
                 raise RpcError(STALE_BROKER_EPOCH, str(exc)) from exc
+            self._note_broker_offset(broker, offset)
             if self.image.brokers[broker].fenced and (broker, epoch) not in self._shutting_down:
                 await self.unfence(broker, epoch)
             wait_ms = min(max(int(params.get("wait_ms", 0)), 0), HEARTBEAT_WAIT_MS_MAX)
@@ -527,6 +538,7 @@ class Controller:
                 )
             except MetadataError as exc:
                 raise RpcError(INVALID_REPLICATION_FACTOR, str(exc)) from exc
+            await self.wait_propagated()
             return {"topic_id": record.topic_id}
 
     async def _rpc_add_partitions(self, params: Params) -> Params:
@@ -536,17 +548,20 @@ class Controller:
                 await self.add_partitions(str(params["name"]), int(params["count"]), factor)
             except MetadataError as exc:
                 raise RpcError(INVALID_REPLICATION_FACTOR, str(exc)) from exc
+            await self.wait_propagated()
             return {}
 
     async def _rpc_topic_configs(self, params: Params) -> Params:
         with _refusals():
             configs = {str(k): str(v) for k, v in dict(params["configs"]).items()}
             await self.set_topic_configs(str(params["name"]), configs)
+            await self.wait_propagated()
             return {}
 
     async def _rpc_delete_topic(self, params: Params) -> Params:
         with _refusals():
             await self.delete_topic(str(params["name"]))
+            await self.wait_propagated()
             return {}
 
     async def _rpc_alter_partition(self, params: Params) -> Params:
@@ -587,6 +602,35 @@ class Controller:
                     for name, topic in self.image.topics.items()
                 },
             }
+
+    # ------------------------------------------------------------ propagation
+
+    def _note_broker_offset(self, broker: int, offset: int) -> None:
+        """A heartbeat says ``broker`` has applied the metadata up to ``offset``."""
+        if offset > self._broker_offsets.get(broker, -1):
+            self._broker_offsets[broker] = offset
+            self._broker_offsets_moved.set()
+            self._broker_offsets_moved = trio.Event()
+
+    async def wait_propagated(self, timeout_s: float = PROPAGATION_WAIT_S) -> bool:
+        """Wait (bounded) until every live broker has applied the metadata committed so
+        far, so a client told that a topic change is done finds it on whichever broker it
+        asks next. Each heartbeat reports how far its broker has applied; a heartbeat
+        waiting here for new records returns them at once, so this is about one round
+        trip. False if some live broker was still behind when the time ran out."""
+        target = self.quorum.applied
+        with trio.move_on_after(timeout_s):
+            while True:
+                behind = [
+                    broker
+                    for broker in self.image.live_brokers()
+                    if self._broker_offsets.get(broker, -1) < target
+                ]
+                if not behind:
+                    return True
+                await self._broker_offsets_moved.wait()
+        log.info("live brokers %s had not applied offset %d in %.1f s", behind, target, timeout_s)
+        return False
 
     # ------------------------------------------------------------ fencing
 

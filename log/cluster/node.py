@@ -72,7 +72,13 @@ class ControllerNode:
             config=raft_config(config),
         )
         self.controller = Controller(
-            self.quorum, session_timeout_ms=config.broker_session_timeout_ms
+            self.quorum,
+            session_timeout_ms=config.broker_session_timeout_ms,
+            leader_rebalance_interval_s=(
+                config.leader_imbalance_check_interval_seconds
+                if config.auto_leader_rebalance_enable
+                else None
+            ),
         )
         self._methods = self.controller.methods()
 

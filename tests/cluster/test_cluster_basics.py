@@ -9,6 +9,7 @@ ISR is below min.insync.replicas; `platform cluster status` shows it all."""
 from __future__ import annotations
 
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -16,6 +17,7 @@ from typing import Any
 import pytest
 import trio
 from cluster_workload import create_topic, wait_healed
+from confluent_kafka.admin import AdminClient, NewTopic
 
 from eventplatform.log.cluster.local import LocalCluster
 from eventplatform.log.cluster.peer import PeerConnection
@@ -192,3 +194,27 @@ def test_acks_all_needs_min_insync_replicas(cluster: LocalCluster) -> None:
     assert produce_error(cluster, leader, "lonely", 0) == ErrorCode.NOT_ENOUGH_REPLICAS
     response = ask(cluster, leader, PRODUCE, 8, produce_body("lonely", 0, acks=1))
     assert response["responses"][0]["partition_responses"][0]["error_code"] == ErrorCode.NONE
+
+
+def test_a_topic_change_is_answered_once_every_broker_has_it(cluster: LocalCluster) -> None:
+    # a broker that is not the active controller is paused for PAUSE_S (less than its
+    # session, so it stays live) while another is asked: the answer waits until the paused
+    # one has the change, so a client that then asks it finds it
+    pause_s = 1.0
+    controller = describe_cluster(data_dir=cluster.directory, controllers=None)["controller"]
+    lagging, asked = (n for n in (1, 2, 3) if n != controller)
+    admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{cluster.nodes[asked].kafka_port}"})
+    admin.list_topics(timeout=10)
+    name = "everywhere"
+    for change in ("create", "delete"):
+        cluster.pause(lagging)
+        threading.Timer(pause_s, cluster.resume, [lagging]).start()
+        started = time.monotonic()
+        if change == "create":
+            topic = NewTopic(name, num_partitions=2, replication_factor=1)
+            admin.create_topics([topic])[name].result(timeout=30)
+        else:
+            admin.delete_topics([name], operation_timeout=30)[name].result(timeout=30)
+        assert time.monotonic() - started >= pause_s * 0.9, change
+        expected = 2 if change == "create" else 0
+        assert len(partition_metadata(cluster, name, lagging)) == expected, change

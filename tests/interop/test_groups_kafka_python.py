@@ -14,6 +14,7 @@ import pytest
 from broker_process import BrokerProcess
 from confluent_kafka import Producer
 from kafka import KafkaConsumer, OffsetAndMetadata, TopicPartition
+from kafka.errors import CommitFailedError, RebalanceInProgressError
 
 SESSION_TIMEOUT_MS = 6_000
 WAIT_S = 30.0
@@ -59,6 +60,28 @@ def poll_until(
     pytest.fail(f"{what} within {WAIT_S} s; assignments {assignments}")
 
 
+def commit_when_settled(
+    members: list[KafkaConsumer],
+    seen: dict[int, list[tuple[int, int]]],
+    condition: Callable[[], bool],
+    what: str,
+) -> None:
+    """Poll until ``condition``, then commit every member's positions. A member may still
+    be rejoining when the assignments already look right (a metadata update after its
+    first join starts another rebalance); kafka-python then refuses the commit, and the
+    remedy it documents is to poll until the rebalance completes and commit again."""
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        poll_until(members, seen, condition, what)
+        try:
+            for consumer in members:
+                consumer.commit()
+            return
+        except (RebalanceInProgressError, CommitFailedError):
+            if time.monotonic() > deadline:
+                raise
+
+
 def test_two_kafka_python_consumers_split_a_topic_commit_and_take_over(
     broker: BrokerProcess, new_topic: Callable[..., str], consumers: list[KafkaConsumer]
 ) -> None:
@@ -86,9 +109,7 @@ def test_two_kafka_python_consumers_split_a_topic_commit_and_take_over(
         )
         return sizes == [3, 3] and len(set(records)) == 30 and at_end
 
-    poll_until(consumers, seen, split_evenly, "an even split and every record")
-    for consumer in consumers:
-        consumer.commit()
+    commit_when_settled(consumers, seen, split_evenly, "an even split and every record")
     checker = consumers[0]
     for partition in range(6):
         assert checker.committed(TopicPartition(topic, partition)) == 5

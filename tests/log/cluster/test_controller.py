@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 
+import pytest
 import trio
 from quorum_cluster import ELECTION_TIMEOUT_S, Cluster
 
@@ -94,6 +95,63 @@ async def test_register_place_fence_and_fail_over(tmp_path: Path) -> None:
         with trio.fail_after(ELECTION_TIMEOUT_S):
             while not cluster.images_agree():
                 await trio.sleep(0.02)
+        stop.set()
+        nursery.cancel_scope.cancel()
+    for storage in cluster.storages.values():
+        storage.close()
+
+
+class RebalancingCluster(ControlledCluster):
+    """Controllers that give partitions back to their preferred leaders every
+    ``interval_s`` (None: never, as with auto.leader.rebalance.enable=false)."""
+
+    def __init__(self, directory: Path, interval_s: float | None) -> None:
+        super().__init__(directory)
+        self.interval_s = interval_s
+
+    def created(self, node: int, server: QuorumServer) -> None:
+        self.controllers[node] = Controller(
+            server, session_timeout_ms=SESSION_MS, leader_rebalance_interval_s=self.interval_s
+        )
+
+
+@pytest.mark.parametrize("interval_s", [0.2, None], ids=["rebalancing", "disabled"])
+async def test_a_preferred_leader_back_in_the_isr_gets_its_partition_back(
+    tmp_path: Path, interval_s: float | None
+) -> None:
+    cluster = RebalancingCluster(tmp_path, interval_s)
+    async with trio.open_nursery() as nursery:
+        for node in cluster.peers:
+            await cluster.start(nursery, node)
+        active = await cluster.active()
+        epochs = {b: await active.register(b, "127.0.0.1", 9090 + b) for b in (1, 2, 3)}
+        stop = trio.Event()
+        nursery.start_soon(beat, cluster, epochs, stop)
+        await active.create_topic("orders", 1, 3)
+
+        # broker 1, the preferred leader, stops and comes back: not in the ISR, not leading
+        await active.controlled_shutdown(1, epochs[1])
+        epochs[1] = await active.register(1, "127.0.0.1", 9091)
+        state = active.image.partition("orders", 0)
+        assert state.leader == 2 and 1 not in state.isr
+        # its leader takes it back into the ISR once it has caught up
+        await active.alter_partition(
+            "orders",
+            0,
+            broker=2,
+            leader_epoch=state.leader_epoch,
+            partition_epoch=state.partition_epoch,
+            isr=[1, 2, 3],
+        )
+        with trio.move_on_after(2.0):
+            while active.image.partition("orders", 0).leader != 1:
+                await trio.sleep(0.05)
+        moved_back = active.image.partition("orders", 0)
+        if interval_s is None:
+            assert moved_back.leader == 2
+        else:
+            assert moved_back.leader == 1
+            assert moved_back.leader_epoch == state.leader_epoch + 1
         stop.set()
         nursery.cancel_scope.cancel()
     for storage in cluster.storages.values():
