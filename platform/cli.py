@@ -8,7 +8,7 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -25,6 +25,9 @@ from eventplatform.tools.arguments import (
     parse_timestamp_ms,
 )
 from eventplatform.tools.errors import ToolError
+
+if TYPE_CHECKING:
+    from eventplatform.tools.reassign import Target
 
 
 @click.group()
@@ -217,7 +220,7 @@ def _report(line: str) -> None:
 
 @main.group()
 def topics() -> None:
-    """Create, list, describe, alter and delete topics."""
+    """Create, list, describe, alter, reassign and delete topics."""
 
 
 @topics.command("create")
@@ -326,6 +329,106 @@ def topics_delete(cluster: ClusterSettings, topic: str) -> None:
 
     with _reported_errors():
         delete_topic(cluster, topic, echo=click.echo)
+
+
+@topics.command("reassign")
+@click.argument("topic", required=False)
+@click.option("--partition", type=click.IntRange(0), default=None, help="TOPIC's partition.")
+@click.option(
+    "--replicas",
+    default=None,
+    metavar="ID[,ID...]",
+    help="The partition's new replicas in order; the first is its preferred leader.",
+)
+@click.option(
+    "--plan",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="A reassignment plan in Kafka's JSON format, instead of TOPIC.",
+)
+@click.option("--cancel", is_flag=True, help="Cancel the reassignment of the partitions named.")
+@click.option("--list", "list_", is_flag=True, help="Show the reassignments in progress.")
+@click.option("--wait", "wait_", is_flag=True, help="Block until the reassignment completes.")
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=300.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="How long --wait waits.",
+)
+@click.option(
+    "--data-dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=Path(".eventplatform/cluster"),
+    show_default=True,
+    help="The directory of a `platform cluster up` cluster.",
+)
+@click.option(
+    "--controllers",
+    default=None,
+    metavar="ID@HOST:PORT[,...]",
+    help="The controller quorum, instead of --data-dir.",
+)
+def topics_reassign(
+    topic: str | None,
+    partition: int | None,
+    replicas: str | None,
+    plan: Path | None,
+    cancel: bool,
+    list_: bool,
+    wait_: bool,
+    timeout: float,
+    data_dir: Path,
+    controllers: str | None,
+) -> None:
+    """Move partitions' replicas between brokers of a cluster.
+
+    One partition: TOPIC --partition N --replicas 3,1,2. Many: --plan FILE. New
+    replicas copy the partition, then the removed ones delete it; --cancel goes back
+    to the replicas before, --list shows what is moving."""
+    from eventplatform.log.cluster.status import controller_voters
+    from eventplatform.tools import reassign
+
+    with _reported_errors():
+        if list_:
+            voters = controller_voters(data_dir=data_dir, controllers=controllers)
+            reassign.show(voters, topic, echo=click.echo)
+            return
+        targets = _reassign_targets(topic, partition, replicas, plan, cancel=cancel)
+        voters = controller_voters(data_dir=data_dir, controllers=controllers)
+        if cancel:
+            reassign.cancel(voters, targets, echo=click.echo)
+            return
+        reassign.start(voters, targets, echo=click.echo)
+        if wait_:
+            reassign.wait(voters, targets, timeout, echo=click.echo)
+
+
+def _reassign_targets(
+    topic: str | None,
+    partition: int | None,
+    replicas: str | None,
+    plan: Path | None,
+    *,
+    cancel: bool,
+) -> list[Target]:
+    from eventplatform.tools import reassign
+    from eventplatform.tools.errors import InvalidInputError
+
+    if plan is not None:
+        if topic is not None or partition is not None or replicas is not None:
+            raise InvalidInputError("give either --plan or TOPIC --partition, not both")
+        return reassign.read_plan(plan, require_replicas=not cancel)
+    if topic is None or partition is None:
+        raise InvalidInputError("give TOPIC --partition N, or --plan FILE")
+    if cancel:
+        if replicas is not None:
+            raise InvalidInputError("--cancel takes no --replicas")
+        return [reassign.Target(topic, partition)]
+    if replicas is None:
+        raise InvalidInputError("give the new replicas with --replicas, as 3,1,2")
+    return [reassign.Target(topic, partition, reassign.parse_replicas(replicas))]
 
 
 @main.command()

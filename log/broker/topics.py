@@ -3,8 +3,14 @@
 Layout of the data directory::
 
     meta.properties            cluster.id and node.id, written once
-    topics.json                every topic: id, partition count, config overrides
-    <topic>-<partition>/       one PartitionLog per partition (Kafka's naming)
+    topics.json                every topic: id, partition count, config overrides, and
+                               which partitions this broker holds
+    <topic>-<partition>/       one PartitionLog per partition held (Kafka's naming)
+
+A standalone broker holds every partition. In a cluster a broker holds only
+the partitions it is a replica of: the others are ``None`` in
+:attr:`Topic.partitions`, and :meth:`TopicRegistry.host` and
+:meth:`TopicRegistry.drop` add and remove one as replicas move.
 
 ``topics.json`` is replaced atomically after every change, so a crash leaves
 either the old or the new topic list. At start, partition directories that
@@ -18,7 +24,7 @@ from __future__ import annotations
 import re
 import shutil
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -55,7 +61,8 @@ class Topic:
     configs: dict[str, str]
     log_config: LogConfig
     internal: bool = False
-    partitions: list[Partition] = field(default_factory=list)
+    partitions: list[Partition | None] = field(default_factory=list)
+    """By index; None for a partition this broker does not hold."""
 
 
 def validate_topic_name(name: str) -> None:
@@ -100,8 +107,13 @@ class TopicRegistry:
                     LogConfig.from_properties(entry["configs"], defaults),
                     bool(entry.get("internal", False)),
                 )
+                held = entry.get("hosted")
                 for index in range(int(entry["partitions"])):
-                    topic.partitions.append(registry._open_partition(name, index, topic.log_config))
+                    if held is None or index in held:
+                        partition = registry._open_partition(name, index, topic.log_config)
+                        topic.partitions.append(partition)
+                    else:
+                        topic.partitions.append(None)
                 registry.topics[name] = topic
         except BaseException:
             registry.close()
@@ -126,7 +138,8 @@ class TopicRegistry:
             if match is None:
                 continue
             topic = self.topics.get(match.group(1))
-            if topic is None or int(match.group(2)) >= len(topic.partitions):
+            index = int(match.group(2))
+            if topic is None or index >= len(topic.partitions) or topic.partitions[index] is None:
                 shutil.rmtree(entry, ignore_errors=True)
 
     def _save(self) -> None:
@@ -136,6 +149,7 @@ class TopicRegistry:
                 "partitions": len(topic.partitions),
                 "configs": topic.configs,
                 "internal": topic.internal,
+                "hosted": [i for i, p in enumerate(topic.partitions) if p is not None],
             }
             for topic in self.topics.values()
         }
@@ -152,9 +166,25 @@ class TopicRegistry:
             return None
         return topic.partitions[index]
 
+    def absence_error(self, name: str, index: int) -> ErrorCode:
+        """Why :meth:`partition` found nothing: the partition exists but another broker
+        holds it (NOT_LEADER_OR_FOLLOWER, so clients look for its leader), or it does not
+        exist at all."""
+        topic = self.topics.get(name)
+        if topic is not None and 0 <= index < len(topic.partitions):
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
+        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+    def partitions_of(self, name: str, *, first: int = 0) -> Iterator[Partition]:
+        """The partitions of topic ``name`` this broker holds, from index ``first`` on."""
+        topic = self.topics.get(name)
+        if topic is not None:
+            yield from (p for p in topic.partitions[first:] if p is not None)
+
     def partitions(self) -> Iterator[Partition]:
+        """Every partition this broker holds."""
         for topic in self.topics.values():
-            yield from topic.partitions
+            yield from (partition for partition in topic.partitions if partition is not None)
 
     # ------------------------------------------------------------ changes
 
@@ -184,18 +214,24 @@ class TopicRegistry:
         *,
         internal: bool = False,
         topic_id: bytes | None = None,
+        hosted: Collection[int] | None = None,
     ) -> Topic:
+        """Create the topic, holding the partitions ``hosted`` (None: all of them)."""
         log_config = self.check_new_topic(name, partitions, configs)
         topic_id = uuid.uuid4().bytes if topic_id is None else topic_id
         topic = Topic(name, topic_id, dict(configs), log_config, internal)
         self.topics[name] = topic
         try:
             for index in range(partitions):
-                topic.partitions.append(self._open_partition(name, index, log_config))
+                if hosted is None or index in hosted:
+                    topic.partitions.append(self._open_partition(name, index, log_config))
+                else:
+                    topic.partitions.append(None)
         except BaseException:
             self.topics.pop(name)
             for partition in topic.partitions:
-                partition.close()
+                if partition is not None:
+                    partition.close()
             raise
         self._save()
         return topic
@@ -206,12 +242,31 @@ class TopicRegistry:
         if topic is None:
             raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
         self._save()
-        suffix = f".{uuid.uuid4().hex}{DELETED_DIRECTORY_SUFFIX}"
         for partition in topic.partitions:
-            partition.close()
-            doomed = partition.directory.with_name(partition.directory.name + suffix)
-            partition.directory.rename(doomed)
-            shutil.rmtree(doomed, ignore_errors=True)
+            if partition is not None:
+                _remove(partition)
+
+    def host(self, name: str, index: int) -> Partition:
+        """Hold the partition ``index`` of ``name`` from now on (it starts empty); this
+        broker became one of its replicas."""
+        topic = self.topics[name]
+        partition = topic.partitions[index]
+        if partition is None:
+            partition = self._open_partition(name, index, topic.log_config)
+            topic.partitions[index] = partition
+            self._save()
+        return partition
+
+    def drop(self, name: str, index: int) -> None:
+        """Stop holding the partition ``index`` of ``name``: close it and remove its files
+        (this broker is no longer one of its replicas)."""
+        topic = self.topics[name]
+        partition = topic.partitions[index]
+        if partition is None:
+            return
+        topic.partitions[index] = None
+        self._save()
+        _remove(partition)
 
     def check_partition_count(self, name: str, count: int) -> Topic:
         topic = self.topics.get(name)
@@ -227,10 +282,15 @@ class TopicRegistry:
             raise TopicError(ErrorCode.INVALID_PARTITIONS, f"at most {PARTITIONS_MAX} partitions")
         return topic
 
-    def add_partitions(self, name: str, count: int) -> None:
+    def add_partitions(self, name: str, count: int, hosted: Collection[int] | None = None) -> None:
+        """Grow the topic to ``count`` partitions, holding the new ones in ``hosted``
+        (None: all of them)."""
         topic = self.check_partition_count(name, count)
         for index in range(len(topic.partitions), count):
-            topic.partitions.append(self._open_partition(name, index, topic.log_config))
+            if hosted is None or index in hosted:
+                topic.partitions.append(self._open_partition(name, index, topic.log_config))
+            else:
+                topic.partitions.append(None)
         self._save()
 
     def check_configs(self, name: str, configs: Mapping[str, str]) -> LogConfig:
@@ -245,10 +305,20 @@ class TopicRegistry:
         topic.configs = dict(configs)
         topic.log_config = log_config
         for partition in topic.partitions:
-            partition.log.update_config(log_config)
+            if partition is not None:
+                partition.log.update_config(log_config)
         self._save()
 
     def close(self) -> None:
-        for topic in self.topics.values():
-            for partition in topic.partitions:
-                partition.close()
+        for partition in self.partitions():
+            partition.close()
+
+
+def _remove(partition: Partition) -> None:
+    """Close ``partition`` and remove its directory (renamed first, so a crash midway
+    leaves a directory that the next start removes)."""
+    partition.close()
+    suffix = f".{uuid.uuid4().hex}{DELETED_DIRECTORY_SUFFIX}"
+    doomed = partition.directory.with_name(partition.directory.name + suffix)
+    partition.directory.rename(doomed)
+    shutil.rmtree(doomed, ignore_errors=True)

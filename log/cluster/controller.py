@@ -23,6 +23,11 @@ brokers' requests and turns them into records.
   leader and partition epochs the leader based it on; :meth:`controlled_shutdown`
   moves a stopping broker's leaderships away first; :meth:`rebalance_leaders`
   gives partitions back to their preferred (first) replica.
+* :meth:`reassign` starts moving partitions to new replica sets,
+  :meth:`cancel_reassignments` stops them, and the active controller
+  completes each one as soon as its new replicas are in the ISR (checked
+  after every ISR change it commits, and on every round of its duties, so a
+  controller that has just become active finishes what another started).
 
 Brokers reach these through :meth:`methods` (:mod:`.rpc`); a heartbeat
 also carries the committed metadata records the broker has not applied, so
@@ -60,11 +65,15 @@ from eventplatform.log.cluster.metadata import (
     RegisterBroker,
     TopicConfigs,
     UnfenceBroker,
+    cancel_reassignment,
     decode,
     elect_leader,
     encode,
     fence_changes,
     place_replicas,
+    reassignment_completions,
+    reassignments,
+    start_reassignment,
 )
 from eventplatform.log.cluster.quorum import QuorumServer
 from eventplatform.log.cluster.raft import LEADER_CHANGE, Entry, NotLeaderError
@@ -92,6 +101,8 @@ FENCED_LEADER_EPOCH = "fenced_leader_epoch"
 INVALID_UPDATE_VERSION = "invalid_update_version"
 INELIGIBLE_REPLICA = "ineligible_replica"
 INVALID_REPLICAS = "invalid_replicas"
+INVALID_REASSIGNMENT = "invalid_reassignment"
+NO_REASSIGNMENT = "no_reassignment"
 
 
 class Controller:
@@ -136,8 +147,9 @@ class Controller:
             raise
 
     async def run(self) -> None:
-        """The active controller's duties (fencing, and every ``leader_rebalance_interval_s``
-        unless it is None, leader rebalancing) until cancelled."""
+        """The active controller's duties (fencing, completing reassignments, and every
+        ``leader_rebalance_interval_s`` unless it is None, leader rebalancing) until
+        cancelled."""
         interval_s = self.leader_rebalance_interval_s
         next_rebalance = trio.current_time() + (interval_s or 0.0)
         while True:
@@ -146,6 +158,7 @@ class Controller:
                 continue
             try:
                 await self._fence_silent()
+                await self.complete_reassignments()
                 if interval_s is not None and trio.current_time() >= next_rebalance:
                     next_rebalance = trio.current_time() + interval_s
                     await self.rebalance_leaders()
@@ -222,7 +235,8 @@ class Controller:
                 )
             factor = replication_factor
             if factor <= 0:
-                factor = len(topic.partitions[0].replicas)
+                first = topic.partitions[0]
+                factor = len(first.target or first.replicas)
             placed = place_replicas(
                 self.image.live_brokers(), count - len(topic.partitions), factor, self._next_start
             )
@@ -296,6 +310,7 @@ class Controller:
                 return None
             change = PartitionChange(topic, partition, isr=wanted)
             await self._commit([change])
+            await self._complete_reassignments()
             return change
 
     async def controlled_shutdown(self, broker: int, epoch: int) -> None:
@@ -352,6 +367,80 @@ class Controller:
             if changes:
                 await self._commit(changes)
 
+    # ------------------------------------------------------------ reassignment
+
+    async def reassign(self, targets: Sequence[tuple[str, int, Sequence[int]]]) -> int:
+        """Start moving each (topic, partition) to its replicas; all or nothing: one bad
+        entry refuses the whole request. Returns how many partitions changed."""
+        async with self._deciding:
+            self._require_active()
+            seen: set[tuple[str, int]] = set()
+            changes = []
+            for topic, partition, replicas in targets:
+                self._check_reassignable(topic, partition)
+                if (topic, partition) in seen:
+                    raise RpcError(INVALID_REASSIGNMENT, f"{topic}/{partition} is named twice")
+                seen.add((topic, partition))
+                try:
+                    change = start_reassignment(self.image, topic, partition, replicas)
+                except MetadataError as exc:
+                    raise RpcError(INVALID_REASSIGNMENT, str(exc)) from exc
+                if change is not None:
+                    changes.append(change)
+            if changes:
+                log.info("reassigning %d partitions", len(changes))
+                await self._commit(changes)
+                await self._complete_reassignments()
+            return len(changes)
+
+    async def cancel_reassignments(self, partitions: Sequence[tuple[str, int]] | None) -> int:
+        """Return the partitions (every one being reassigned, for None) to their replicas
+        before the reassignment; all or nothing. Returns how many were cancelled."""
+        async with self._deciding:
+            self._require_active()
+            if partitions is None:
+                partitions = [(name, number) for name, number, _ in reassignments(self.image)]
+            live = self.image.live_brokers()
+            changes = []
+            for topic, partition in partitions:
+                self._check_reassignable(topic, partition)
+                state = self.image.partition(topic, partition)
+                try:
+                    changes.append(cancel_reassignment(state, topic, partition, live))
+                except MetadataError as exc:
+                    raise RpcError(NO_REASSIGNMENT, str(exc)) from exc
+            if changes:
+                log.info("cancelling the reassignment of %d partitions", len(changes))
+                await self._commit(changes)
+            return len(changes)
+
+    async def complete_reassignments(self) -> None:
+        """Complete every reassignment whose new replicas are all in the ISR."""
+        if any(state.reassigning for _, _, state in reassignments(self.image)):
+            async with self._deciding:
+                self._require_active()
+                await self._complete_reassignments()
+
+    async def _complete_reassignments(self) -> None:
+        changes = reassignment_completions(self.image)
+        if changes:
+            for change in changes:
+                log.info(
+                    "%s/%d: reassignment complete, replicas %s, leader %s",
+                    change.topic,
+                    change.partition,
+                    list(change.replicas or ()),
+                    change.leader,
+                )
+            await self._commit(changes)
+
+    def _check_reassignable(self, topic: str, partition: int) -> None:
+        state = self.image.topics.get(topic)
+        if state is None or not 0 <= partition < len(state.partitions):
+            raise RpcError(UNKNOWN_TOPIC, f"no partition {topic}/{partition}")
+        if topic.startswith("__"):
+            raise RpcError(INVALID_REASSIGNMENT, f"the internal topic {topic} cannot be moved")
+
     # ------------------------------------------------------------ requests over the network
 
     def methods(self) -> dict[str, Method]:
@@ -367,7 +456,33 @@ class Controller:
             "controlled_shutdown": self._rpc_controlled_shutdown,
             "describe": self._rpc_describe,
             "allocate_producer_ids": self._rpc_allocate_producer_ids,
+            "reassign_partitions": self._rpc_reassign_partitions,
+            "cancel_reassignments": self._rpc_cancel_reassignments,
+            "list_reassignments": self._rpc_list_reassignments,
         }
+
+    async def _rpc_reassign_partitions(self, params: Params) -> Params:
+        """``partitions``: ``[{"topic", "partition", "replicas"}]``, as a plan file has them."""
+        with _refusals():
+            targets = [
+                (str(p["topic"]), int(p["partition"]), [int(r) for r in p["replicas"]])
+                for p in params["partitions"]
+            ]
+            return {"changed": await self.reassign(targets)}
+
+    async def _rpc_cancel_reassignments(self, params: Params) -> Params:
+        """``partitions``: ``[{"topic", "partition"}]``, or null for every one in progress."""
+        with _refusals():
+            named = params.get("partitions")
+            partitions = (
+                None if named is None else [(str(p["topic"]), int(p["partition"])) for p in named]
+            )
+            return {"cancelled": await self.cancel_reassignments(partitions)}
+
+    async def _rpc_list_reassignments(self, params: Params) -> Params:
+        with _refusals():
+            self._require_active()
+            return {"reassignments": reassignment_documents(self.image)}
 
     async def _rpc_allocate_producer_ids(self, params: Params) -> Params:
         with _refusals():
@@ -477,6 +592,7 @@ class Controller:
                 "voters": list(self.quorum.voters),
                 "metadata_offset": self.quorum.applied,
                 "brokers": [asdict(b) for b in self.image.brokers.values()],
+                "reassignments": reassignment_documents(self.image),
                 "topics": {
                     name: {
                         "topic_id": topic.topic_id,
@@ -556,6 +672,23 @@ class Controller:
         end = first + len(records)
         while self.quorum.applied < end:  # applied before propose returns; this is a guard
             await trio.sleep(APPLY_POLL_S)
+
+
+def reassignment_documents(image: MetadataImage) -> list[dict[str, object]]:
+    """The reassignments in progress, as the controller answers them."""
+    return [
+        {
+            "topic": name,
+            "partition": number,
+            "replicas": list(state.replicas),
+            "target": list(state.target),
+            "adding": list(state.adding),
+            "removing": list(state.removing),
+            "isr": list(state.isr),
+            "leader": state.leader,
+        }
+        for name, number, state in reassignments(image)
+    ]
 
 
 @contextlib.contextmanager

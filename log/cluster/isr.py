@@ -11,9 +11,11 @@ it what follows, as Kafka's ``Partition`` does:
   fetch, it was caught up then (Kafka's ``lastCaughtUpTimeMs``). One not
   caught up for ``replica_lag_time_max_ms`` leaves the ISR
   (:meth:`~LeaderReplicas.to_shrink`);
-* a follower out of the ISR comes back once its log end offset reaches the
-  high watermark and the start of the leader's epoch
-  (:meth:`~LeaderReplicas.to_expand`);
+* a follower out of the ISR comes back once it has fetched from this leader
+  and its log end offset reaches the high watermark and the start of the
+  leader's epoch (:meth:`~LeaderReplicas.to_expand`); one that never fetched
+  (a new replica, or a broker that is down) is not caught up, even when the
+  log is empty;
 * the **high watermark** is the smallest log end offset in the ISR (the
   leader's included), and never goes back;
 * an acks=all produce completes once the high watermark passes its last
@@ -41,6 +43,8 @@ class FollowerState:
     last_caught_up_ms: int = 0
     last_fetch_ms: int = 0
     leader_end_at_last_fetch: int = 0
+    fetched: bool = False
+    """Whether the follower has fetched since this leader (or its last ISR change) knew it."""
 
 
 class LeaderReplicas:
@@ -84,6 +88,7 @@ class LeaderReplicas:
         elif fetch_offset >= state.leader_end_at_last_fetch:
             state.last_caught_up_ms = max(state.last_caught_up_ms, state.last_fetch_ms)
         state.log_end_offset = fetch_offset
+        state.fetched = True
         state.last_fetch_ms = now_ms
         state.leader_end_at_last_fetch = leader_end
         return self.advance(leader_end)
@@ -115,7 +120,7 @@ class LeaderReplicas:
         return frozenset(
             replica
             for replica, state in self.followers.items()
-            if replica not in self.isr and state.log_end_offset >= floor
+            if replica not in self.isr and state.fetched and state.log_end_offset >= floor
         )
 
     def propose(self, isr: Iterable[int] | None) -> None:

@@ -9,8 +9,9 @@ records in order to a :class:`MetadataImage`. The records:
   or is back;
 * :class:`CreateTopic`: a topic with its partitions' replicas, ISR and
   first leaders, and its configs;
-* :class:`PartitionChange`: a partition's new leader, ISR or replicas; each
-  change bumps the partition epoch, a new leader the leader epoch too;
+* :class:`PartitionChange`: a partition's new leader, ISR or replicas, and
+  the replicas a reassignment is adding and removing; each change bumps the
+  partition epoch, a new leader the leader epoch too;
 * :class:`AddPartitions`, :class:`TopicConfigs`, :class:`DeleteTopic`: a
   topic grows, changes its config overrides, or goes;
 * :class:`ProducerIds`: a block of producer ids handed to a broker, so no
@@ -23,8 +24,21 @@ controller must never commit it.
 
 The decisions themselves are pure functions here too: round-robin replica
 placement (:func:`place_replicas`), leader election from the ISR
-(:func:`elect_leader`, unclean only when allowed), and what fencing a
-broker changes (:func:`fence_changes`).
+(:func:`elect_leader`, unclean only when allowed), what fencing a broker
+changes (:func:`fence_changes`), and the steps of a reassignment.
+
+**Reassignment** moves a partition to a target replica set in three
+committed steps. :func:`start_reassignment` makes the replicas the union of
+the current ones and the target (the new ones last) and records which
+replicas are ``adding`` and which ``removing``; the adding replicas start
+outside the ISR and join it as they catch up, like any follower.
+:func:`complete_reassignment` is decided once every adding replica is in
+the ISR: the replicas become the target (in its order), the ISR shrinks to
+the target, and a leader outside the target hands over to the first target
+replica in the ISR. :func:`cancel_reassignment` goes back to the original
+replicas instead. A partition already being reassigned is refused a new
+target until the current one completes or is cancelled. Because the state
+is in the committed partition, any active controller can finish the work.
 """
 
 from __future__ import annotations
@@ -89,6 +103,12 @@ class PartitionChange:
     """The new leader (``NO_LEADER`` for none); ``None`` keeps the current one."""
     isr: tuple[int, ...] | None = None
     replicas: tuple[int, ...] | None = None
+    adding: tuple[int, ...] | None = None
+    """The replicas a reassignment is adding; ``None`` keeps the current ones."""
+    removing: tuple[int, ...] | None = None
+    """The replicas a reassignment is removing; ``None`` keeps the current ones."""
+    target: tuple[int, ...] | None = None
+    """A reassignment's target replicas in order (``()`` for none); ``None`` keeps them."""
 
 
 @dataclass(frozen=True)
@@ -167,7 +187,7 @@ def decode_document(document: Any) -> MetadataRecord:
                 PartitionAssignment(tuple(p["replicas"]), tuple(p["isr"]), p["leader"])
                 for p in document["partitions"]
             )
-        for name in ("isr", "replicas"):
+        for name in ("isr", "replicas", "adding", "removing", "target"):
             if document.get(name) is not None:
                 document[name] = tuple(document[name])
         record: MetadataRecord = record_type(**document)
@@ -196,6 +216,21 @@ class PartitionState:
     leader: int
     leader_epoch: int
     partition_epoch: int
+    adding: tuple[int, ...] = ()
+    """Replicas a reassignment in progress is adding (they are last in ``replicas``)."""
+    removing: tuple[int, ...] = ()
+    """Replicas a reassignment in progress will remove once the adding ones are in sync."""
+    target: tuple[int, ...] = ()
+    """The replicas, in order, once the reassignment in progress completes; ``()``: none."""
+
+    @property
+    def reassigning(self) -> bool:
+        return bool(self.target)
+
+    @property
+    def original_replicas(self) -> tuple[int, ...]:
+        """The replicas before the reassignment in progress (all of them when none is)."""
+        return tuple(r for r in self.replicas if r not in self.adding)
 
 
 @dataclass
@@ -284,7 +319,11 @@ class MetadataImage:
         replicas = record.replicas if record.replicas is not None else current.replicas
         isr = record.isr if record.isr is not None else current.isr
         leader = record.leader if record.leader is not None else current.leader
+        adding = record.adding if record.adding is not None else current.adding
+        removing = record.removing if record.removing is not None else current.removing
+        target = record.target if record.target is not None else current.target
         _check_partition(record.topic, replicas, isr, leader)
+        _check_reassignment(record.topic, replicas, adding, removing, target)
         new_leader = leader != current.leader
         self.topics[record.topic].partitions[record.partition] = PartitionState(
             replicas,
@@ -292,6 +331,9 @@ class MetadataImage:
             leader,
             current.leader_epoch + 1 if new_leader else current.leader_epoch,
             current.partition_epoch + 1,
+            adding,
+            removing,
+            target,
         )
 
 
@@ -302,6 +344,29 @@ def _check_partition(topic: str, replicas: Sequence[int], isr: Sequence[int], le
         raise MetadataError(f"{topic}: ISR {list(isr)} is empty or not within {list(replicas)}")
     if leader != NO_LEADER and leader not in isr:
         raise MetadataError(f"{topic}: leader {leader} is not in the ISR {list(isr)}")
+
+
+def _check_reassignment(
+    topic: str,
+    replicas: Sequence[int],
+    adding: Sequence[int],
+    removing: Sequence[int],
+    target: Sequence[int],
+) -> None:
+    if not target:
+        if adding or removing:
+            raise MetadataError(f"{topic}: replicas are adding or removing with no target")
+        return
+    if not set(adding) <= set(target) or not set(removing) <= set(replicas):
+        raise MetadataError(
+            f"{topic}: adding {list(adding)} must be in the target {list(target)}, and "
+            f"removing {list(removing)} among the replicas {list(replicas)}"
+        )
+    if set(target) != set(replicas) - set(removing) or len(set(target)) != len(target):
+        raise MetadataError(
+            f"{topic}: the target {list(target)} is not the replicas {list(replicas)} "
+            f"without those removing {list(removing)}"
+        )
 
 
 # ---------------------------------------------------------------- decisions
@@ -354,4 +419,123 @@ def fence_changes(image: MetadataImage, broker: int) -> list[PartitionChange]:
                 isr = (leader,)
             if isr != state.isr or leader != state.leader:
                 changes.append(PartitionChange(topic.name, number, leader=leader, isr=isr))
+    return changes
+
+
+# ---------------------------------------------------------------- reassignment
+
+
+def start_reassignment(
+    image: MetadataImage, topic: str, partition: int, target: Sequence[int]
+) -> PartitionChange | None:
+    """The change that starts moving ``topic``/``partition`` to the replicas ``target``;
+    None when they already are. Raises MetadataError for a target that cannot be: an
+    unknown partition, empty or repeated replicas, a broker never registered, or a
+    partition already being reassigned (cancel that first).
+
+    A target that only reorders the replicas takes effect at once; otherwise the replicas
+    become the current ones followed by the new ones, recorded as adding."""
+    state = image.partition(topic, partition)
+    wanted = tuple(target)
+    label = f"{topic}/{partition}"
+    if not wanted:
+        raise MetadataError(f"{label}: the replica list is empty")
+    if len(set(wanted)) != len(wanted):
+        raise MetadataError(f"{label}: the replicas {list(wanted)} repeat a broker")
+    unknown = sorted(set(wanted) - set(image.brokers))
+    if unknown:
+        raise MetadataError(f"{label}: brokers {unknown} are not registered")
+    if state.reassigning:
+        raise MetadataError(
+            f"{label} is already being reassigned to {list(state.target)}; "
+            "wait for it or cancel it first"
+        )
+    if wanted == state.replicas:
+        return None
+    adding = tuple(r for r in wanted if r not in state.replicas)
+    removing = tuple(r for r in state.replicas if r not in wanted)
+    if not adding and not removing:
+        return PartitionChange(topic, partition, replicas=wanted)
+    return PartitionChange(
+        topic,
+        partition,
+        replicas=state.replicas + adding,
+        adding=adding,
+        removing=removing,
+        target=wanted,
+    )
+
+
+def complete_reassignment(
+    state: PartitionState, topic: str, partition: int, live: Iterable[int]
+) -> PartitionChange | None:
+    """The change that completes the partition's reassignment, once every adding replica is
+    in the ISR: the replicas become the target, the ISR what of it is in the target, and a
+    leader outside the target hands over to the first live target replica in the ISR.
+    None while that cannot be yet (or no reassignment is in progress)."""
+    if not state.reassigning or not set(state.adding) <= set(state.isr):
+        return None
+    target = state.target
+    isr = tuple(r for r in target if r in state.isr)
+    leader = state.leader
+    if leader not in target:
+        alive = set(live)
+        leader = next((r for r in isr if r in alive), NO_LEADER)
+        if leader == NO_LEADER:
+            return None
+    return PartitionChange(
+        topic, partition, leader=leader, isr=isr, replicas=target, adding=(), removing=(), target=()
+    )
+
+
+def cancel_reassignment(
+    state: PartitionState, topic: str, partition: int, live: Iterable[int]
+) -> PartitionChange:
+    """The change that returns the partition to its replicas before the reassignment;
+    the adding replicas leave. Raises MetadataError when none is in progress, or when no
+    original replica is in the ISR (cancelling would lose acknowledged records)."""
+    label = f"{topic}/{partition}"
+    if not state.reassigning:
+        raise MetadataError(f"{label} is not being reassigned")
+    original = state.original_replicas
+    isr = tuple(r for r in original if r in state.isr)
+    if not isr:
+        raise MetadataError(
+            f"{label}: none of the original replicas {list(original)} is in the ISR "
+            f"{list(state.isr)}; cancelling now would lose records"
+        )
+    leader = state.leader
+    if leader not in original:
+        alive = set(live)
+        leader = next((r for r in isr if r in alive), NO_LEADER)
+    return PartitionChange(
+        topic,
+        partition,
+        leader=leader,
+        isr=isr,
+        replicas=original,
+        adding=(),
+        removing=(),
+        target=(),
+    )
+
+
+def reassignments(image: MetadataImage) -> list[tuple[str, int, PartitionState]]:
+    """Every partition being reassigned, by topic and partition."""
+    return [
+        (name, number, state)
+        for name, topic in sorted(image.topics.items())
+        for number, state in enumerate(topic.partitions)
+        if state.reassigning
+    ]
+
+
+def reassignment_completions(image: MetadataImage) -> list[PartitionChange]:
+    """The reassignments that can complete now (:func:`complete_reassignment`)."""
+    live = image.live_brokers()
+    changes = []
+    for name, number, state in reassignments(image):
+        change = complete_reassignment(state, name, number, live)
+        if change is not None:
+            changes.append(change)
     return changes

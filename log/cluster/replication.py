@@ -3,7 +3,11 @@
 :class:`ReplicaManager` turns each metadata image the broker receives into
 local state. It creates, grows, reconfigures and deletes topics as the
 image says, and makes each partition replica a leader or a follower of the
-leader the image names, at the image's leader epoch.
+leader the image names, at the image's leader epoch. The broker holds only
+the partitions it is a replica of (every partition of an internal topic):
+one it becomes a replica of (a reassignment adding it) starts empty and
+fetches from the leader; one it stops being a replica of (a reassignment
+removing it) stops fetching and is deleted from its disk.
 
 A follower is fetched for by the :class:`ReplicaFetcher` of its leader, one
 per leader broker, over the Kafka protocol (:mod:`.peer`):
@@ -102,7 +106,7 @@ class ReplicaManager:
             if topic is None:
                 continue
             for number, partition_state in enumerate(state.partitions):
-                self._reconcile(topic, topic.partitions[number], partition_state)
+                self._reconcile(topic, number, partition_state)
         for name in [name for name in registry.topics if name not in image.topics]:
             self._delete_topic(name)
         for leader, fetcher in list(self.fetchers.items()):
@@ -130,13 +134,17 @@ class ReplicaManager:
                     state.configs,
                     internal=name.startswith("__"),
                     topic_id=wanted_id,
+                    hosted=self._held(name, state.partitions),
                 )
-                for partition in topic.partitions:
+                for partition in registry.partitions_of(name):
                     partition.join_cluster(self.node_id)
             if len(topic.partitions) < len(state.partitions):
                 known = len(topic.partitions)
-                registry.add_partitions(name, len(state.partitions))
-                for partition in topic.partitions[known:]:
+                held = self._held(name, state.partitions)
+                registry.add_partitions(
+                    name, len(state.partitions), {i for i in held if i >= known}
+                )
+                for partition in registry.partitions_of(name, first=known):
                     partition.join_cluster(self.node_id)
             if topic.configs != state.configs:
                 registry.set_configs(name, state.configs)
@@ -145,45 +153,49 @@ class ReplicaManager:
             return None
         return topic
 
+    def _held(self, name: str, partitions: list[PartitionState]) -> set[int]:
+        """The partitions of topic ``name`` this broker holds: those it is a replica of,
+        and every one of an internal topic (its group coordinators read them all)."""
+        return {
+            number
+            for number, state in enumerate(partitions)
+            if name.startswith("__") or self.node_id in state.replicas
+        }
+
     def _delete_topic(self, name: str) -> None:
         topic = self.broker.topics.get(name)
         if topic is None:
             return
-        for partition in topic.partitions:
+        for partition in self.broker.topics.partitions_of(name):
             self._stop_fetching(partition)
         self.broker.topics.delete(name)
         if self.broker.groups is not None:
             self.broker.groups.topic_deleted(name)
 
-    def _reconcile(self, topic: Topic, partition: Partition, state: PartitionState) -> None:
+    def _reconcile(self, topic: Topic, number: int, state: PartitionState) -> None:
+        internal = topic.name.startswith("__")
+        partition = topic.partitions[number]
+        if self.node_id not in state.replicas and not internal:
+            if partition is not None:
+                log.info("%s-%d: no longer a replica; deleting it", topic.name, number)
+                self._stop_fetching(partition)
+                self.broker.topics.drop(topic.name, number)
+            return
+        if partition is None:
+            try:
+                partition = self.broker.topics.host(topic.name, number)
+            except (StorageError, OSError) as exc:
+                log.error("%s-%d: cannot create the new replica: %s", topic.name, number, exc)
+                return
+            log.info("%s-%d: a new replica; following the leader", topic.name, number)
+            partition.join_cluster(self.node_id)
         if self.node_id not in state.replicas:
             if partition.is_leader or partition.leader_id != NO_LEADER:
                 self._stop_fetching(partition)
                 partition.become_follower(NO_LEADER, state.leader_epoch, state.partition_epoch, ())
             return
         if state.leader == self.node_id:
-            if (
-                not partition.is_leader
-                or partition.leader_epoch != state.leader_epoch
-                or partition.partition_epoch != state.partition_epoch
-            ):
-                self._stop_fetching(partition)
-                if not partition.is_leader or partition.leader_epoch != state.leader_epoch:
-                    log.info(
-                        "leading %s-%d at epoch %d (ISR %s)",
-                        partition.topic,
-                        partition.index,
-                        state.leader_epoch,
-                        list(state.isr),
-                    )
-                partition.become_leader(
-                    state.leader_epoch,
-                    state.partition_epoch,
-                    state.replicas,
-                    state.isr,
-                    self.settings(topic),
-                    self.broker.clock_ms(),
-                )
+            self._lead(topic, partition, state)
             return
         changed = (
             partition.is_leader
@@ -200,6 +212,31 @@ class ReplicaManager:
         else:
             partition.partition_epoch = state.partition_epoch
             partition.replica_set = state.replicas
+
+    def _lead(self, topic: Topic, partition: Partition, state: PartitionState) -> None:
+        if (
+            partition.is_leader
+            and partition.leader_epoch == state.leader_epoch
+            and partition.partition_epoch == state.partition_epoch
+        ):
+            return
+        self._stop_fetching(partition)
+        if not partition.is_leader or partition.leader_epoch != state.leader_epoch:
+            log.info(
+                "leading %s-%d at epoch %d (ISR %s)",
+                partition.topic,
+                partition.index,
+                state.leader_epoch,
+                list(state.isr),
+            )
+        partition.become_leader(
+            state.leader_epoch,
+            state.partition_epoch,
+            state.replicas,
+            state.isr,
+            self.settings(topic),
+            self.broker.clock_ms(),
+        )
 
     def _fetcher(self, leader: int) -> ReplicaFetcher:
         fetcher = self.fetchers.get(leader)

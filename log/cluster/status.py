@@ -3,14 +3,16 @@
 :func:`describe_cluster` asks the active controller (``describe``, :mod:`.rpc`)
 and :func:`render_status` lays the answer out: the quorum (voters, the
 active one, its epoch and metadata offset), each broker (live or fenced),
-each partition's leader, replicas and ISR, and the partitions that are
-under-replicated (ISR smaller than the replica set) or offline (no leader).
+each partition's leader, replicas and ISR, the partitions that are
+under-replicated (ISR smaller than the replica set) or offline (no leader),
+and the reassignments in progress. :func:`call_controller` sends any other
+request the same way (``platform topics reassign`` does).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -26,35 +28,52 @@ STATUS_TIMEOUT_S = 10.0
 HEAL_POLL_S = 0.2
 
 
-def describe_cluster(*, data_dir: Path | None, controllers: str | None) -> dict[str, Any]:
-    """The active controller's ``describe`` answer; raises ToolError when none answers."""
+def controller_voters(
+    *, data_dir: Path | None, controllers: str | None
+) -> dict[int, tuple[str, int]]:
+    """The controller quorum named by ``--controllers``, else by a ``cluster up`` directory."""
     if controllers:
         try:
-            voters = {node: (host, port) for node, host, port in parse_voters(controllers)}
+            return {node: (host, port) for node, host, port in parse_voters(controllers)}
         except ValueError as exc:
             raise ToolError(f"--controllers: {exc}") from exc
-    elif data_dir is not None:
+    if data_dir is not None:
         try:
-            voters = LocalCluster.load(data_dir).controllers
+            return LocalCluster.load(data_dir).controllers
         except ClusterError as exc:
             raise ToolError(str(exc)) from exc
-    else:
-        raise ToolError("give --data-dir or --controllers")
+    raise ToolError("give --data-dir or --controllers")
+
+
+def call_controller(
+    voters: Mapping[int, tuple[str, int]],
+    method: str,
+    params: dict[str, Any],
+    *,
+    timeout_s: float = STATUS_TIMEOUT_S,
+) -> dict[str, Any]:
+    """The active controller's answer to one request (:mod:`.rpc`); raises ToolError when
+    none answers in time, or with the controller's message when it refuses."""
 
     async def ask() -> dict[str, Any]:
         client = ControllerClient(voters)
         try:
-            result: dict[str, Any] = await client.call("describe", {}, timeout_s=STATUS_TIMEOUT_S)
-            return result
+            return await client.call(method, params, timeout_s=timeout_s)
         finally:
             await client.aclose()
 
     try:
         return trio.run(ask)
     except trio.TooSlowError as exc:
-        raise ToolError(f"no active controller answered within {STATUS_TIMEOUT_S:.0f} s") from exc
+        raise ToolError(f"no active controller answered within {timeout_s:.0f} s") from exc
     except RpcError as exc:
         raise ToolError(f"the controller refused: {exc}") from exc
+
+
+def describe_cluster(*, data_dir: Path | None, controllers: str | None) -> dict[str, Any]:
+    """The active controller's ``describe`` answer; raises ToolError when none answers."""
+    voters = controller_voters(data_dir=data_dir, controllers=controllers)
+    return call_controller(voters, "describe", {})
 
 
 def render_status(status: dict[str, Any]) -> Iterator[str]:
@@ -85,6 +104,12 @@ def render_status(status: dict[str, Any]) -> Iterator[str]:
                 f"  replicas {partition['replicas']}  isr {partition['isr']}"
             )
     yield f"under-replicated: {', '.join(under) if under else 'none'}"
+    moving = [
+        f"{r['topic']}-{r['partition']} to {r['target']} (adding {r['adding']}, "
+        f"removing {r['removing']})"
+        for r in status.get("reassignments", [])
+    ]
+    yield f"reassigning: {'; '.join(moving) if moving else 'none'}"
     yield f"offline: {', '.join(offline) if offline else 'none'}"
 
 

@@ -33,6 +33,7 @@ from eventplatform.log.groups.records import (
     decode_offset_value,
     partition_for,
 )
+from eventplatform.log.invariants import require
 from eventplatform.log.protocol import ErrorCode
 from eventplatform.log.storage.record_batch import DecodedBatch, Record, encode_batch
 
@@ -68,7 +69,12 @@ class OffsetsTopic:
 
     def partitions(self) -> list[Partition]:
         topic = self.topics.get(OFFSETS_TOPIC)
-        return [] if topic is None else list(topic.partitions)
+        if topic is None:
+            return []
+        held = [partition for partition in topic.partitions if partition is not None]
+        # internal topics are never reassigned: every broker holds every partition
+        require(len(held) == len(topic.partitions), f"a broker holds all of {OFFSETS_TOPIC}")
+        return held
 
     def partition_of(self, group_id: str) -> Partition | None:
         """The partition holding ``group_id``; the topic's real count decides, as in Kafka."""

@@ -18,7 +18,11 @@ from pathlib import Path
 import pytest
 import trio
 import trio.testing
-from cluster_scenarios import double_failover, restart_before_high_watermark
+from cluster_scenarios import (
+    double_failover,
+    reassign_off_the_leader,
+    restart_before_high_watermark,
+)
 from cluster_simulation import History, run_cluster
 
 FIRST = int(os.environ.get("EVENTPLATFORM_CLUSTER_SIM_FIRST", "0"))
@@ -64,3 +68,12 @@ def test_kip_279_after_a_double_failover_the_returning_replica_truncates_by_epoc
     sim = scripted(double_failover, tmp_path / "cluster")
     # m3 was written only by the second leader, whose epoch the third leader never had
     assert sim.history.final[0] == [(0, b"m1"), (1, b"m2"), (2, b"m4")]
+
+
+def test_a_partition_moves_off_its_leader_and_back_across_a_controller_failover(
+    tmp_path: Path,
+) -> None:
+    sim = scripted(reassign_off_the_leader, tmp_path / "cluster")
+    assert len(sim.history.acked) >= 40
+    # the checker found every acknowledged record once on the final replicas
+    assert {value for _, value in sim.history.final[0]} >= set(sim.history.acked)

@@ -1,5 +1,6 @@
 """Scripted cluster runs in the whole-cluster simulation (:mod:`cluster_simulation`): the
-historical failure modes, replayed step by step on a quiet network, then checked."""
+historical failure modes, and a reassignment across a controller failover, replayed step by
+step on a quiet network, then checked."""
 
 from __future__ import annotations
 
@@ -14,10 +15,14 @@ from cluster_simulation import (
     TOPIC,
     Acked,
     ClusterSim,
+    SimNode,
     SimulationError,
     seed_trio_scheduler,
 )
 
+from eventplatform.log.broker.partition import Partition
+from eventplatform.log.cluster.controller import Controller
+from eventplatform.log.cluster.metadata import PartitionState
 from eventplatform.log.protocol import ErrorCode
 from eventplatform.log.storage.record_batch import Record, encode_batch
 
@@ -144,3 +149,78 @@ async def restart_before_high_watermark(seed: int, root: Path) -> ClusterSim:
         await until(lambda: _leads(sim, second), "the follower leading (unclean)")
         await sim.start(first)
     return sim
+
+
+def active_controller(sim: ClusterSim) -> Controller | None:
+    for node in sim.brokers():
+        assert node.server is not None
+        if node.server.controller is not None and node.server.controller.controller.active:
+            return node.server.controller.controller
+    return None
+
+
+def partition_image(sim: ClusterSim) -> PartitionState | None:
+    controller = active_controller(sim)
+    return None if controller is None else controller.image.partition(TOPIC, 0)
+
+
+async def reassign_off_the_leader(seed: int, root: Path) -> ClusterSim:
+    """The partition moves from (leader, follower) to (follower, third node) while an
+    idempotent acks=all producer writes; then the active controller is killed mid-way
+    through a move back, and the next one completes that. The first leader must delete its
+    copy once the partition has moved away."""
+    async with two_replicas(seed, root) as (sim, first, second):
+        [third] = [n for n in sim.nodes if n not in (first, second)]
+        stop = trio.Event()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(sim.producer, 0, stop)
+            await until(lambda: len(sim.history.acked) >= 20, "records before the move")
+            controller = active_controller(sim)
+            assert controller is not None
+            await controller.reassign([(TOPIC, 0, (second, third))])
+            await until(
+                lambda: (
+                    (state := partition_image(sim)) is not None
+                    and state.replicas == (second, third)
+                    and state.leader == second
+                ),
+                "the move off the leader",
+            )
+            moved = len(sim.history.acked)
+            await until(lambda: len(sim.history.acked) >= moved + 20, "records after the move")
+            stop.set()
+        await until(lambda: _held(sim, first) is None, "the old leader's copy deleted")
+        await _move_back_across_a_failover(sim, first, second)
+    return sim
+
+
+async def _move_back_across_a_failover(sim: ClusterSim, first: int, second: int) -> None:
+    """Start moving the partition back to ``first`` while ``first`` is down, kill the active
+    controller, bring ``first`` back: the next active controller completes the move."""
+    await sim.kill(first)
+    await until(lambda: active_controller(sim) is not None, "an active controller")
+    controller = active_controller(sim)
+    assert controller is not None
+    await controller.reassign([(TOPIC, 0, (first, second))])
+    [active] = [n.node_id for n in sim.brokers() if _controls(n, controller)]
+    await sim.kill(active)
+    await sim.start(first)
+    await until(lambda: sim.nodes[first].up, "the first node back")
+    await until(
+        lambda: (state := partition_image(sim)) is not None and state.replicas == (first, second),
+        "the move back completed by the next controller",
+    )
+    await sim.start(active)
+
+
+def _controls(node: SimNode, controller: Controller) -> bool:
+    return node.server is not None and (
+        node.server.controller is not None and node.server.controller.controller is controller
+    )
+
+
+def _held(sim: ClusterSim, node_id: int) -> Partition | None:
+    server = sim.nodes[node_id].server
+    assert server is not None and server.broker is not None
+    topic = server.broker.topics.get(TOPIC)
+    return None if topic is None else topic.partitions[0]

@@ -250,7 +250,7 @@ class ClusterSim:
             topic = node.server.broker.topics.get(TOPIC)
             if topic is not None and index < len(topic.partitions):
                 partition = topic.partitions[index]
-                if node.node_id in partition.replica_set:
+                if partition is not None and node.node_id in partition.replica_set:
                     found.append((node, partition))
         return found
 

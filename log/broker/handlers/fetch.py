@@ -90,7 +90,8 @@ def _read_all(context: RequestContext, request: Body) -> list[_Read]:
         for entry in topic_entry["partitions"]:
             partition = topics.partition(name, entry["partition"])
             if partition is None:
-                read = _Read(name, entry["partition"], None, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                error = topics.absence_error(name, entry["partition"])
+                read = _Read(name, entry["partition"], None, error)
             else:
                 read = _read_partition(partition, entry, budget, replica=replica)
                 if read.data is not None:

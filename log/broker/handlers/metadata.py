@@ -87,6 +87,7 @@ def describe_topic(context: RequestContext, topic: Topic) -> Body:
             "isr_nodes": [node],
         }
         for partition in topic.partitions
+        if partition is not None
     ]
     return {
         "name": topic.name,

@@ -78,8 +78,9 @@ async def _append_all(context: RequestContext, request: Body) -> list[Body]:
                 result = ProduceResult(ErrorCode.INVALID_TOPIC_EXCEPTION, message=message)
             elif not records:
                 result = ProduceResult(ErrorCode.CORRUPT_MESSAGE, message="no record data")
+            elif (partition := topic.partitions[index]) is None:
+                result = ProduceResult(ErrorCode.NOT_LEADER_OR_FOLLOWER)
             else:
-                partition = topic.partitions[index]
                 result = partition.append(records, acks=acks)
                 if acks == ACKS_ALL and result.error == ErrorCode.NONE and partition.clustered:
                     entry = _partition_response(index, result)

@@ -60,3 +60,15 @@ def test_acks_all_needs_min_insync_replicas() -> None:
     assert leader((1, 2)).enough_replicas()
     assert not leader((1,)).enough_replicas()
     assert leader((1,), min_insync=1).enough_replicas()
+
+
+def test_a_follower_that_never_fetched_is_not_caught_up_even_on_an_empty_log() -> None:
+    # a new replica (a reassignment adding it), or a broker that is down: the log is empty,
+    # so offset 0 "reaches" the high watermark, but only a fetch shows the follower is there
+    replicas = leader(isr=(1, 2))
+    assert replicas.to_expand() == frozenset()
+    replicas.on_fetch(3, 0, 0, 100)
+    assert replicas.to_expand() == frozenset({3})
+    replicas.set_isr((1, 2, 3), 0)
+    replicas.set_isr((1, 2), 0)  # dropped again: it must fetch again to come back
+    assert replicas.to_expand() == frozenset()
