@@ -370,16 +370,17 @@ class RaftNode:
 
     def entry(self, offset: int) -> Entry:
         """The entry at ``offset``, which must be within the log."""
-        require(
-            self.log_start <= offset < self.end_offset,
-            f"node {self.id}: offset {offset} is outside [{self.log_start}, {self.end_offset})",
-        )
-        return self.log[offset - self.log_start]
+        index = offset - self.start.end_offset
+        if not 0 <= index < len(self.log):  # the message is built only when it is needed
+            require(False, f"node {self.id}: offset {offset} is outside the log")
+        return self.log[index]
 
     def entries(self, start: int, end: int) -> list[Entry]:
         """The entries in ``[start, end)``; ``start`` must be within the log."""
-        require(start >= self.log_start, f"node {self.id}: offset {start} is below the log")
-        return self.log[start - self.log_start : max(end - self.log_start, 0)]
+        first = self.start.end_offset
+        if start < first:
+            require(False, f"node {self.id}: offset {start} is below the log start {first}")
+        return self.log[start - first : max(end - first, 0)]
 
     def epoch_at(self, end_offset: int) -> int:
         """The epoch of the entry just before ``end_offset`` (0 for none); ``end_offset``
