@@ -104,13 +104,19 @@ class SegmentQuorumStorage:
         ]
 
     def append(self, entries: Sequence[Entry]) -> None:
+        """Append ``entries``, in record sets that each fit a segment, and flush."""
         offset = self.log.log_end_offset
         batches = bytearray()
         for number, entry in enumerate(entries):
             record = Record(offset + number, 0, None, entry.payload)
-            batches += encode_batch([record], partition_leader_epoch=entry.epoch)
+            batch = encode_batch([record], partition_leader_epoch=entry.epoch)
+            if batches and len(batches) + len(batch) > self.log.config.segment_bytes:
+                self.log.append_as_follower(batches)
+                batches = bytearray()
+            batches += batch
         if batches:
             self.log.append_as_follower(batches)
+        if entries:
             self.log.flush()
 
     def truncate(self, end_offset: int) -> None:
