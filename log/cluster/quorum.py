@@ -354,8 +354,12 @@ class QuorumServer:
             and self.take_snapshot is not None
             and self._applied_bytes >= self.snapshot_bytes
         ):
-            raft.snapshot(self.applied, self.take_snapshot())
             self._applied_bytes = 0
+            try:
+                raft.snapshot(self.applied, self.take_snapshot())
+            except OSError as exc:
+                # the log still holds everything: go on, and try again an interval later
+                log.error("voter %d: writing a snapshot failed: %s", self.id, exc)
         async with self._committed:
             self._committed.notify_all()
 

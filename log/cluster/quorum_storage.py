@@ -209,6 +209,7 @@ class SegmentQuorumStorage:
             log.warning("the log ends before snapshot %s: restarting it there", newest)
             self.log.truncate_fully_and_start_at(newest.end_offset)
             self.log.flush()
+            self._remove(self._snapshots[:-1])
             self._snapshots = [newest]
             return newest
         if log_start == 0:

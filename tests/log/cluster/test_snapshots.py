@@ -242,3 +242,20 @@ def test_an_image_written_before_a_field_with_a_default_existed_still_reads() ->
     document["brokers"]["1"]["added_later"] = True  # and one from a newer version
     restored = decode_image(orjson.dumps(document))
     assert restored.next_producer_id == 0 and restored.brokers[1].host == "host-1"
+
+
+def test_a_snapshot_past_the_log_end_restarts_the_log_there(tmp_path: Path) -> None:
+    """A crash while installing a snapshot from the leader: the file is whole, the log
+    not yet restarted. The next start finishes the install."""
+    storage = SegmentQuorumStorage(tmp_path)
+    storage.append(entries(10))
+    storage.write_snapshot(SnapshotId(4, 1), b"s4")
+    storage.close()
+    installed = SnapshotId(30, 4)
+    path = tmp_path / snapshot_file.file_name(installed)
+    path.write_bytes(snapshot_file.encode(installed, b"s30"))
+    storage = SegmentQuorumStorage(tmp_path)
+    assert storage.log_start() == installed and storage.entries() == []
+    assert storage.snapshots() == [installed]
+    assert not (tmp_path / snapshot_file.file_name(SnapshotId(4, 1))).exists()
+    storage.close()
