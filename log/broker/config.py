@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from eventplatform.log.storage import InvalidConfigError, LogConfig
-from eventplatform.log.storage.config import boolean, integer_between
+from eventplatform.log.storage.config import SEGMENT_BYTES_MIN, boolean, integer_between
 
 LISTEN_PORT_DEFAULT = 9092
 SOCKET_REQUEST_BYTES_MAX_DEFAULT = 100 * 1024 * 1024
@@ -132,6 +132,8 @@ _PARSERS: dict[str, Callable[[Any], Any]] = {
     "controller.quorum.voters": parse_voters,
     "controller.quorum.election.timeout.ms": integer_between(10),
     "controller.quorum.fetch.timeout.ms": integer_between(10),
+    "metadata.log.max.record.bytes.between.snapshots": integer_between(1),
+    "metadata.log.segment.bytes": integer_between(SEGMENT_BYTES_MIN, 2**31 - 1),
     "broker.session.timeout.ms": integer_between(100),
     "broker.heartbeat.interval.ms": integer_between(10),
     "replica.lag.time.max.ms": integer_between(10),
@@ -175,6 +177,8 @@ class BrokerConfig:
     controller_quorum_voters: tuple[Voter, ...] = ()
     controller_quorum_election_timeout_ms: int = 1_000
     controller_quorum_fetch_timeout_ms: int = 2_000
+    metadata_log_max_record_bytes_between_snapshots: int = 20 * 1024 * 1024
+    metadata_log_segment_bytes: int = 8 * 1024 * 1024
     broker_session_timeout_ms: int = 9_000
     broker_heartbeat_interval_ms: int = 500
     replica_lag_time_max_ms: int = 30_000

@@ -4,9 +4,11 @@ The broker registers (:meth:`BrokerLink.run`) with its advertised address
 and gets a broker epoch; it then heartbeats with that epoch. Each heartbeat
 waits at the controller (up to ``broker.heartbeat.interval.ms``) for
 committed metadata records the broker has not applied, so records reach
-every broker as soon as they commit. Once the broker has applied all the
-committed records it knows of, each new image goes to the
-:class:`~.replication.ReplicaManager`.
+every broker as soon as they commit. A broker so far behind that the
+controller's log no longer holds the records it needs (they are in a
+snapshot now) gets the whole image instead, and follows from its offset.
+Once the broker has applied all the committed records it knows of, each new
+image goes to the :class:`~.replication.ReplicaManager`.
 
 A heartbeat refused as stale (the controller fenced this epoch, or lost it
 in a restart) makes the broker register again with a new epoch. Requests
@@ -22,7 +24,12 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from eventplatform.log.cluster.controller import STALE_BROKER_EPOCH
-from eventplatform.log.cluster.metadata import MetadataError, MetadataImage, decode_document
+from eventplatform.log.cluster.metadata import (
+    MetadataError,
+    MetadataImage,
+    decode_document,
+    image_from_document,
+)
 from eventplatform.log.cluster.rpc import ControllerClient, RpcError
 
 if TYPE_CHECKING:
@@ -102,6 +109,13 @@ class BrokerLink:
         }
         result = await self.client.call("heartbeat", params, timeout_s=wait_ms / 1000 + 5.0)
         entries = result["entries"]
+        replaced = "image" in result
+        if replaced:
+            self.image = image_from_document(result["image"])
+            self.offset = int(result["end"])
+            log.info(
+                "broker %d: took the whole metadata image at %d", self.broker.node_id, self.offset
+            )
         for document in entries:
             if document is not None:
                 try:
@@ -112,7 +126,7 @@ class BrokerLink:
             self.offset += 1
         if self.offset >= int(result["applied"]):
             self.caught_up.set()
-        if self.caught_up.is_set() and (entries or not self.replicas.applied_once):
+        if self.caught_up.is_set() and (entries or replaced or not self.replicas.applied_once):
             self.replicas.applied_once = True
             self.replicas.apply(self.image)
 

@@ -31,7 +31,14 @@ brokers' requests and turns them into records.
 
 Brokers reach these through :meth:`methods` (:mod:`.rpc`); a heartbeat
 also carries the committed metadata records the broker has not applied, so
-brokers follow the metadata at the pace it commits.
+brokers follow the metadata at the pace it commits. A broker whose offset is
+below the quorum's log start (the records before it are in a snapshot now)
+gets the whole image instead, as of the applied offset, and follows the
+records from there.
+
+The quorum's snapshots are of this image (:func:`~.metadata.encode_image`);
+a voter that restores one (at start, or sent by the leader) rebuilds its
+image from it.
 
 A request that reaches a controller that is not active raises
 :class:`~.raft.NotLeaderError` naming the active one. Every decision is made
@@ -67,9 +74,12 @@ from eventplatform.log.cluster.metadata import (
     UnfenceBroker,
     cancel_reassignment,
     decode,
+    decode_image,
     elect_leader,
     encode,
+    encode_image,
     fence_changes,
+    image_document,
     place_replicas,
     reassignment_completions,
     reassignments,
@@ -127,6 +137,8 @@ class Controller:
         self._broker_offsets: dict[int, int] = {}
         self._broker_offsets_moved = trio.Event()
         quorum.on_commit = self._apply
+        quorum.take_snapshot = lambda: encode_image(self.image)
+        quorum.restore = self._restore
 
     @property
     def active(self) -> bool:
@@ -145,6 +157,10 @@ class Controller:
             # proposed: a contradiction here is a bug, and the node must not go on
             log.critical("metadata record at offset %d does not apply", offset)
             raise
+
+    def _restore(self, data: bytes) -> None:
+        """Rebuild the image from a snapshot's data (a MetadataError if it is not one)."""
+        self.image = decode_image(data)
 
     async def run(self) -> None:
         """The active controller's duties (fencing, completing reassignments, and every
@@ -512,10 +528,19 @@ class Controller:
             if self.quorum.applied <= offset and wait_ms:
                 await self.quorum.wait_applied(offset, trio.current_time() + wait_ms / 1000)
             raft = self.quorum.raft
+            if offset < raft.log_start:
+                # the records before the log start are in a snapshot only: send the image
+                return {
+                    "entries": [],
+                    "image": image_document(self.image),
+                    "end": self.quorum.applied,
+                    "applied": self.quorum.applied,
+                    "controller": self.quorum.id,
+                }
             end = min(self.quorum.applied, offset + HEARTBEAT_ENTRIES_MAX)
             entries = [
                 None if entry.payload == LEADER_CHANGE else orjson.loads(entry.payload)
-                for entry in raft.log[offset:end]
+                for entry in raft.entries(offset, end)
             ]
             return {
                 "entries": entries,

@@ -18,6 +18,11 @@ records in order to a :class:`MetadataImage`. The records:
   two idempotent producers in the cluster ever share an id.
 
 Records are JSON objects with a ``type`` (:func:`encode` / :func:`decode`).
+A whole image is a JSON object too (:func:`encode_image` / :func:`decode_image`),
+for the quorum's snapshots and for brokers too far behind for records. It is
+written from the dataclasses' own fields, so a field added to
+:class:`BrokerState`, :class:`PartitionState` or :class:`TopicState` (with a
+default, for images written before it) is carried without a change here.
 Applying one that contradicts the image (a leader outside the ISR, an ISR
 outside the replicas, an unknown topic) raises :class:`MetadataError`: the
 controller must never commit it.
@@ -43,6 +48,9 @@ is in the committed partition, any active controller can finish the work.
 
 from __future__ import annotations
 
+import dataclasses
+import types
+import typing
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
@@ -335,6 +343,59 @@ class MetadataImage:
             removing,
             target,
         )
+
+
+def encode_image(image: MetadataImage) -> bytes:
+    """``image`` as JSON, field by field (see the module)."""
+    return orjson.dumps(asdict(image), option=orjson.OPT_NON_STR_KEYS)
+
+
+def image_document(image: MetadataImage) -> dict[str, Any]:
+    """``image`` as a JSON object (its keys strings, as JSON has them)."""
+    document: dict[str, Any] = orjson.loads(encode_image(image))
+    return document
+
+
+def decode_image(payload: bytes) -> MetadataImage:
+    """The image :func:`encode_image` wrote; raises MetadataError for anything else."""
+    try:
+        document = orjson.loads(payload)
+    except orjson.JSONDecodeError as exc:
+        raise MetadataError(f"not a metadata image: {payload[:80]!r}") from exc
+    return image_from_document(document)
+
+
+def image_from_document(document: Any) -> MetadataImage:
+    try:
+        image: MetadataImage = _from_json(MetadataImage, document)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise MetadataError(f"not a metadata image: {exc}") from exc
+    return image
+
+
+def _from_json(hint: Any, value: Any) -> Any:
+    """``value``, decoded from JSON, as the type ``hint`` names: dataclasses by their
+    fields (those missing take their defaults), tuples, lists, dicts (JSON keys are
+    strings; int keys are converted back) and optional values."""
+    if dataclasses.is_dataclass(hint) and isinstance(hint, type):
+        hints = typing.get_type_hints(hint)
+        known = {f.name for f in dataclasses.fields(hint) if f.init}
+        return hint(**{n: _from_json(hints[n], v) for n, v in value.items() if n in known})
+    origin, arguments = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        if value is None:
+            return None
+        return _from_json(next(a for a in arguments if a is not type(None)), value)
+    if origin is tuple:
+        return tuple(_from_json(arguments[0], item) for item in value)
+    if origin is list:
+        return [_from_json(arguments[0], item) for item in value]
+    if origin in (dict, Mapping):
+        key, item = arguments
+        return {_from_json(key, k): _from_json(item, v) for k, v in value.items()}
+    if hint in (int, float, str, bool):
+        return hint(value)
+    return value
 
 
 def _check_partition(topic: str, replicas: Sequence[int], isr: Sequence[int], leader: int) -> None:

@@ -1,7 +1,7 @@
 """One cluster node's services, by ``process.roles``.
 
 * ``controller``: a voter of the quorum in ``controller.quorum.voters``, its
-  log in ``<data dir>/__cluster_metadata-0``, and a
+  log and snapshots in ``<data dir>/__cluster_metadata-0``, and a
   :class:`~.controller.Controller` on it, taking brokers' requests on the
   voter's port;
 * ``broker``: the :class:`~.broker_link.BrokerLink` to the active controller
@@ -62,7 +62,10 @@ class ControllerNode:
     def __init__(self, config: BrokerConfig, network: Network = TCP) -> None:
         self.config = config
         peers = {node: (host, port) for node, host, port in config.controller_quorum_voters}
-        self.storage = SegmentQuorumStorage(Path(config.data_dir) / METADATA_DIRECTORY)
+        self.storage = SegmentQuorumStorage(
+            Path(config.data_dir) / METADATA_DIRECTORY,
+            segment_bytes=config.metadata_log_segment_bytes,
+        )
         self.quorum = QuorumServer.over_tcp(
             config.node_id,
             peers,
@@ -70,6 +73,7 @@ class ControllerNode:
             self._request,
             network,
             config=raft_config(config),
+            snapshot_bytes=config.metadata_log_max_record_bytes_between_snapshots,
         )
         self.controller = Controller(
             self.quorum,

@@ -14,6 +14,13 @@ every :data:`TICK_MS`, and queues what the node sends. :meth:`propose`
 appends through the leader and waits until the entries are committed, and
 every committed entry is handed to ``on_commit`` in log order, exactly once
 per process.
+
+Snapshots: with ``snapshot_bytes`` set, once that many bytes of entries have
+been applied since the last snapshot, the owner asks ``take_snapshot`` for
+the state the applied entries built and keeps it at the applied offset
+(:meth:`~.raft.RaftNode.snapshot`). When the node's latest snapshot is past
+what was applied (at start, or after the leader sent one), ``restore`` gets
+its data and applying goes on from its end.
 """
 
 from __future__ import annotations
@@ -35,12 +42,15 @@ from eventplatform.log.cluster.raft import (
     Entry,
     FetchRequest,
     FetchResponse,
+    FetchSnapshotRequest,
+    FetchSnapshotResponse,
     Message,
     NotLeaderError,
     QuorumStorage,
     RaftConfig,
     RaftNode,
     Role,
+    SnapshotId,
     VoteRequest,
     VoteResponse,
 )
@@ -58,6 +68,8 @@ BODIES: dict[str, type[Any]] = {
     "begin_quorum_epoch": BeginQuorumEpoch,
     "fetch_request": FetchRequest,
     "fetch_response": FetchResponse,
+    "fetch_snapshot_request": FetchSnapshotRequest,
+    "fetch_snapshot_response": FetchSnapshotResponse,
 }
 BODY_NAMES = {body: name for name, body in BODIES.items()}
 
@@ -72,6 +84,8 @@ def encode_message(message: Message) -> bytes:
     body = asdict(message.body)
     if isinstance(message.body, FetchResponse):
         body["entries"] = [[entry.epoch, entry.payload.hex()] for entry in message.body.entries]
+    if isinstance(message.body, FetchSnapshotResponse):
+        body["data"] = message.body.data.hex()
     document = {
         "sender": message.sender,
         "receiver": message.receiver,
@@ -99,6 +113,10 @@ def message_from(document: Any) -> Message:
             )
             if fields["diverging"] is not None:
                 fields["diverging"] = DivergingEpoch(**fields["diverging"])
+        if fields.get("snapshot") is not None:
+            fields["snapshot"] = SnapshotId(**fields["snapshot"])
+        if body_type is FetchSnapshotResponse:
+            fields["data"] = bytes.fromhex(fields["data"])
         return Message(int(document["sender"]), int(document["receiver"]), body_type(**fields))
     except (KeyError, TypeError, ValueError) as exc:
         raise FrameError(f"not a quorum message: {exc}") from exc
@@ -214,6 +232,9 @@ class QuorumServer:
         *,
         config: RaftConfig | None = None,
         on_commit: Callable[[int, Entry], None] | None = None,
+        snapshot_bytes: int | None = None,
+        take_snapshot: Callable[[], bytes] | None = None,
+        restore: Callable[[bytes], None] | None = None,
     ) -> None:
         self.id = node_id
         self.voters = tuple(voters)
@@ -222,7 +243,12 @@ class QuorumServer:
         self.config = config
         self.node: RaftNode | None = None
         self.on_commit = on_commit
+        self.snapshot_bytes = snapshot_bytes
+        self.take_snapshot = take_snapshot
+        self.restore = restore
         self.applied = 0
+        self._applied_bytes = 0
+        """Bytes of entries applied since the last snapshot."""
         self._inbox_send, self._inbox = trio.open_memory_channel[Message](math.inf)
         self._outboxes = {
             peer: trio.open_memory_channel[Message](SEND_QUEUE_MESSAGES)
@@ -314,13 +340,37 @@ class QuorumServer:
 
     async def _apply_committed(self) -> None:
         raft = self.raft
+        snapshot = raft.latest_snapshot
+        if snapshot is not None and snapshot.end_offset > self.applied:
+            self._restore(snapshot)
         while self.applied < raft.high_watermark:
-            entry = raft.log[self.applied]
+            entry = raft.entry(self.applied)
             if self.on_commit is not None:
                 self.on_commit(self.applied, entry)
             self.applied += 1
+            self._applied_bytes += len(entry.payload)
+        if (
+            self.snapshot_bytes is not None
+            and self.take_snapshot is not None
+            and self._applied_bytes >= self.snapshot_bytes
+        ):
+            self._applied_bytes = 0
+            try:
+                raft.snapshot(self.applied, self.take_snapshot())
+            except OSError as exc:
+                # the log still holds everything: go on, and try again an interval later
+                log.error("voter %d: writing a snapshot failed: %s", self.id, exc)
         async with self._committed:
             self._committed.notify_all()
+
+    def _restore(self, snapshot: SnapshotId) -> None:
+        """Take the state of ``snapshot``, which is past what was applied here."""
+        data = self.raft.read_snapshot(snapshot)
+        if self.restore is not None:
+            self.restore(data)
+        log.info("voter %d: state restored from snapshot %s", self.id, snapshot)
+        self.applied = snapshot.end_offset
+        self._applied_bytes = 0
 
     def _send(self, messages: list[Message]) -> None:
         for message in messages:

@@ -27,6 +27,14 @@ It follows KRaft (KIP-595) rather than textbook Raft in how the log moves:
 * **Check quorum.** A leader that no majority has fetched from within
   ``fetch_timeout_ms`` resigns, so a partitioned leader stops answering as
   one.
+* **Snapshots.** The shell writes a snapshot of its applied state at a
+  committed offset (:meth:`RaftNode.snapshot`); the storage keeps the latest
+  few and drops the log below the oldest one kept, so the log starts at a
+  snapshot's end offset, whose epoch stands in for the entries before it. A
+  follower whose fetch offset is below the leader's log start, or whose log
+  diverges below it, is sent the latest snapshot's id instead of entries; it
+  fetches the snapshot in chunks (:class:`FetchSnapshotRequest`), installs
+  it in place of its log, and fetches on from its end.
 
 What must survive a restart (the epoch, the vote, and the log) lives in a
 :class:`QuorumStorage`, written before any message that depends on it
@@ -53,6 +61,24 @@ LEADER_CHANGE = b""
 class Entry:
     epoch: int
     payload: bytes
+
+
+@dataclass(frozen=True, order=True)
+class SnapshotId:
+    """A snapshot of everything before ``end_offset``, whose last entry has ``epoch``.
+
+    The log start is named the same way: its offset and the epoch of the entry just
+    before it (``SnapshotId(0, 0)`` for a log that starts at the beginning)."""
+
+    end_offset: int
+    epoch: int
+
+
+LOG_START = SnapshotId(0, 0)
+
+
+class SnapshotError(Exception):
+    """A snapshot that cannot be read: missing, torn or corrupt; the message names it."""
 
 
 # ---------------------------------------------------------------- messages
@@ -101,9 +127,39 @@ class FetchResponse:
     entries: tuple[Entry, ...] = ()
     high_watermark: int = 0
     diverging: DivergingEpoch | None = None
+    snapshot: SnapshotId | None = None
+    """Set when the leader's log no longer holds what the follower needs: fetch this
+    snapshot and install it."""
 
 
-Body = VoteRequest | VoteResponse | BeginQuorumEpoch | FetchRequest | FetchResponse
+@dataclass(frozen=True)
+class FetchSnapshotRequest:
+    epoch: int
+    snapshot: SnapshotId
+    position: int
+    """The byte of the snapshot to send from."""
+
+
+@dataclass(frozen=True)
+class FetchSnapshotResponse:
+    epoch: int
+    leader: int | None
+    snapshot: SnapshotId
+    position: int
+    data: bytes = b""
+    size: int = -1
+    """The whole snapshot's bytes; -1: the leader has no such snapshot (any more)."""
+
+
+Body = (
+    VoteRequest
+    | VoteResponse
+    | BeginQuorumEpoch
+    | FetchRequest
+    | FetchResponse
+    | FetchSnapshotRequest
+    | FetchSnapshotResponse
+)
 
 
 @dataclass(frozen=True)
@@ -128,13 +184,41 @@ class QuorumStorage(Protocol):
 
     def save_state(self, epoch: int, voted_for: int | None) -> None: ...
 
-    def entries(self) -> list[Entry]: ...
+    def log_start(self) -> SnapshotId:
+        """Where the log starts: its first offset and the epoch of the entry before it."""
+        ...
+
+    def entries(self) -> list[Entry]:
+        """The entries from the log start on."""
+        ...
 
     def append(self, entries: Sequence[Entry]) -> None: ...
 
     def truncate(self, end_offset: int) -> None:
         """Drop every entry at ``end_offset`` and after."""
         ...
+
+    def snapshots(self) -> list[SnapshotId]:
+        """The snapshots kept that can be read, oldest first."""
+        ...
+
+    def read_snapshot(self, snapshot: SnapshotId) -> bytes:
+        """A kept snapshot's data; raises SnapshotError when it is gone or corrupt."""
+        ...
+
+    def write_snapshot(self, snapshot: SnapshotId, data: bytes) -> None:
+        """Keep ``data`` as ``snapshot`` (within the log), drop snapshots beyond the
+        newest :data:`SNAPSHOTS_KEPT`, and the log below the oldest one kept."""
+        ...
+
+    def install_snapshot(self, snapshot: SnapshotId, data: bytes) -> None:
+        """Keep ``data`` as ``snapshot`` and restart the log, empty, at its end offset."""
+        ...
+
+
+SNAPSHOTS_KEPT = 2
+"""How many snapshots a voter keeps: the log starts at the oldest, so a newest one that
+turns out unreadable can be replaced by the one before and the log after it."""
 
 
 @dataclass
@@ -144,12 +228,18 @@ class MemoryStorage:
     epoch: int = 0
     voted_for: int | None = None
     log: list[Entry] = field(default_factory=list)
+    """The entries from ``start`` on."""
+    start: SnapshotId = LOG_START
+    kept: dict[SnapshotId, bytes] = field(default_factory=dict)
 
     def load_state(self) -> tuple[int, int | None]:
         return self.epoch, self.voted_for
 
     def save_state(self, epoch: int, voted_for: int | None) -> None:
         self.epoch, self.voted_for = epoch, voted_for
+
+    def log_start(self) -> SnapshotId:
+        return self.start
 
     def entries(self) -> list[Entry]:
         return list(self.log)
@@ -158,7 +248,28 @@ class MemoryStorage:
         self.log.extend(entries)
 
     def truncate(self, end_offset: int) -> None:
-        del self.log[end_offset:]
+        del self.log[end_offset - self.start.end_offset :]
+
+    def snapshots(self) -> list[SnapshotId]:
+        return sorted(self.kept)
+
+    def read_snapshot(self, snapshot: SnapshotId) -> bytes:
+        if snapshot not in self.kept:
+            raise SnapshotError(f"no snapshot {snapshot}")
+        return self.kept[snapshot]
+
+    def write_snapshot(self, snapshot: SnapshotId, data: bytes) -> None:
+        self.kept[snapshot] = data
+        for old in sorted(self.kept)[:-SNAPSHOTS_KEPT]:
+            del self.kept[old]
+        oldest = min(self.kept)
+        if oldest.end_offset > self.start.end_offset:
+            del self.log[: oldest.end_offset - self.start.end_offset]
+            self.start = oldest
+
+    def install_snapshot(self, snapshot: SnapshotId, data: bytes) -> None:
+        self.kept = {snapshot: data}
+        self.log, self.start = [], snapshot
 
 
 # ---------------------------------------------------------------- the node
@@ -183,6 +294,8 @@ class RaftConfig:
     request_timeout_ms: int = 500
     fetch_entries_max: int = 500
     """The most entries one fetch response carries."""
+    snapshot_chunk_bytes: int = 1024 * 1024
+    """The most snapshot bytes one fetch-snapshot response carries."""
     """A fetch unanswered this long is sent again; a leader announces itself again to a
     voter it has not heard from this long."""
 
@@ -215,10 +328,20 @@ class RaftNode:
         self.config = config or RaftConfig()
         self.random = random.Random(seed * 1_000_003 + node_id)
         self.epoch, self.voted_for = storage.load_state()
+        self.start = storage.log_start()
         self.log = storage.entries()
+        kept = storage.snapshots()
+        self.latest_snapshot: SnapshotId | None = kept[-1] if kept else None
+        require(
+            self.start == LOG_START or (kept != [] and kept[-1] >= self.start),
+            f"node {self.id}: the log starts at {self.start}, after every snapshot kept",
+        )
         self.role = Role.UNATTACHED
         self.leader: int | None = None
-        self.high_watermark = 0
+        self.high_watermark = self.latest_snapshot.end_offset if self.latest_snapshot else 0
+        self._snapshot_cache: tuple[SnapshotId, bytes] | None = None
+        self._installing: SnapshotId | None = None
+        self._installed = bytearray()
         self._votes: set[int] = set()
         self._fetched: dict[int, int] = {}
         self._fetched_at: dict[int, int] = {}
@@ -233,26 +356,54 @@ class RaftNode:
     # ------------------------------------------------------------ the log
 
     @property
+    def log_start(self) -> int:
+        """The first offset the log holds; a snapshot stands for everything before it."""
+        return self.start.end_offset
+
+    @property
     def end_offset(self) -> int:
-        return len(self.log)
+        return self.start.end_offset + len(self.log)
 
     @property
     def last_epoch(self) -> int:
-        return self.log[-1].epoch if self.log else 0
+        return self.log[-1].epoch if self.log else self.start.epoch
+
+    def entry(self, offset: int) -> Entry:
+        """The entry at ``offset``, which must be within the log."""
+        index = offset - self.start.end_offset
+        if not 0 <= index < len(self.log):  # the message is built only when it is needed
+            require(False, f"node {self.id}: offset {offset} is outside the log")
+        return self.log[index]
+
+    def entries(self, start: int, end: int) -> list[Entry]:
+        """The entries in ``[start, end)``; ``start`` must be within the log."""
+        first = self.start.end_offset
+        if start < first:
+            require(False, f"node {self.id}: offset {start} is below the log start {first}")
+        return self.log[start - first : max(end - first, 0)]
 
     def epoch_at(self, end_offset: int) -> int:
-        """The epoch of the entry just before ``end_offset`` (0 for none)."""
-        return self.log[end_offset - 1].epoch if end_offset > 0 else 0
+        """The epoch of the entry just before ``end_offset`` (0 for none); ``end_offset``
+        must be at or after the log start."""
+        if end_offset == self.log_start:
+            return self.start.epoch
+        return self.entry(end_offset - 1).epoch
 
     def end_of_epoch(self, epoch: int) -> DivergingEpoch:
-        """The largest epoch at most ``epoch`` in this log, and the offset where it ends."""
-        for offset in range(len(self.log) - 1, -1, -1):
-            if self.log[offset].epoch <= epoch:
-                return DivergingEpoch(self.log[offset].epoch, offset + 1)
+        """The largest epoch at most ``epoch`` in this log, and the offset where it ends.
+
+        When that lies before the log start the answer is ``DivergingEpoch(0, 0)``: below
+        the log start, only a snapshot can bring a follower back in line."""
+        for index in range(len(self.log) - 1, -1, -1):
+            if self.log[index].epoch <= epoch:
+                return DivergingEpoch(self.log[index].epoch, self.log_start + index + 1)
+        if self.start.epoch <= epoch and self.log_start > 0:
+            return DivergingEpoch(self.start.epoch, self.log_start)
         return DivergingEpoch(0, 0)
 
     def committed(self) -> list[Entry]:
-        return self.log[: self.high_watermark]
+        """The committed entries this log still holds: from the log start on."""
+        return self.entries(self.log_start, self.high_watermark)
 
     def _append(self, entries: Sequence[Entry]) -> None:
         self.storage.append(entries)
@@ -265,7 +416,33 @@ class RaftNode:
             f"{self.high_watermark}",
         )
         self.storage.truncate(end_offset)
-        del self.log[end_offset:]
+        del self.log[end_offset - self.log_start :]
+
+    # ------------------------------------------------------------ snapshots
+
+    def snapshot(self, end_offset: int, data: bytes) -> SnapshotId:
+        """Keep ``data``, the state after applying every entry before ``end_offset`` (a
+        committed offset), as a snapshot; the log may then start later."""
+        require(
+            self.log_start < end_offset <= self.high_watermark,
+            f"node {self.id}: a snapshot at {end_offset} outside the committed log "
+            f"({self.log_start}, {self.high_watermark}]",
+        )
+        snapshot = SnapshotId(end_offset, self.epoch_at(end_offset))
+        self.storage.write_snapshot(snapshot, data)
+        self.latest_snapshot = snapshot
+        start = self.storage.log_start()
+        del self.log[: start.end_offset - self.log_start]
+        self.start = start
+        return snapshot
+
+    def read_snapshot(self, snapshot: SnapshotId) -> bytes:
+        """The data of a kept snapshot; raises SnapshotError when it cannot be read."""
+        if self._snapshot_cache is not None and self._snapshot_cache[0] == snapshot:
+            return self._snapshot_cache[1]
+        data = self.storage.read_snapshot(snapshot)
+        self._snapshot_cache = (snapshot, data)
+        return data
 
     # ------------------------------------------------------------ inputs
 
@@ -301,7 +478,8 @@ class RaftNode:
         """What receiving ``message`` makes this node send."""
         body = message.body
         if body.epoch > self.epoch:
-            leader = body.leader if isinstance(body, BeginQuorumEpoch | FetchResponse) else None
+            with_leader = BeginQuorumEpoch | FetchResponse | FetchSnapshotResponse
+            leader = body.leader if isinstance(body, with_leader) else None
             self._new_epoch(body.epoch, leader, now_ms)
         if isinstance(body, VoteRequest):
             return self._on_vote_request(message.sender, body, now_ms)
@@ -311,6 +489,10 @@ class RaftNode:
             return self._on_begin(body, now_ms)
         if isinstance(body, FetchRequest):
             return self._on_fetch(message.sender, body, now_ms)
+        if isinstance(body, FetchSnapshotRequest):
+            return self._on_fetch_snapshot(message.sender, body, now_ms)
+        if isinstance(body, FetchSnapshotResponse):
+            return self._on_fetch_snapshot_response(body, now_ms)
         return self._on_fetch_response(body, now_ms)
 
     # ------------------------------------------------------------ epochs and votes
@@ -339,6 +521,7 @@ class RaftNode:
         self._last_heard_ms = now_ms
         self._fetch_due_ms = now_ms
         self._fetch_in_flight = False
+        self._installing = None
 
     def _election_timeout(self) -> int:
         timeout = self.config.election_timeout_ms
@@ -424,9 +607,13 @@ class RaftNode:
             answer = FetchResponse(self.epoch, self.leader, request.offset)
             return [Message(self.id, sender, answer)]
         self._fetched_at[sender] = now_ms
+        if request.offset < self.log_start:
+            return [self._send_snapshot(sender, request)]
         if request.offset > self.end_offset or self.epoch_at(request.offset) != request.last_epoch:
             diverging = self.end_of_epoch(request.last_epoch)
             end = min(diverging.end_offset, request.offset)
+            if end < self.log_start:
+                return [self._send_snapshot(sender, request)]
             answer = FetchResponse(
                 self.epoch,
                 self.id,
@@ -437,9 +624,42 @@ class RaftNode:
             return [Message(self.id, sender, answer)]
         self._fetched[sender] = request.offset
         self._advance_high_watermark()
-        entries = tuple(self.log[request.offset : request.offset + self.config.fetch_entries_max])
+        last = request.offset + self.config.fetch_entries_max
+        entries = tuple(self.entries(request.offset, last))
         answer = FetchResponse(
             self.epoch, self.id, request.offset, entries, high_watermark=self.high_watermark
+        )
+        return [Message(self.id, sender, answer)]
+
+    def _send_snapshot(self, sender: int, request: FetchRequest) -> Message:
+        """The answer to a fetch that the log no longer covers: the latest snapshot's id."""
+        require(self.latest_snapshot is not None, f"node {self.id}: a log start with no snapshot")
+        answer = FetchResponse(
+            self.epoch,
+            self.id,
+            request.offset,
+            high_watermark=self.high_watermark,
+            snapshot=self.latest_snapshot,
+        )
+        return Message(self.id, sender, answer)
+
+    def _on_fetch_snapshot(
+        self, sender: int, request: FetchSnapshotRequest, now_ms: int
+    ) -> list[Message]:
+        if self.role is not Role.LEADER or request.epoch != self.epoch:
+            answer = FetchSnapshotResponse(self.epoch, self.leader, request.snapshot, 0)
+            return [Message(self.id, sender, answer)]
+        self._fetched_at[sender] = now_ms
+        try:
+            data = self.read_snapshot(request.snapshot)
+        except SnapshotError:
+            data = None  # no longer kept (or unreadable): the follower fetches again
+        if data is None or not 0 <= request.position <= len(data):
+            answer = FetchSnapshotResponse(self.epoch, self.id, request.snapshot, request.position)
+            return [Message(self.id, sender, answer)]
+        chunk = data[request.position : request.position + self.config.snapshot_chunk_bytes]
+        answer = FetchSnapshotResponse(
+            self.epoch, self.id, request.snapshot, request.position, chunk, len(data)
         )
         return [Message(self.id, sender, answer)]
 
@@ -455,6 +675,10 @@ class RaftNode:
         assert self.leader is not None
         self._fetch_in_flight = True
         self._fetch_sent_ms = now_ms
+        if self._installing is not None:
+            position = len(self._installed)
+            snapshot = FetchSnapshotRequest(self.epoch, self._installing, position)
+            return Message(self.id, self.leader, snapshot)
         request = FetchRequest(self.epoch, self.end_offset, self.last_epoch)
         return Message(self.id, self.leader, request)
 
@@ -465,8 +689,13 @@ class RaftNode:
             self._follow(response.leader, now_ms)
         self._last_heard_ms = now_ms
         self._fetch_in_flight = False
-        if response.offset != self.end_offset:
+        if response.offset != self.end_offset or self._installing is not None:
             return [self._fetch(now_ms)]  # an answer to an earlier request: ask again from here
+        if response.snapshot is not None:
+            if response.snapshot.end_offset <= self.high_watermark:
+                return [self._fetch(now_ms)]  # nothing it holds is new here
+            self._installing, self._installed = response.snapshot, bytearray()
+            return [self._fetch(now_ms)]
         if response.diverging is not None:
             self._truncate(response.diverging.end_offset)
             return [self._fetch(now_ms)]
@@ -478,3 +707,39 @@ class RaftNode:
             return [self._fetch(now_ms)]
         self._fetch_due_ms = now_ms + self.config.fetch_interval_ms
         return []
+
+    def _on_fetch_snapshot_response(
+        self, response: FetchSnapshotResponse, now_ms: int
+    ) -> list[Message]:
+        if response.epoch < self.epoch or response.leader is None or response.leader == self.id:
+            return []
+        if self.role is not Role.FOLLOWER or self.leader != response.leader:
+            self._follow(response.leader, now_ms)
+            return [self._fetch(now_ms)]
+        self._last_heard_ms = now_ms
+        wanted = self._installing
+        if wanted != response.snapshot or response.position != len(self._installed):
+            return []  # late or repeated: the request in flight (or its resend) answers
+        self._fetch_in_flight = False
+        if response.size < 0 or len(self._installed) + len(response.data) > response.size:
+            self._installing = None  # the leader has moved on: fetch, and hear its latest
+            return [self._fetch(now_ms)]
+        self._installed += response.data
+        if len(self._installed) < response.size:
+            return [self._fetch(now_ms)]
+        self._install(response.snapshot, bytes(self._installed))
+        return [self._fetch(now_ms)]
+
+    def _install(self, snapshot: SnapshotId, data: bytes) -> None:
+        """Replace the log by ``snapshot``: everything before its end is committed."""
+        require(
+            snapshot.end_offset > self.high_watermark,
+            f"node {self.id}: installing {snapshot}, not past the high watermark "
+            f"{self.high_watermark}",
+        )
+        self.storage.install_snapshot(snapshot, data)
+        self.start, self.log = snapshot, []
+        self.latest_snapshot = snapshot
+        self.high_watermark = snapshot.end_offset
+        self._snapshot_cache = (snapshot, data)
+        self._installing, self._installed = None, bytearray()

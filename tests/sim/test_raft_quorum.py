@@ -1,6 +1,6 @@
 """The controller quorum's Raft under a deterministic simulation: seeded faults (drops,
-duplicates, partitions, crashes and restarts) against the checker of
-``raft_simulation``, and the single steps that matter, by hand."""
+duplicates, partitions, crashes and restarts), with snapshots and truncated logs, against
+the checker of ``raft_simulation``, and the single steps that matter, by hand."""
 
 from __future__ import annotations
 
@@ -15,12 +15,15 @@ from eventplatform.log.cluster.raft import (
     Entry,
     FetchRequest,
     FetchResponse,
+    FetchSnapshotRequest,
+    FetchSnapshotResponse,
     MemoryStorage,
     Message,
     NotLeaderError,
     RaftConfig,
     RaftNode,
     Role,
+    SnapshotId,
     VoteRequest,
     VoteResponse,
 )
@@ -36,6 +39,10 @@ def test_seeded_faults_never_break_safety_and_the_quorum_recovers(voters: int) -
     assert sum(o.crashes for o in outcomes) > SEEDS and sum(o.partitions for o in outcomes) > SEEDS
     assert sum(o.acknowledged for o in outcomes) > SEEDS * 100
     assert all(len(o.leaders) >= 1 for o in outcomes)
+    # nearly every run snapshots and truncates (not those that commit too little), and
+    # some nodes had to catch up by snapshot
+    assert sum(o.snapshots > 0 for o in outcomes) >= SEEDS * 9 // 10
+    assert sum(o.installs for o in outcomes) > SEEDS // 4
 
 
 def test_a_seed_replays_exactly() -> None:
@@ -150,3 +157,105 @@ def test_entries_of_an_earlier_epoch_commit_only_with_one_of_the_leader_s_own() 
     for _ in range(4):
         fetches = _deliver(nodes, _deliver(nodes, fetches, 40_000, to={5}), 40_000, to={3, 4})
     assert nodes[3].log[:2] == [a, y]
+
+
+# ---------------------------------------------------------------- snapshots, by hand
+
+SNAPSHOT = SnapshotId(10, 3)
+
+
+def snapshotted(log: list[Entry], epoch: int = 4) -> MemoryStorage:
+    """A voter's storage whose log starts at SNAPSHOT with ``log`` after it."""
+    return MemoryStorage(epoch=epoch, log=log, start=SNAPSHOT, kept={SNAPSHOT: b"state@10"})
+
+
+def test_a_log_that_starts_at_a_snapshot_votes_and_answers_epochs_from_it() -> None:
+    voter = RaftNode(1, [1, 2, 3], snapshotted([]), 0)
+    assert (voter.log_start, voter.end_offset, voter.last_epoch) == (10, 10, 3)
+    assert voter.high_watermark == 10 and voter.epoch_at(10) == 3
+    behind = Message(2, 1, VoteRequest(5, 2, last_epoch=2, end_offset=40))
+    assert voter.receive(behind, 0)[0].body == VoteResponse(5, granted=False)
+    current = Message(3, 1, VoteRequest(5, 3, last_epoch=3, end_offset=10))
+    assert voter.receive(current, 0)[0].body == VoteResponse(5, granted=True)
+
+    with_entries = RaftNode(1, [1, 2, 3], snapshotted([Entry(4, b""), Entry(4, b"a")]), 0)
+    assert with_entries.end_of_epoch(3) == DivergingEpoch(3, 10)  # ends at the log start
+    assert with_entries.end_of_epoch(2) == DivergingEpoch(0, 0)  # before it: unknown here
+    assert with_entries.end_of_epoch(4) == DivergingEpoch(4, 12)
+    assert with_entries.entry(11) == Entry(4, b"a")
+
+
+def leading(storage: MemoryStorage) -> RaftNode:
+    """Node 1 of three, leading epoch 5 (its log: the snapshot, then ``storage.log``)."""
+    node = RaftNode(1, [1, 2, 3], storage, 0)
+    node.tick(5_000)
+    node.receive(Message(2, 1, VoteResponse(node.epoch, granted=True)), 5_000)
+    assert node.role is Role.LEADER
+    return node
+
+
+def test_a_leader_sends_the_snapshot_id_to_a_follower_below_its_log_start() -> None:
+    leader = leading(snapshotted([Entry(4, b"a")]))
+    epoch = leader.epoch
+    [below] = leader.receive(Message(2, 1, FetchRequest(epoch, 4, 2)), 5_001)
+    assert below.body == FetchResponse(epoch, 1, 4, high_watermark=10, snapshot=SNAPSHOT)
+    # a follower at 12 whose last epoch (2) the leader's log shows only below its start
+    [diverged] = leader.receive(Message(2, 1, FetchRequest(epoch, 12, 2)), 5_001)
+    assert isinstance(diverged.body, FetchResponse) and diverged.body.snapshot == SNAPSHOT
+    # a follower at 12 in epoch 3: the log start is where epoch 3 ends
+    [truncate] = leader.receive(Message(2, 1, FetchRequest(epoch, 12, 3)), 5_001)
+    assert isinstance(truncate.body, FetchResponse)
+    assert truncate.body.diverging == DivergingEpoch(3, 10)
+    [entries] = leader.receive(Message(2, 1, FetchRequest(epoch, 10, 3)), 5_001)
+    assert isinstance(entries.body, FetchResponse)
+    assert entries.body.entries == (Entry(4, b"a"), Entry(epoch, b""))
+    [chunk] = leader.receive(Message(2, 1, FetchSnapshotRequest(epoch, SNAPSHOT, 5)), 5_001)
+    assert chunk.body == FetchSnapshotResponse(epoch, 1, SNAPSHOT, 5, b"@10", 8)
+    gone = SnapshotId(7, 2)
+    [refused] = leader.receive(Message(2, 1, FetchSnapshotRequest(epoch, gone, 0)), 5_001)
+    assert refused.body == FetchSnapshotResponse(epoch, 1, gone, 0)  # size -1: fetch again
+
+
+def test_a_follower_installs_a_snapshot_in_chunks_and_fetches_on_from_its_end() -> None:
+    """Leader and follower exchange messages directly: the follower, with a stale log,
+    ends with the leader's snapshot and log, and what it had is gone."""
+    config = RaftConfig(snapshot_chunk_bytes=3)
+    leader = RaftNode(1, [1, 2, 3], snapshotted([Entry(4, b"a")]), 0, config=config)
+    stale = MemoryStorage(epoch=2, log=[Entry(1, b"old"), Entry(2, b"uncommitted")])
+    follower = RaftNode(2, [1, 2, 3], stale, 0, config=config)
+    messages = leader.tick(5_000)
+    messages += leader.receive(Message(3, 1, VoteResponse(leader.epoch, granted=True)), 5_000)
+    kinds = set()
+    for _ in range(30):
+        sent: list[Message] = []
+        for message in messages:
+            kinds.add(type(message.body).__name__)
+            if message.receiver == 2:
+                sent += follower.receive(message, 5_001)
+            elif message.receiver == 1:
+                sent += leader.receive(message, 5_001)
+        messages = sent
+    assert {"FetchSnapshotRequest", "FetchSnapshotResponse"} <= kinds
+    assert follower.log_start == 10 and follower.latest_snapshot == SNAPSHOT
+    assert stale.kept == {SNAPSHOT: b"state@10"} and stale.start == SNAPSHOT
+    assert follower.log == leader.log and follower.end_offset == leader.end_offset
+    assert follower.high_watermark == leader.high_watermark == leader.end_offset
+
+
+def test_a_snapshot_truncates_the_log_below_the_oldest_one_kept() -> None:
+    storage = MemoryStorage()
+    node = RaftNode(1, [1], storage, 0)
+    node.tick(5_000)
+    node.propose([b"a", b"b", b"c", b"d"])
+    assert node.high_watermark == 5
+    node.snapshot(2, b"s2")
+    assert (node.log_start, node.start) == (2, SnapshotId(2, 1))
+    node.snapshot(4, b"s4")
+    assert node.log_start == 2  # the log starts at the oldest snapshot kept
+    node.snapshot(5, b"s5")
+    assert node.log_start == 4 and storage.snapshots() == [SnapshotId(4, 1), SnapshotId(5, 1)]
+    assert node.committed() == [Entry(1, b"d")]  # offset 0 is the leader-change entry
+    again = RaftNode(1, [1], storage, 10_000)  # a restart: the snapshot is committed
+    assert again.high_watermark == 5 and again.latest_snapshot == SnapshotId(5, 1)
+    with pytest.raises(InvariantError, match="outside the committed log"):
+        again.snapshot(6, b"not committed")

@@ -21,6 +21,11 @@ every replica is in sync, see :mod:`sim_disk`), pause a node, partition the
 network; connections also reset at random. Then everything heals, and the
 run waits (bounded) for the producers to finish and the replicas to agree.
 
+Odd seeds run the controllers with snapshots every few hundred bytes of
+metadata records (:data:`SNAPSHOT_SETTINGS`), so their logs are truncated,
+and voters and brokers that were away catch up from a snapshot or the whole
+image; the checker then also holds every controller to the same image.
+
 :class:`History` is what the checker (:meth:`ClusterSim.check`) holds it
 to: no acknowledged record lost, no offset with two different records on
 two replicas, no consumer read past the high watermark or of a record the
@@ -74,6 +79,10 @@ SETTINGS = {
     "log.segment.bytes": "4096",
     "auto.create.topics.enable": "false",
 }
+SNAPSHOT_SETTINGS = {
+    "metadata.log.max.record.bytes.between.snapshots": "400",
+    "metadata.log.segment.bytes": "1024",
+}
 RETRIABLE = {
     ErrorCode.NOT_LEADER_OR_FOLLOWER,
     ErrorCode.FENCED_LEADER_EPOCH,
@@ -111,6 +120,8 @@ class History:
     leaders: dict[tuple[str, int, int], int] = field(default_factory=dict)
     quorum_leaders: dict[int, int] = field(default_factory=dict)
     faults: list[tuple[float, str]] = field(default_factory=list)
+    snapshots: int = 0
+    """Controllers that hold a snapshot at the end of the run."""
     producer_resets: int = 0
     may_repeat: set[bytes] = field(default_factory=set)
     violations: list[str] = field(default_factory=list)
@@ -159,6 +170,7 @@ class ClusterSim:
         partitions: int = 2,
         topic_configs: dict[str, str] | None = None,
         replication_factor: int = 3,
+        snapshots: bool = False,
     ) -> None:
         self.seed = seed
         self.random = random.Random(seed)
@@ -175,6 +187,7 @@ class ClusterSim:
                 BrokerConfig.from_properties(
                     {
                         **SETTINGS,
+                        **(SNAPSHOT_SETTINGS if snapshots else {}),
                         "node.id": n,
                         "process.roles": "broker,controller",
                         "controller.quorum.voters": voters,
@@ -604,6 +617,7 @@ class ClusterSim:
                         f"partition {index} offset {offset} was read as {value!r}; the log now "
                         f"holds {reference.get(offset)!r}"
                     )
+        self._check_controllers()
         where: dict[bytes, list[tuple[int, int]]] = {}
         for index, records in history.final.items():
             for offset, value in records:
@@ -625,6 +639,25 @@ class ClusterSim:
                 "\n".join([*history.violations[:20], f"faults: {faults}", *self.describe()])
             )
 
+    def _check_controllers(self) -> None:
+        """Controllers that applied the same offset hold the same image (one of them
+        may have rebuilt it from a snapshot)."""
+        images = {}
+        for node in self.nodes.values():
+            server = node.server
+            if not node.up or server is None or server.controller is None:
+                continue
+            quorum = server.controller.quorum
+            if quorum.node is not None and quorum.raft.latest_snapshot is not None:
+                self.history.snapshots += 1
+            image = server.controller.controller.image
+            known = images.setdefault(quorum.applied, (node.node_id, image))
+            if known[1] != image:
+                self.history.violation(
+                    f"controllers {known[0]} and {node.node_id} applied {quorum.applied} "
+                    f"entries into different images"
+                )
+
     def describe(self) -> list[str]:
         lines = []
         for index in range(self.partitions):
@@ -644,7 +677,7 @@ async def run_cluster(
 ) -> History:
     """One seeded run (see the module); raises SimulationError when a property breaks."""
     seed_trio_scheduler(seed)
-    sim = ClusterSim(seed, root)
+    sim = ClusterSim(seed, root, snapshots=seed % 2 == 1)
     try:
         async with sim.running() as nursery:
             await sim.create_topic()

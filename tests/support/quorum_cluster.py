@@ -9,7 +9,7 @@ from pathlib import Path
 import trio
 
 from eventplatform.log.cluster.quorum import QuorumServer
-from eventplatform.log.cluster.quorum_storage import SegmentQuorumStorage
+from eventplatform.log.cluster.quorum_storage import SEGMENT_BYTES_DEFAULT, SegmentQuorumStorage
 from eventplatform.log.cluster.raft import Entry, NotLeaderError, RaftConfig
 
 CONFIG = RaftConfig(election_timeout_ms=300, fetch_timeout_ms=900, request_timeout_ms=200)
@@ -27,7 +27,18 @@ def free_ports(count: int) -> list[int]:
 
 
 class Cluster:
-    def __init__(self, directory: Path) -> None:
+    """Three voters; with ``snapshot_bytes``, each snapshots its state that often, on a
+    metadata log of ``segment_bytes`` segments."""
+
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        snapshot_bytes: int | None = None,
+        segment_bytes: int = SEGMENT_BYTES_DEFAULT,
+    ) -> None:
+        self.snapshot_bytes = snapshot_bytes
+        self.segment_bytes = segment_bytes
         self.peers = {
             n: ("127.0.0.1", port) for n, port in zip((1, 2, 3), free_ports(3), strict=True)
         }
@@ -38,7 +49,9 @@ class Cluster:
         self.applied: dict[int, list[tuple[int, Entry]]] = {n: [] for n in self.peers}
 
     async def start(self, nursery: trio.Nursery, node: int) -> None:
-        storage = SegmentQuorumStorage(self.directory / f"voter-{node}")
+        storage = SegmentQuorumStorage(
+            self.directory / f"voter-{node}", segment_bytes=self.segment_bytes
+        )
         self.storages[node] = storage
         self.applied[node] = []
         server = QuorumServer.over_tcp(
@@ -47,6 +60,7 @@ class Cluster:
             storage,
             config=CONFIG,
             on_commit=lambda offset, entry: self.applied[node].append((offset, entry)),
+            snapshot_bytes=self.snapshot_bytes,
         )
         self.servers[node] = server
         self.created(node, server)

@@ -7,10 +7,14 @@ holds back (a partition) some, all drawn from one seeded generator.
 voters on it inside the calling ``trio.run`` (which a test gives a
 ``MockClock(autojump_threshold=0)``), with crashes and restarts (each voter
 keeps a :class:`~eventplatform.log.cluster.raft.MemoryStorage`), partitions,
-and a client proposing through whoever leads. It checks what
-``raft_simulation`` checks, on the shell's own commit callbacks: one leader
-per epoch, committed logs that agree, acknowledged proposals kept, and a
-leader and a new commit soon after the faults stop.
+and a client proposing through whoever leads. Each voter applies what it
+commits to a state of its own (a running digest of the entries) and
+snapshots it every few hundred bytes of entries (a threshold drawn per
+seed), so logs truncate and a voter that was away catches up by snapshot.
+It checks what ``raft_simulation`` checks, on the shell's own commit and
+restore callbacks: one leader per epoch, committed entries that agree,
+restored states equal to the committed log's at their offset, acknowledged
+proposals kept, and a leader and a new commit soon after the faults stop.
 
 Trio shuffles runnable tasks with a generator of its own; the run seeds it
 too, so a seed replays exactly.
@@ -18,6 +22,7 @@ too, so a seed replays exactly.
 
 from __future__ import annotations
 
+import hashlib
 import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -39,7 +44,9 @@ FAULTY_S = 20.0
 RECOVERY_S = 15.0
 CHECK_INTERVAL_S = 0.005
 PROPOSE_INTERVAL_S = 0.03
-CONFIG = RaftConfig()
+CONFIG = RaftConfig(snapshot_chunk_bytes=32)
+SNAPSHOT_BYTES = (60, 200)
+"""A voter snapshots after this many bytes of applied entries (one drawn per seed)."""
 
 
 class SimulatedSafetyError(AssertionError):
@@ -102,36 +109,90 @@ class QuorumRun:
     acknowledged: dict[bytes, int] = field(default_factory=dict)
     crashes: int = 0
     partitions: int = 0
+    digests: list[bytes] = field(default_factory=lambda: [b""])
+    """The digest of the committed log's first ``n`` entries, by ``n``."""
+    snapshots: int = 0
+    installs: int = 0
+    """States a running voter restored from a snapshot its leader sent."""
+
+
+@dataclass
+class VoterState:
+    """What one voter's applied entries built: their count and digest."""
+
+    offset: int = 0
+    digest: bytes = b""
+    started: bool = False
+
+
+def _next_digest(digest: bytes, entry: Entry) -> bytes:
+    return hashlib.sha256(digest + entry.epoch.to_bytes(8, "big") + entry.payload).digest()
 
 
 async def run_quorum(seed: int) -> QuorumRun:
     """One seeded run; raises SimulatedSafetyError when a property breaks."""
     draw = random.Random(seed)
     _seed_trio_scheduler(seed)
+    snapshot_bytes = draw.choice(SNAPSHOT_BYTES)
     network = SimulatedNetwork(draw)
     storages = {node: MemoryStorage() for node in VOTERS}
     servers: dict[int, QuorumServer] = {}
     scopes: dict[int, trio.CancelScope] = {}
     run = QuorumRun(seed)
 
-    def committed(node: int) -> Callable[[int, Entry], None]:
+    def committed(node: int, state: VoterState) -> Callable[[int, Entry], None]:
         def check(offset: int, entry: Entry) -> None:
+            if offset != state.offset:
+                raise SimulatedSafetyError(
+                    f"seed {seed}: voter {node} applied {offset} after {state.offset}"
+                )
+            state.started = True
+            state.offset, state.digest = offset + 1, _next_digest(state.digest, entry)
             if offset < len(run.committed):
                 if run.committed[offset] != entry:
                     raise SimulatedSafetyError(
                         f"seed {seed}: voter {node} committed {entry} at {offset}, "
                         f"not {run.committed[offset]}"
                     )
-            elif offset == len(run.committed):
-                run.committed.append(entry)
             else:
-                raise SimulatedSafetyError(f"seed {seed}: voter {node} skipped to {offset}")
+                run.committed.append(entry)
+                run.digests.append(state.digest)
 
         return check
 
+    def take_snapshot(state: VoterState) -> Callable[[], bytes]:
+        def take() -> bytes:
+            run.snapshots += 1
+            return f"{state.offset}:{state.digest.hex()}".encode()
+
+        return take
+
+    def restore(node: int, state: VoterState) -> Callable[[bytes], None]:
+        def restore_from(data: bytes) -> None:
+            offset, _, digest = data.decode().partition(":")
+            end = int(offset)
+            if end >= len(run.digests) or run.digests[end].hex() != digest:
+                raise SimulatedSafetyError(
+                    f"seed {seed}: voter {node} restored a state at {end} that is not the "
+                    f"committed log's"
+                )
+            run.installs += state.started
+            state.offset, state.digest, state.started = end, bytes.fromhex(digest), True
+
+        return restore_from
+
     async def start(nursery: trio.Nursery, node: int) -> None:
+        state = VoterState()
         server = QuorumServer(
-            node, VOTERS, storages[node], network, config=CONFIG, on_commit=committed(node)
+            node,
+            VOTERS,
+            storages[node],
+            network,
+            config=CONFIG,
+            on_commit=committed(node, state),
+            snapshot_bytes=snapshot_bytes,
+            take_snapshot=take_snapshot(state),
+            restore=restore(node, state),
         )
         scope = trio.CancelScope()
 

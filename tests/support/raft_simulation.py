@@ -7,11 +7,19 @@ of nodes off from the rest; a crash discards a node's memory and keeps its
 storage, and a restart builds a new node from that storage. A client
 proposes payloads to whichever node believes it leads.
 
+Each node applies its committed entries to a state of its own (a running
+digest of the entries, by offset) and, every few entries (a number drawn per
+seed), keeps that state as a snapshot, so logs are truncated, and nodes that
+crashed or were cut off catch up by snapshot. A node restarted, or sent a
+snapshot, restores its state from it and applies on from there.
+
 The checker holds, at every step:
 
 * **election safety**: at most one leader per epoch;
-* **committed logs agree**: every node's log below its high watermark is a
-  prefix of one committed log, so nothing committed is ever lost or changed;
+* **committed logs agree**: what every node's log still holds below its high
+  watermark is at the same offsets in one committed log, and each node's
+  applied state (restored from its snapshots, or not) equals that log's at
+  every offset, so nothing committed is ever lost or changed;
 * **acknowledged means committed**: a proposal acknowledged to the client
   (its leader's high watermark passed it) is in the committed log, at its
   offset, at the end of the run;
@@ -22,6 +30,7 @@ elected, and a new proposal commits, within a bounded time.
 
 from __future__ import annotations
 
+import hashlib
 import heapq
 import random
 from collections.abc import Callable
@@ -36,12 +45,16 @@ from eventplatform.log.cluster.raft import (
     RaftConfig,
     RaftNode,
     Role,
+    SnapshotId,
 )
 
 TICK_MS = 10
 PROPOSE_EVERY_MS = 25
 DELAY_MS = (1, 20)
 HEAL_WITHIN_MS = 15_000
+SNAPSHOT_EVERY = (10, 25, 60)
+"""A node snapshots its state after this many applied entries (one drawn per seed)."""
+SNAPSHOT_CHUNK_BYTES = (8, 32, 1024 * 1024)
 
 
 class SafetyError(AssertionError):
@@ -74,6 +87,24 @@ class Outcome:
     proposed: int
     crashes: int
     partitions: int
+    snapshots: int = 0
+    installs: int = 0
+    """Snapshots a running node took from its leader (not restored at a restart)."""
+
+
+def _next_digest(digest: bytes, entry: Entry) -> bytes:
+    return hashlib.sha256(digest + entry.epoch.to_bytes(8, "big") + entry.payload).digest()
+
+
+@dataclass
+class _Applied:
+    """A node's state machine: how far it applied, and the digest of what it applied."""
+
+    offset: int = 0
+    digest: bytes = b""
+    since_snapshot: int = 0
+    started: bool = False
+    """Past its first application: a snapshot restored from now on came from the leader."""
 
 
 class Simulation:
@@ -89,7 +120,11 @@ class Simulation:
         self.random = random.Random(seed)
         self.faults = faults or Faults()
         # small fetches (some seeds) let followers stop between any two entries
-        self.config = config or RaftConfig(fetch_entries_max=self.random.choice([1, 2, 3, 500]))
+        self.config = config or RaftConfig(
+            fetch_entries_max=self.random.choice([1, 2, 3, 500]),
+            snapshot_chunk_bytes=self.random.choice(SNAPSHOT_CHUNK_BYTES),
+        )
+        self.snapshot_every = self.random.choice(SNAPSHOT_EVERY)
         self.ids = list(range(1, voters + 1))
         self.storages = {node: MemoryStorage() for node in self.ids}
         self.nodes: dict[int, RaftNode | None] = {}
@@ -99,6 +134,11 @@ class Simulation:
         self.cut: set[frozenset[int]] = set()
         self.leaders: dict[int, int] = {}
         self.committed: list[Entry] = []
+        self.digests: list[bytes] = [b""]
+        """The digest of the committed log's first ``n`` entries, by ``n``."""
+        self.applied: dict[int, _Applied] = {}
+        self.snapshots = 0
+        self.installs = 0
         self.pending: dict[bytes, tuple[int, int, int]] = {}
         self.acknowledged: dict[bytes, int] = {}
         self.proposed = 0
@@ -131,6 +171,7 @@ class Simulation:
         self.nodes[node] = RaftNode(
             node, self.ids, self.storages[node], self.now_ms, config=self.config, seed=self.seed
         )
+        self.applied[node] = _Applied()
         self.at(self.random.randrange(1, TICK_MS + 1), lambda: self._tick(node))
 
     def _tick(self, node: int) -> None:
@@ -192,7 +233,9 @@ class Simulation:
             raft = self.nodes.get(node)
             if raft is None or raft.epoch != epoch or raft.role is not Role.LEADER:
                 continue
-            if raft.high_watermark > offset and raft.log[offset].payload == payload:
+            # below the log start it is in a snapshot: a leader never overwrites its own
+            held = offset < raft.log_start or raft.entry(offset).payload == payload
+            if raft.high_watermark > offset and held:
                 self.acknowledged[payload] = offset
                 del self.pending[payload]
 
@@ -230,15 +273,53 @@ class Simulation:
         for raft in self.nodes.values():
             if raft is None:
                 continue
+            self._apply(raft)
             mine = raft.committed()
-            shared = min(len(mine), len(self.committed))
-            if mine[:shared] != self.committed[:shared]:
+            theirs = self.committed[raft.log_start : raft.log_start + len(mine)]
+            if mine[: len(theirs)] != theirs:
                 raise SafetyError(
-                    f"seed {self.seed}: node {raft.id}'s committed log disagrees below "
-                    f"offset {shared} at {self.now_ms} ms"
+                    f"seed {self.seed}: node {raft.id}'s committed log disagrees between "
+                    f"offsets {raft.log_start} and {raft.high_watermark} at {self.now_ms} ms"
                 )
-            if len(mine) > len(self.committed):
-                self.committed = list(mine)
+
+    def _apply(self, raft: RaftNode) -> None:
+        """Bring ``raft``'s state up to its high watermark (from its latest snapshot when
+        that is further), checking it against the committed log's at every offset; take
+        a snapshot every ``snapshot_every`` entries."""
+        state = self.applied[raft.id]
+        snapshot = raft.latest_snapshot
+        if snapshot is not None and snapshot.end_offset > state.offset:
+            self.installs += state.started
+            self._restore(raft, state, snapshot)
+        state.started = True
+        while state.offset < raft.high_watermark:
+            entry = raft.entry(state.offset)
+            state.digest = _next_digest(state.digest, entry)
+            state.offset += 1
+            state.since_snapshot += 1
+            if state.offset > len(self.committed):
+                self.committed.append(entry)
+                self.digests.append(state.digest)
+            elif self.digests[state.offset] != state.digest:
+                raise SafetyError(
+                    f"seed {self.seed}: node {raft.id} applied another entry at "
+                    f"{state.offset - 1} than the committed one, at {self.now_ms} ms"
+                )
+        if state.since_snapshot >= self.snapshot_every:
+            raft.snapshot(state.offset, f"{state.offset}:{state.digest.hex()}".encode())
+            state.since_snapshot = 0
+            self.snapshots += 1
+
+    def _restore(self, raft: RaftNode, state: _Applied, snapshot: SnapshotId) -> None:
+        offset, _, digest = raft.read_snapshot(snapshot).decode().partition(":")
+        if int(offset) != snapshot.end_offset or snapshot.end_offset >= len(self.digests):
+            raise SafetyError(f"seed {self.seed}: node {raft.id} holds a bad {snapshot}")
+        if bytes.fromhex(digest) != self.digests[snapshot.end_offset]:
+            raise SafetyError(
+                f"seed {self.seed}: node {raft.id}'s {snapshot} is not the committed state"
+            )
+        state.offset, state.digest = snapshot.end_offset, bytes.fromhex(digest)
+        state.since_snapshot = 0
 
     def run(self, faulty_ms: int = 20_000) -> Outcome:
         """Faults for ``faulty_ms``, then a healed network: a leader and a new commit must
@@ -270,6 +351,8 @@ class Simulation:
             self.proposed,
             self.crashes,
             self.partitions,
+            self.snapshots,
+            self.installs,
         )
 
     def _has_leader(self) -> bool:

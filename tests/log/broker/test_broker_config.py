@@ -97,6 +97,11 @@ def test_log_keys_map_to_topic_configs() -> None:
         ("default.replication.factor=3", "default.replication.factor"),
         ("socket.request.max.bytes=10", "socket.request.max.bytes"),
         ("log.retention.hours=soon", "log.retention.hours"),
+        (
+            "metadata.log.max.record.bytes.between.snapshots=0",
+            "metadata.log.max.record.bytes.between.snapshots",
+        ),
+        ("metadata.log.segment.bytes=1", "metadata.log.segment.bytes"),
     ],
 )
 def test_bad_keys_and_values_name_the_key(override: str, named: str) -> None:
@@ -162,3 +167,13 @@ def test_parse_listen(listen: str, expected: tuple[str, int]) -> None:
 def test_parse_listen_refuses_what_is_not_host_and_port(listen: str) -> None:
     with pytest.raises(BrokerConfigError, match="--listen"):
         parse_listen(listen)
+
+
+def test_metadata_snapshot_settings() -> None:
+    assert BrokerConfig().metadata_log_max_record_bytes_between_snapshots == 20 * 1024 * 1024
+    config = BrokerConfig.load(
+        None,
+        ["metadata.log.max.record.bytes.between.snapshots=4096", "metadata.log.segment.bytes=2048"],
+    )
+    assert config.metadata_log_max_record_bytes_between_snapshots == 4096
+    assert config.metadata_log_segment_bytes == 2048

@@ -1,11 +1,14 @@
 """The controller on a three-voter quorum over loopback: brokers register and heartbeat,
 topics are placed round-robin, a silent broker is fenced and loses its leaderships, and
-after the active controller dies the next one has the same metadata and goes on fencing."""
+after the active controller dies the next one has the same metadata and goes on fencing;
+a voter that was away while the others snapshot and truncate their logs catches up by
+snapshot and rebuilds the same image."""
 
 from __future__ import annotations
 
 import contextlib
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
@@ -19,8 +22,8 @@ SESSION_MS = 600
 
 
 class ControlledCluster(Cluster):
-    def __init__(self, directory: Path) -> None:
-        super().__init__(directory)
+    def __init__(self, directory: Path, **options: Any) -> None:
+        super().__init__(directory, **options)
         self.controllers: dict[int, Controller] = {}
 
     def created(self, node: int, server: QuorumServer) -> None:
@@ -94,6 +97,47 @@ async def test_register_place_fence_and_fail_over(tmp_path: Path) -> None:
         assert successor.image.topics["audit"].partitions[1].leader == NO_LEADER  # 2, 3 fenced
         with trio.fail_after(ELECTION_TIMEOUT_S):
             while not cluster.images_agree():
+                await trio.sleep(0.02)
+        stop.set()
+        nursery.cancel_scope.cancel()
+    for storage in cluster.storages.values():
+        storage.close()
+
+
+async def test_a_voter_back_after_the_log_was_truncated_catches_up_by_snapshot(
+    tmp_path: Path,
+) -> None:
+    cluster = ControlledCluster(tmp_path, snapshot_bytes=1_000, segment_bytes=1_024)
+    async with trio.open_nursery() as nursery:
+        for node in cluster.peers:
+            await cluster.start(nursery, node)
+        active = await cluster.active()
+        brokers = {b: await active.register(b, "127.0.0.1", 9090 + b) for b in (1, 2, 3)}
+        stop = trio.Event()
+        nursery.start_soon(beat, cluster, brokers, stop)
+        away = next(n for n in cluster.peers if n != active.quorum.id)
+        end_when_stopped = cluster.servers[away].raft.end_offset
+        cluster.stop(away)
+        for number in range(40):  # a few kilobytes of records: snapshots, truncation
+            await active.create_topic(f"topic-{number}", 2, 3)
+        leader = active.quorum.raft
+        assert leader.latest_snapshot is not None
+        assert leader.log_start > end_when_stopped  # the log no longer holds what it needs
+        assert len(list((tmp_path / f"voter-{leader.id}").glob("*.checkpoint"))) == 2
+
+        await cluster.start(nursery, away)
+        returned = cluster.controllers[away]
+        with trio.fail_after(ELECTION_TIMEOUT_S):
+            while not cluster.images_agree():
+                await trio.sleep(0.02)
+        raft = returned.quorum.raft
+        assert raft.log_start > end_when_stopped and raft.latest_snapshot is not None
+        assert len(returned.image.topics) == 40
+        assert returned.image == active.image
+        # and it goes on applying records after the snapshot
+        await active.create_topic("after", 1, 3)
+        with trio.fail_after(ELECTION_TIMEOUT_S):
+            while "after" not in returned.image.topics:
                 await trio.sleep(0.02)
         stop.set()
         nursery.cancel_scope.cancel()

@@ -21,7 +21,10 @@ from eventplatform.log.cluster.raft import (
     Entry,
     FetchRequest,
     FetchResponse,
+    FetchSnapshotRequest,
+    FetchSnapshotResponse,
     Message,
+    SnapshotId,
     VoteRequest,
     VoteResponse,
 )
@@ -36,6 +39,10 @@ from eventplatform.log.cluster.raft import (
         FetchRequest(4, 7, 3),
         FetchResponse(4, 2, 7, (Entry(4, b"\x00\xff"), Entry(4, b"")), 6, None),
         FetchResponse(4, None, 7, diverging=DivergingEpoch(2, 5)),
+        FetchResponse(4, 2, 7, high_watermark=30, snapshot=SnapshotId(30, 3)),
+        FetchSnapshotRequest(4, SnapshotId(30, 3), 1024),
+        FetchSnapshotResponse(4, 2, SnapshotId(30, 3), 1024, b"\x00chunk\xff", 4096),
+        FetchSnapshotResponse(4, 2, SnapshotId(30, 3), 0),
     ],
 )
 def test_messages_round_trip_through_frames(body: object) -> None:
