@@ -102,6 +102,8 @@ def test_log_keys_map_to_topic_configs() -> None:
             "metadata.log.max.record.bytes.between.snapshots",
         ),
         ("metadata.log.segment.bytes=1", "metadata.log.segment.bytes"),
+        ("auto.leader.rebalance.enable=sometimes", "auto.leader.rebalance.enable"),
+        ("leader.imbalance.check.interval.seconds=0", "leader.imbalance.check.interval.seconds"),
     ],
 )
 def test_bad_keys_and_values_name_the_key(override: str, named: str) -> None:
@@ -177,3 +179,13 @@ def test_metadata_snapshot_settings() -> None:
     )
     assert config.metadata_log_max_record_bytes_between_snapshots == 4096
     assert config.metadata_log_segment_bytes == 2048
+
+
+def test_leader_rebalance_settings() -> None:
+    assert BrokerConfig().auto_leader_rebalance_enable is True
+    assert BrokerConfig().leader_imbalance_check_interval_seconds == 300
+    config = BrokerConfig.load(
+        None, ["auto.leader.rebalance.enable=false", "leader.imbalance.check.interval.seconds=5"]
+    )
+    assert config.auto_leader_rebalance_enable is False
+    assert config.leader_imbalance_check_interval_seconds == 5
