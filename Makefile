@@ -31,8 +31,12 @@ typecheck: $(STAMP)
 	for package in log projections spark_projections apps migrations; do ln -s "$(CURDIR)/$$package" $(TYPECHECK_TREE)/eventplatform/$$package; done
 	cd $(TYPECHECK_TREE) && $(abspath $(BIN))/mypy --config-file $(CURDIR)/pyproject.toml -p eventplatform
 
+# The deterministic simulations are pure CPU on a mock clock, so they run on every
+# core; the rest runs in one process, since its brokers, clusters and Spark jobs
+# would only compete for the cores.
 pytest: $(STAMP)
-	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/python -m pytest
+	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/python -m pytest --ignore=tests/sim
+	$(BIN)/python -m pytest -n auto tests/sim
 
 test: lint typecheck pytest
 
@@ -62,7 +66,7 @@ bench-collector: $(STAMP)
 sim: $(STAMP)
 	EVENTPLATFORM_SIM_SEEDS=10000 EVENTPLATFORM_TRIO_SIM_SEEDS=2000 \
 		EVENTPLATFORM_CLUSTER_SIM_SEEDS=10000 \
-		$(BIN)/python -m pytest -q -p no:cacheprovider tests/sim
+		$(BIN)/python -m pytest -q -p no:cacheprovider -n auto tests/sim
 
 bench-log-tail: $(STAMP)
 	$(BIN)/python bench/log_tail.py
