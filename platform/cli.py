@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from eventplatform.cluster_cli import controllers_option, data_dir_option
 from eventplatform.tools.arguments import (
     ACKS_CHOICES,
     BOOTSTRAP_DEFAULT,
@@ -357,19 +358,8 @@ def topics_delete(cluster: ClusterSettings, topic: str) -> None:
     metavar="SECONDS",
     help="How long --wait waits.",
 )
-@click.option(
-    "--data-dir",
-    type=click.Path(path_type=Path, file_okay=False),
-    default=Path(".eventplatform/cluster"),
-    show_default=True,
-    help="The directory of a `platform cluster up` cluster.",
-)
-@click.option(
-    "--controllers",
-    default=None,
-    metavar="ID@HOST:PORT[,...]",
-    help="The controller quorum, instead of --data-dir.",
-)
+@data_dir_option
+@controllers_option
 def topics_reassign(
     topic: str | None,
     partition: int | None,

@@ -10,12 +10,19 @@ import click
 
 from eventplatform.tools.errors import ToolError
 
-_data_dir = click.option(
+data_dir_option = click.option(
     "--data-dir",
     type=click.Path(path_type=Path, file_okay=False),
     default=Path(".eventplatform/cluster"),
     show_default=True,
-    help="The cluster's directory: each node's data and log, and the cluster's ports.",
+    help="The directory of a `platform cluster up` cluster: each node's data and log, "
+    "and the cluster's ports.",
+)
+controllers_option = click.option(
+    "--controllers",
+    default=None,
+    metavar="ID@HOST:PORT[,...]",
+    help="The controller quorum, instead of --data-dir.",
 )
 
 
@@ -26,7 +33,7 @@ def cluster() -> None:
 
 @cluster.command("up")
 @click.option("--brokers", type=click.IntRange(1, 9), default=3, show_default=True)
-@_data_dir
+@data_dir_option
 @click.option(
     "--override",
     "-o",
@@ -69,7 +76,7 @@ def cluster_up(brokers: int, data_dir: Path, overrides: tuple[str, ...], detach:
 
 
 @cluster.command("down")
-@_data_dir
+@data_dir_option
 def cluster_down(data_dir: Path) -> None:
     """Stop the nodes a detached `cluster up` started."""
     from eventplatform.log.cluster.local import LocalCluster
@@ -79,13 +86,8 @@ def cluster_down(data_dir: Path) -> None:
 
 
 @cluster.command("status")
-@_data_dir
-@click.option(
-    "--controllers",
-    default=None,
-    metavar="ID@HOST:PORT[,...]",
-    help="The controller quorum, instead of --data-dir.",
-)
+@data_dir_option
+@controllers_option
 @click.option("--json", "as_json", is_flag=True, help="Print the controller's answer as JSON.")
 def cluster_status(data_dir: Path, controllers: str | None, as_json: bool) -> None:
     """Controllers, brokers, partition leaders and ISRs, and under-replicated partitions."""

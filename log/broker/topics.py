@@ -109,11 +109,9 @@ class TopicRegistry:
                 )
                 held = entry.get("hosted")
                 for index in range(int(entry["partitions"])):
-                    if held is None or index in held:
-                        partition = registry._open_partition(name, index, topic.log_config)
-                        topic.partitions.append(partition)
-                    else:
-                        topic.partitions.append(None)
+                    topic.partitions.append(
+                        registry._open_if_held(name, index, topic.log_config, held)
+                    )
                 registry.topics[name] = topic
         except BaseException:
             registry.close()
@@ -124,6 +122,14 @@ class TopicRegistry:
     def _open_partition(self, topic: str, index: int, config: LogConfig) -> Partition:
         directory = self.data_dir / f"{topic}-{index}"
         return Partition.open(topic, index, directory, config, self.clock_ms)
+
+    def _open_if_held(
+        self, topic: str, index: int, config: LogConfig, hosted: Collection[int] | None
+    ) -> Partition | None:
+        """The partition opened when this broker holds it (``hosted`` None: every one)."""
+        if hosted is None or index in hosted:
+            return self._open_partition(topic, index, config)
+        return None
 
     def _remove_orphans(self) -> None:
         for entry in self.data_dir.iterdir():
@@ -223,10 +229,7 @@ class TopicRegistry:
         self.topics[name] = topic
         try:
             for index in range(partitions):
-                if hosted is None or index in hosted:
-                    topic.partitions.append(self._open_partition(name, index, log_config))
-                else:
-                    topic.partitions.append(None)
+                topic.partitions.append(self._open_if_held(name, index, log_config, hosted))
         except BaseException:
             self.topics.pop(name)
             for partition in topic.partitions:
@@ -287,10 +290,7 @@ class TopicRegistry:
         (None: all of them)."""
         topic = self.check_partition_count(name, count)
         for index in range(len(topic.partitions), count):
-            if hosted is None or index in hosted:
-                topic.partitions.append(self._open_partition(name, index, topic.log_config))
-            else:
-                topic.partitions.append(None)
+            topic.partitions.append(self._open_if_held(name, index, topic.log_config, hosted))
         self._save()
 
     def check_configs(self, name: str, configs: Mapping[str, str]) -> LogConfig:

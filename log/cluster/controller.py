@@ -80,6 +80,7 @@ from eventplatform.log.cluster.metadata import (
     encode_image,
     fence_changes,
     image_document,
+    is_internal_topic,
     place_replicas,
     reassignment_completions,
     reassignments,
@@ -454,7 +455,7 @@ class Controller:
         state = self.image.topics.get(topic)
         if state is None or not 0 <= partition < len(state.partitions):
             raise RpcError(UNKNOWN_TOPIC, f"no partition {topic}/{partition}")
-        if topic.startswith("__"):
+        if is_internal_topic(topic):
             raise RpcError(INVALID_REASSIGNMENT, f"the internal topic {topic} cannot be moved")
 
     # ------------------------------------------------------------ requests over the network

@@ -58,6 +58,13 @@ from typing import Any
 import orjson
 
 NO_LEADER = -1
+INTERNAL_TOPIC_PREFIX = "__"
+
+
+def is_internal_topic(name: str) -> bool:
+    """Whether ``name`` is one of the cluster's own topics (``__consumer_offsets``): every
+    broker holds all of its partitions, and its replicas are not moved."""
+    return name.startswith(INTERNAL_TOPIC_PREFIX)
 
 
 class MetadataError(Exception):
@@ -175,11 +182,14 @@ def encode(record: MetadataRecord) -> bytes:
 
 
 def decode(payload: bytes) -> MetadataRecord:
+    return decode_document(_load_json(payload, "a metadata record"))
+
+
+def _load_json(payload: bytes, what: str) -> Any:
     try:
-        document = orjson.loads(payload)
+        return orjson.loads(payload)
     except orjson.JSONDecodeError as exc:
-        raise MetadataError(f"not a metadata record: {payload[:80]!r}") from exc
-    return decode_document(document)
+        raise MetadataError(f"not {what}: {payload[:80]!r}") from exc
 
 
 def decode_document(document: Any) -> MetadataRecord:
@@ -358,11 +368,7 @@ def image_document(image: MetadataImage) -> dict[str, Any]:
 
 def decode_image(payload: bytes) -> MetadataImage:
     """The image :func:`encode_image` wrote; raises MetadataError for anything else."""
-    try:
-        document = orjson.loads(payload)
-    except orjson.JSONDecodeError as exc:
-        raise MetadataError(f"not a metadata image: {payload[:80]!r}") from exc
-    return image_from_document(document)
+    return image_from_document(_load_json(payload, "a metadata image"))
 
 
 def image_from_document(document: Any) -> MetadataImage:

@@ -37,7 +37,12 @@ import trio
 
 from eventplatform.log.broker.partition import NO_LEADER, Partition, ReplicaSettings
 from eventplatform.log.broker.topics import Topic, TopicError
-from eventplatform.log.cluster.metadata import MetadataImage, PartitionState, TopicState
+from eventplatform.log.cluster.metadata import (
+    MetadataImage,
+    PartitionState,
+    TopicState,
+    is_internal_topic,
+)
 from eventplatform.log.cluster.peer import PeerConnection, PeerError
 from eventplatform.log.cluster.rpc import RpcError
 from eventplatform.log.protocol import ErrorCode
@@ -132,7 +137,7 @@ class ReplicaManager:
                     name,
                     len(state.partitions),
                     state.configs,
-                    internal=name.startswith("__"),
+                    internal=is_internal_topic(name),
                     topic_id=wanted_id,
                     hosted=self._held(name, state.partitions),
                 )
@@ -156,11 +161,10 @@ class ReplicaManager:
     def _held(self, name: str, partitions: list[PartitionState]) -> set[int]:
         """The partitions of topic ``name`` this broker holds: those it is a replica of,
         and every one of an internal topic (its group coordinators read them all)."""
-        return {
-            number
-            for number, state in enumerate(partitions)
-            if name.startswith("__") or self.node_id in state.replicas
-        }
+        return {number for number, state in enumerate(partitions) if self._holds(name, state)}
+
+    def _holds(self, name: str, state: PartitionState) -> bool:
+        return is_internal_topic(name) or self.node_id in state.replicas
 
     def _delete_topic(self, name: str) -> None:
         topic = self.broker.topics.get(name)
@@ -173,9 +177,8 @@ class ReplicaManager:
             self.broker.groups.topic_deleted(name)
 
     def _reconcile(self, topic: Topic, number: int, state: PartitionState) -> None:
-        internal = topic.name.startswith("__")
         partition = topic.partitions[number]
-        if self.node_id not in state.replicas and not internal:
+        if not self._holds(topic.name, state):
             if partition is not None:
                 log.info("%s-%d: no longer a replica; deleting it", topic.name, number)
                 self._stop_fetching(partition)
