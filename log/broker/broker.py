@@ -3,7 +3,9 @@
 ``Broker.open`` loads the data directory (recovering every partition) and
 ``Broker.close`` shuts every log down cleanly and writes the broker's own
 clean-shutdown marker. ``run_background`` is the one task that owns the
-periodic work: flushing, retention and compaction, producer-id expiry.
+periodic work: retention and compaction, producer-id expiry. ``run_flusher``
+fsyncs the logs whose ``flush.ms`` has passed, in a worker thread, so that a
+slow fsync never stalls the event loop's produce and fetch requests.
 
 Everything here runs on the broker's trio thread; handlers receive the
 ``Broker`` through their ``RequestContext``.
@@ -28,7 +30,7 @@ from eventplatform.log.cluster.network import TCP, Network
 from eventplatform.log.protocol import ErrorCode
 from eventplatform.log.storage import Cleaner
 from eventplatform.log.storage.files import CLEAN_SHUTDOWN_FILE, write_atomically
-from eventplatform.log.storage.partition_log import wall_clock_ms
+from eventplatform.log.storage.partition_log import run_flush_jobs, wall_clock_ms
 
 if TYPE_CHECKING:
     from eventplatform.log.cluster.node import BrokerMember
@@ -39,6 +41,7 @@ log = logging.getLogger("eventplatform.broker")
 PRODUCER_ID_BLOCK = 1000
 PRODUCER_IDS_FILE = "producer_ids"
 FLUSH_INTERVAL_S = 1.0
+FLUSH_CHECK_INTERVAL_S = 0.1
 PRODUCER_EXPIRY_INTERVAL_S = 600.0
 _INT64 = struct.Struct(">q")
 
@@ -170,15 +173,39 @@ class Broker:
             return
         self.topics.set_configs(name, configs)
 
+    flush_off_thread = True
+    """fsync in a worker thread; the deterministic simulations, whose fsync is
+    instant and whose clock is trio's mock clock, run it inline instead."""
+
+    async def run_flusher(self) -> None:
+        """Every 100 ms, fsync the logs whose ``flush.ms`` has passed, off the event loop."""
+        while True:
+            await trio.sleep(FLUSH_CHECK_INTERVAL_S)
+            await self.flush_due_logs()
+
+    async def flush_due_logs(self) -> None:
+        jobs = []
+        for partition in list(self.topics.partitions()):
+            partition.log.background_flush = True
+            if not partition.log.closed and (job := partition.log.start_flush()) is not None:
+                jobs.append((partition.log, job))
+        if not jobs:
+            return
+        if self.flush_off_thread:
+            await trio.to_thread.run_sync(run_flush_jobs, [job for _, job in jobs])
+        else:
+            run_flush_jobs([job for _, job in jobs])
+        for partition_log, job in jobs:
+            partition_log.finish_flush(job)
+
     async def run_background(self) -> None:
-        """Flush due logs every second; run retention and compaction on their interval."""
+        """Delete expired files every second; run retention and compaction on their interval."""
         retention_interval_s = self.config.log_retention_check_interval_ms / 1000
         next_retention = trio.current_time() + retention_interval_s
         next_expiry = trio.current_time() + PRODUCER_EXPIRY_INTERVAL_S
         while True:
             await trio.sleep(FLUSH_INTERVAL_S)
             for partition in list(self.topics.partitions()):
-                partition.log.flush_if_due()
                 partition.log.delete_expired_files()
             now = trio.current_time()
             if now >= next_retention:

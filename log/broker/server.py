@@ -90,6 +90,7 @@ class BrokerServer:
 
     async def _start_services(self, nursery: trio.Nursery, broker: Broker) -> None:
         nursery.start_soon(broker.run_background)
+        nursery.start_soon(broker.run_flusher)
         if self.config.clustered:
             if "controller" in self.config.process_roles:
                 self.controller = ControllerNode(self.config, self.network)

@@ -73,6 +73,11 @@ class _MappedIndex:
         if self._map is not None:
             self._map.flush()
 
+    @property
+    def descriptor(self) -> int:
+        """The index file's descriptor: an fsync of it also writes back the mapped pages."""
+        return self._descriptor
+
     def close(self) -> None:
         if self._descriptor < 0:
             return

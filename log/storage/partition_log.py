@@ -76,8 +76,43 @@ class TimestampOffset(NamedTuple):
     timestamp: int
 
 
+class FlushJob(NamedTuple):
+    """A periodic fsync prepared by :meth:`PartitionLog.start_flush` for another thread.
+
+    ``descriptors`` are duplicates of the files' descriptors, so the fsync stays
+    safe while the owner rolls, deletes or closes segments meanwhile; the job
+    covers the log up to ``end_offset``, appended before it was made.
+    """
+
+    end_offset: int
+    truncations: int
+    descriptors: tuple[int, ...]
+
+
+def run_flush_jobs(jobs: list[FlushJob]) -> None:
+    """fsync every file of the jobs and close the duplicated descriptors (any thread)."""
+    error: OSError | None = None
+    for job in jobs:
+        for descriptor in job.descriptors:
+            try:
+                if error is None:
+                    os.fsync(descriptor)
+            except OSError as exc:
+                error = exc
+            finally:
+                os.close(descriptor)
+    if error is not None:
+        raise error
+
+
 class PartitionLog:
     """See the module docstring. Create with :meth:`open`."""
+
+    background_flush = False
+    """When set, a positive ``flush.ms`` is left to :meth:`start_flush` and
+    :meth:`finish_flush`, whose fsync runs off the append path (the broker's
+    flusher thread), as Kafka's log flusher does. ``flush.messages`` and
+    ``flush.ms=0`` still fsync on the append itself."""
 
     def __init__(self, directory: Path, config: LogConfig, clock_ms: Callable[[], int]) -> None:
         self.directory = directory
@@ -97,6 +132,7 @@ class PartitionLog:
                 segment.seal()  # recovery leaves rebuilt indexes preallocated
         self._active.make_active()
         self._last_flush_ms = self._last_checkpoint_ms = clock_ms()
+        self._truncations = 0
         self._pending_deletes: list[tuple[int, Segment]] = []
         self._closed = False
         self.write_checkpoint()
@@ -136,6 +172,10 @@ class PartitionLog:
     @property
     def size_bytes(self) -> int:
         return sum(segment.size_bytes for segment in self.segments)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
     def _check_open(self) -> None:
         if self._closed:
@@ -261,10 +301,39 @@ class PartitionLog:
     def _maybe_flush(self, now_ms: int) -> None:
         messages = self.config.flush_messages
         unflushed = self.log_end_offset - self.recovery_point
+        interval_ms = self.config.flush_interval_ms
         if (messages is not None and unflushed >= messages) or (
-            now_ms - self._last_flush_ms >= self.config.flush_interval_ms
+            now_ms - self._last_flush_ms >= interval_ms
+            and (interval_ms == 0 or not self.background_flush)
         ):
             self.flush()
+
+    def start_flush(self) -> FlushJob | None:
+        """The periodic fsync, if ``flush.ms`` has passed, prepared for another thread.
+
+        Run the job with :func:`run_flush_jobs`, then hand it to :meth:`finish_flush`
+        on the owner's thread. None when the fsync is not due or nothing is unflushed.
+        """
+        self._check_open()
+        now_ms = self.clock_ms()
+        if now_ms - self._last_flush_ms < self.config.flush_interval_ms:
+            return None
+        self._last_flush_ms = now_ms
+        if self.recovery_point >= self.log_end_offset:
+            return None
+        descriptors: list[int] = []
+        for segment in self.segments.from_offset(self.recovery_point):
+            descriptors += (os.dup(descriptor) for descriptor in segment.descriptors())
+        return FlushJob(self.log_end_offset, self._truncations, tuple(descriptors))
+
+    def finish_flush(self, job: FlushJob) -> None:
+        """Advance the recovery point to what ``job`` made durable (unless truncated since)."""
+        if self._closed or job.truncations != self._truncations:
+            return
+        if job.end_offset > self.recovery_point:
+            self.recovery_point = job.end_offset
+            if self.clock_ms() - self._last_checkpoint_ms >= self.config.flush_interval_ms:
+                self.write_checkpoint()
 
     def flush_if_due(self) -> None:
         """Run the periodic fsync if ``flush.ms`` (or the default interval) has passed."""
@@ -403,6 +472,7 @@ class PartitionLog:
         self._active = holder
         self.recovery_point = min(self.recovery_point, self.log_end_offset)
         self.cleaner_offset = min(self.cleaner_offset, self.log_end_offset)
+        self._truncations += 1
         self.write_checkpoint()
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
@@ -417,6 +487,7 @@ class PartitionLog:
         self.segments.add(segment)
         self._active = segment
         self.log_start_offset = self.recovery_point = self.cleaner_offset = offset
+        self._truncations += 1
         self.write_checkpoint()
 
     def advance_log_start_offset(self, offset: int) -> None:

@@ -151,6 +151,10 @@ class Segment:
         self.offset_index.flush()
         self.time_index.flush()
 
+    def descriptors(self) -> tuple[int, int, int]:
+        """The open files an fsync of this segment covers: the log and both indexes."""
+        return self.descriptor, self.offset_index.descriptor, self.time_index.descriptor
+
     def seal(self) -> None:
         """Stop being the active segment: record the final max timestamp and trim the indexes."""
         if self.max_timestamp != NO_TIMESTAMP and not self.time_index.is_full:

@@ -16,6 +16,7 @@ from eventplatform.log.storage import (
     RecordTooLargeError,
 )
 from eventplatform.log.storage.files import CLEAN_SHUTDOWN_FILE
+from eventplatform.log.storage.partition_log import run_flush_jobs
 from eventplatform.log.storage.record_batch import decode_record_set, encode_batch, parse_header
 
 
@@ -211,6 +212,64 @@ def test_flush_ms_triggers_a_periodic_flush(tmp_path: Path, clock, make_batch) -
     assert log.recovery_point == 0
     clock.advance(1000)
     log.flush_if_due()
+    assert log.recovery_point == 3
+
+
+def test_a_background_flush_leaves_the_append_path_alone(tmp_path: Path, clock, make_batch) -> None:
+    log = PartitionLog.open(tmp_path, LogConfig(flush_ms=1000), clock_ms=clock)
+    log.background_flush = True
+    log.append(make_batch(3))
+    clock.advance(1000)
+    log.append(make_batch(3))
+    assert log.recovery_point == 0, "the append fsynced although a flusher owns flush.ms"
+    job = log.start_flush()
+    assert job is not None and job.end_offset == 6
+    assert log.start_flush() is None, "a second job before the interval passed again"
+    log.append(make_batch(2))
+    run_flush_jobs([job])
+    log.finish_flush(job)
+    assert log.recovery_point == 6, "the job covers only what was appended before it"
+
+
+def test_a_background_flush_survives_a_roll_and_a_deleted_segment(
+    tmp_path: Path, clock, make_batch
+) -> None:
+    log = PartitionLog.open(tmp_path, LogConfig(flush_ms=1000, segment_bytes=400), clock_ms=clock)
+    log.background_flush = True
+    for _ in range(6):
+        log.append(make_batch(3))
+    clock.advance(1000)
+    job = log.start_flush()
+    assert job is not None and len(job.descriptors) >= 6, "each segment gives three files"
+    log.roll()
+    log.advance_log_start_offset(log.log_end_offset)
+    log.delete_segments(list(log.segments)[:-1])
+    log.delete_expired_files(force=True)
+    run_flush_jobs([job])
+    log.finish_flush(job)
+    assert log.recovery_point == 18
+
+
+def test_a_truncation_during_a_background_flush_keeps_the_recovery_point(
+    tmp_path: Path, clock, make_batch
+) -> None:
+    log = PartitionLog.open(tmp_path, LogConfig(flush_ms=1000), clock_ms=clock)
+    log.background_flush = True
+    log.append(make_batch(5))
+    clock.advance(1000)
+    job = log.start_flush()
+    assert job is not None
+    log.truncate_to(2)
+    log.append(make_batch(5))
+    run_flush_jobs([job])
+    log.finish_flush(job)
+    assert log.recovery_point == 0, "offsets rewritten after the job started were claimed durable"
+
+
+def test_flush_ms_zero_still_fsyncs_each_append(tmp_path: Path, clock, make_batch) -> None:
+    log = PartitionLog.open(tmp_path, LogConfig(flush_ms=0), clock_ms=clock)
+    log.background_flush = True
+    log.append(make_batch(3))
     assert log.recovery_point == 3
 
 
