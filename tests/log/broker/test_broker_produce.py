@@ -492,3 +492,47 @@ async def test_batches_keep_their_compression_on_disk(
     start = first.size_bytes
     assert segment[start + CRC_START : start + stored.size_bytes] == sent[CRC_START:]
     assert stored.crc == parse_header(sent).crc
+
+
+async def test_a_slow_fsync_does_not_stall_produce_requests(
+    tmp_path: Path, wire: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The periodic flush (``flush.ms``) runs in a worker thread: while a disk takes seconds
+    to fsync, produce requests are still answered at once, and the recovery point moves
+    only when the fsync has returned."""
+    import os
+    import threading
+
+    from eventplatform.log.storage import LogConfig
+
+    real_fsync = os.fsync
+    started, release = threading.Event(), threading.Event()
+
+    def slow_fsync(descriptor: int) -> None:
+        started.set()
+        release.wait(2)
+        real_fsync(descriptor)
+
+    config = wire.broker_config(tmp_path, log_defaults=LogConfig(flush_ms=100))
+    async with wire.open_broker(tmp_path, config) as running:
+        client = await running.connect()
+        assert (await client.produce(TOPIC, wire.batch([b"a"])))["error_code"] == 0
+        partition = running.broker.topics.partition(TOPIC, 0)
+        monkeypatch.setattr(os, "fsync", slow_fsync)
+        with trio.fail_after(5):
+            while not started.is_set():
+                await trio.sleep(0.01)
+        try:
+            answered = []
+            for value in (b"b", b"c", b"d"):
+                began = trio.current_time()
+                answer = await client.produce(TOPIC, wire.batch([value]))
+                answered.append(trio.current_time() - began)
+                assert answer["error_code"] == 0
+            assert max(answered) < 0.5, f"produce waited for the fsync: {answered}"
+            assert partition.log.recovery_point == 0, "claimed durable before the fsync returned"
+        finally:
+            release.set()
+        with trio.fail_after(5):
+            while partition.log.recovery_point < 4:
+                await trio.sleep(0.02)
