@@ -7,6 +7,12 @@ in order). Responses go through a bounded channel to the writer task, which
 sends them in that same order; at most ``max.in.flight.requests.per.connection``
 answered-but-unsent responses wait, after which the reader stops reading.
 
+A handler may answer with a :class:`~eventplatform.log.broker.context.Deferred`
+body (an acks=all produce waiting for its replicas, its batches appended
+already): the writer waits for it in its turn, while the reader goes on with
+the requests behind it, so a connection's acks=all produces replicate
+together instead of one round trip after another.
+
 Record data in a response is a ``FileRegion`` with its own duplicate file
 descriptor; the writer sends it with ``os.sendfile`` and closes the
 descriptor, so a segment deleted meanwhile is still read correctly.
@@ -28,7 +34,7 @@ from typing import Any
 import trio
 
 from eventplatform.log.broker.broker import Broker
-from eventplatform.log.broker.context import Handler, RequestContext
+from eventplatform.log.broker.context import Deferred, Handler, RequestContext
 from eventplatform.log.broker.dispatcher import known_api, unsupported_version_response
 from eventplatform.log.broker.regions import OwnedRegion
 from eventplatform.log.protocol import (
@@ -48,6 +54,25 @@ RECEIVE_BYTES = 256 * 1024
 RECEIVE_BYTES_MAX = 4 * 1024 * 1024
 SEND_TIMEOUT_S = 30.0
 _connection_ids = itertools.count(1)
+
+
+class _Pending:
+    """A deferred response in the writer's queue, encoded once its body is ready."""
+
+    __slots__ = ("api", "correlation_id", "deferred", "version")
+
+    def __init__(self, api: Any, version: int, correlation_id: int, deferred: Deferred) -> None:
+        self.api = api
+        self.version = version
+        self.correlation_id = correlation_id
+        self.deferred = deferred
+
+    async def chunks(self) -> list[Chunk]:
+        body = await self.deferred.body()
+        return encode_response(self.api, self.version, self.correlation_id, body)
+
+
+Response = list[Chunk] | _Pending
 
 
 class FrameTooLargeError(ProtocolError):
@@ -117,7 +142,7 @@ class Connection:
 
     async def run(self) -> None:
         config = self.broker.config
-        send, receive = trio.open_memory_channel[list[Chunk]](
+        send, receive = trio.open_memory_channel[Response](
             config.max_in_flight_requests_per_connection
         )
         try:
@@ -140,7 +165,7 @@ class Connection:
             with trio.CancelScope(shield=True), trio.move_on_after(1):
                 await self.stream.aclose()
 
-    async def _read_requests(self, send: trio.MemorySendChannel[list[Chunk]]) -> None:
+    async def _read_requests(self, send: trio.MemorySendChannel[Response]) -> None:
         reader = FrameReader(self.stream, self.broker.config.socket_request_max_bytes)
         idle_timeout_s = self.broker.config.connections_max_idle_ms / 1000
         while not self._stopping:
@@ -158,7 +183,7 @@ class Connection:
             if response is not None:
                 await send.send(response)
 
-    async def _answer(self, frame: bytearray) -> list[Chunk] | None:
+    async def _answer(self, frame: bytearray) -> Response | None:
         header, position = decode_request_header(frame)
         api = known_api(header.api_key)
         if api is None:
@@ -171,6 +196,8 @@ class Connection:
         body = await handler.handle(context, request)
         if body is None:
             return None
+        if isinstance(body, Deferred):
+            return _Pending(api, header.api_version, header.correlation_id, body)
         return encode_response(api, header.api_version, header.correlation_id, body)
 
     def _unsupported(self, api_key: int, version: int, correlation_id: int) -> list[Chunk]:
@@ -189,9 +216,10 @@ class Connection:
             raise ProtocolError(f"{api.name} v{version} is not served and has no error field")
         return encode_response(api, version, correlation_id, error_body)
 
-    async def _write_responses(self, receive: trio.MemoryReceiveChannel[list[Chunk]]) -> None:
+    async def _write_responses(self, receive: trio.MemoryReceiveChannel[Response]) -> None:
         try:
-            async for chunks in receive:
+            async for response in receive:
+                chunks = await response.chunks() if isinstance(response, _Pending) else response
                 try:
                     with trio.fail_after(SEND_TIMEOUT_S):
                         await self._send(chunks)
@@ -248,7 +276,9 @@ class Connection:
         await trio.lowlevel.checkpoint()
 
 
-def _close_regions(chunks: list[Chunk]) -> None:
+def _close_regions(chunks: Response) -> None:
+    if isinstance(chunks, _Pending):
+        return
     for chunk in chunks:
         if isinstance(chunk, OwnedRegion):
             chunk.close()

@@ -26,15 +26,24 @@ class RequestContext:
         return self.header.api_version
 
 
-HandleFunction = Callable[[RequestContext, Body], Awaitable[Body | None]]
+@dataclass(frozen=True, slots=True)
+class Deferred:
+    """A response whose body is ready only later: an acks=all produce, appended already,
+    that waits for its replicas. The connection reads and runs the requests behind it
+    meanwhile, and sends the responses in request order all the same."""
+
+    body: Callable[[], Awaitable[Body]]
+
+
+HandleFunction = Callable[[RequestContext, Body], Awaitable[Body | Deferred | None]]
 
 
 @dataclass(frozen=True, slots=True)
 class Handler:
     """One API as the broker serves it: its table, the versions it accepts, its function.
 
-    ``handle`` returns the response body, or None when no response is sent
-    (Produce with acks=0).
+    ``handle`` returns the response body, a :class:`Deferred` one, or None when no
+    response is sent (Produce with acks=0).
     """
 
     api: Api

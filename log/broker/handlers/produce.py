@@ -18,15 +18,18 @@ NOT_ENOUGH_REPLICAS while the ISR is smaller than ``min.insync.replicas``,
 and is answered once the whole ISR has the batch (the high watermark passed
 it), or with REQUEST_TIMED_OUT after ``timeout_ms``, or with
 NOT_LEADER_OR_FOLLOWER when leadership moved meanwhile; a standalone broker
-is the whole ISR. Only the leader appends (NOT_LEADER_OR_FOLLOWER). Unknown
-topics are created when auto-creation is on.
+is the whole ISR. That wait is a :class:`Deferred` response: the batches are
+appended before the next request on the connection is read, and the
+connection goes on reading while the replicas catch up. Only the leader
+appends (NOT_LEADER_OR_FOLLOWER). Unknown topics are created when
+auto-creation is on.
 """
 
 from __future__ import annotations
 
 import trio
 
-from eventplatform.log.broker.context import Body, RequestContext
+from eventplatform.log.broker.context import Body, Deferred, RequestContext
 from eventplatform.log.broker.partition import ACKS_ALL, Partition, ProduceResult
 from eventplatform.log.protocol import ErrorCode
 from eventplatform.log.protocol.apis import PRODUCE
@@ -38,7 +41,7 @@ FIRST_RECORD_BATCH_VERSION = 3
 ACKS = (0, 1, -1)
 
 
-async def handle(context: RequestContext, request: Body) -> Body | None:
+async def handle(context: RequestContext, request: Body) -> Body | Deferred | None:
     acks = request["acks"]
     if context.version < FIRST_RECORD_BATCH_VERSION:
         error = ProduceResult(ErrorCode.UNSUPPORTED_VERSION, message="produce v3+ is required")
@@ -52,18 +55,31 @@ async def handle(context: RequestContext, request: Body) -> Body | None:
         )
         responses = _answer_all(request, error)
     else:
-        responses = await _append_all(context, request)
+        responses, waits = await _append_all(context, request)
+        if waits:
+            deadline = trio.current_time() + max(request["timeout_ms"], 0) / 1000
+
+            async def replicated() -> Body:
+                await _wait_replicated(waits, deadline)
+                return {"responses": responses}
+
+            return Deferred(replicated)
     await trio.lowlevel.checkpoint()
     if acks == 0:
         return None
     return {"responses": responses}
 
 
-async def _append_all(context: RequestContext, request: Body) -> list[Body]:
+Wait = tuple[Body, Partition, int, int]
+
+
+async def _append_all(context: RequestContext, request: Body) -> tuple[list[Body], list[Wait]]:
+    """Append every partition's batch; the responses, and the acks=all appends still to
+    replicate (each response entry with its partition, last offset and leader epoch)."""
     broker = context.broker
     acks = request["acks"]
     responses = []
-    waits: list[tuple[Body, Partition, int, int]] = []
+    waits: list[Wait] = []
     for topic_data in request["topic_data"]:
         name = topic_data["name"]
         topic = broker.topics.get(name) or await broker.auto_create_topic(name)
@@ -89,15 +105,12 @@ async def _append_all(context: RequestContext, request: Body) -> list[Body]:
                     continue
             partitions.append(_partition_response(index, result))
         responses.append({"name": name, "partition_responses": partitions})
-    if waits:
-        await _wait_replicated(waits, request["timeout_ms"])
-    return responses
+    return responses, waits
 
 
-async def _wait_replicated(waits: list[tuple[Body, Partition, int, int]], timeout_ms: int) -> None:
+async def _wait_replicated(waits: list[Wait], deadline: float) -> None:
     """Wait for the ISR to have each acks=all append, all against one deadline; a partition
     whose append did not replicate in time answers with the error instead."""
-    deadline = trio.current_time() + max(timeout_ms, 0) / 1000
     for entry, partition, last_offset, epoch in waits:
         error = await partition.wait_replicated(last_offset, epoch, deadline)
         if error != ErrorCode.NONE:

@@ -536,3 +536,38 @@ async def test_a_slow_fsync_does_not_stall_produce_requests(
         with trio.fail_after(5):
             while partition.log.recovery_point < 4:
                 await trio.sleep(0.02)
+
+
+async def test_acks_all_produces_on_one_connection_wait_for_their_replicas_together(
+    tmp_path: Path, wire: Any
+) -> None:
+    """An acks=all produce is appended before the next request on its connection is read,
+    and the connection reads on while it waits for the replicas: the requests behind it
+    are appended meanwhile, and the answers still come back in request order."""
+    from eventplatform.log.broker.partition import ReplicaSettings
+
+    settings = ReplicaSettings(replica_lag_time_max_ms=60_000, min_insync_replicas=2)
+    async with wire.open_broker(tmp_path) as running:
+        client = await running.connect()
+        assert (await client.produce(TOPIC, wire.batch([b"seed"]), acks=1))["error_code"] == 0
+        partition = running.broker.topics.partition(TOPIC, 0)
+        partition.join_cluster(1)
+        partition.become_leader(0, 0, (1, 2), (1, 2), settings, 0)
+        sent = []
+        for value in (b"a", b"b", b"c"):
+            body = wire.produce_body(TOPIC, {0: wire.batch([value])}, acks=-1)
+            sent.append(await client.send(PRODUCE, 8, body))
+        with trio.fail_after(5):
+            while partition.log.log_end_offset < 4:
+                await trio.sleep(0.01)
+        with trio.move_on_after(0.3):
+            await client.receive()
+            raise AssertionError("an acks=all produce was answered before the ISR had it")
+        partition.on_replica_fetch(2, partition.log.log_end_offset, 0)
+        with trio.fail_after(5):
+            answers = [await client.receive() for _ in sent]
+        assert [correlation for correlation, _ in answers] == sent
+        offsets = [
+            body["responses"][0]["partition_responses"][0]["base_offset"] for _, body in answers
+        ]
+        assert offsets == [1, 2, 3]
