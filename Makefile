@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PACKAGES := platform log projections spark_projections apps
 
-.PHONY: demo test lint typecheck pytest venv bench-storage bench-broker bench-projections bench-replay bench-collector bench-log-tail bench-replication sim clean
+.PHONY: demo test lint typecheck pytest venv bench-storage bench-broker bench-projections bench-replay bench-collector bench-log-tail bench-replication bench bench-quick sim clean
 
 venv: $(STAMP)
 
@@ -54,6 +54,15 @@ $(BENCH_STAMP): $(STAMP)
 
 bench-projections: $(BENCH_STAMP)
 	$(BIN)/python bench/projections.py
+
+# The suite against peers and this machine's limits: make bench rewrites the generated
+# section of docs/benchmarks.md and docs/benchmarks.json (at most 30 minutes); make
+# bench-quick is the smoke run (under 3 minutes) that CI runs, its report under build/.
+bench: $(BENCH_STAMP)
+	$(BIN)/python bench/suite.py --markdown docs/benchmarks.md --json docs/benchmarks.json
+
+bench-quick: $(BENCH_STAMP)
+	$(BIN)/python bench/suite.py --quick --markdown build/bench-quick/benchmarks.md --json build/bench-quick/benchmarks.json
 
 bench-replay: $(STAMP)
 	$(BIN)/python bench/replay.py --phases --rebuild-repeat 3

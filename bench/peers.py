@@ -1,0 +1,1057 @@
+"""The systems the suite compares, and their client workers.
+
+Each system is a server (started here in a scratch folder, or the machine's
+own for RabbitMQ) and four client workers, each run in its own ``spawn``
+process: ``produce`` and ``consume`` for throughput, ``latency_produce`` and
+``latency_consume`` for end-to-end latency at a fixed rate.
+
+Every system stores the same thing: N independent ordered logs ("streams"),
+one per producer process, each a one-partition topic, a Redis stream key, a
+JetStream stream or a RabbitMQ stream. Producer process i appends to stream
+i and consumer process i reads stream i from its start.
+
+The workers take plain, picklable arguments: an ``endpoint`` dict (host,
+port and the few settings the system's client needs), the stream name, and
+the sizes. A throughput worker sends one warm-up record, waits on the shared
+barrier, then returns the monotonic time when it finished; the caller times
+from the barrier's release. A consumer reads ``count + 1`` records (the
+warm-up record included).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from harness import Deadline
+
+STEP_TIMEOUT_S = 300.0
+START_TIMEOUT_S = 60.0
+LATENCY_WARMUP_S = 1.0
+STOP = b"stop"
+PRIME = b"prime"
+PRIME_INTERVAL_S = 0.02
+HOST = "127.0.0.1"
+REDIS_PIPELINE = 1_000
+"""XADD commands per pipeline round trip."""
+REDIS_READ_COUNT = 5_000
+NATS_PENDING_MAX = 4_000
+"""Async publishes in flight per NATS producer (nats-py's default window)."""
+NATS_FETCH = 1_000
+RABBIT_BATCH = 1_000
+RABBIT_UNCONFIRMED_MAX = 50_000
+KAFKA_FLUSH_MS = 1_000
+"""Our broker fsyncs each partition every second, as Redis's appendfsync everysec does."""
+
+
+# ---------------------------------------------------------------- process facts
+
+
+def cpu_seconds(pids: Sequence[int]) -> float:
+    """User + system CPU seconds of the processes so far (children reaped included)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])
+    return total / ticks
+
+
+def resident_bytes(pids: Sequence[int]) -> int:
+    total = 0
+    for pid in pids:
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+        except OSError:
+            continue
+        for line in status.splitlines():
+            if line.startswith("VmRSS:"):
+                total += int(line.split()[1]) * 1024
+    return total
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind((HOST, 0))
+        return int(probe.getsockname()[1])
+
+
+def wait_for_port(port: int, process: subprocess.Popen[bytes] | None, what: str) -> None:
+    import socket
+
+    deadline = Deadline(START_TIMEOUT_S)
+    while not deadline.passed():
+        if process is not None and process.poll() is not None:
+            raise SystemExit(f"{what} exited with {process.returncode} while starting")
+        try:
+            with socket.create_connection((HOST, port), timeout=1):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise SystemExit(f"{what} did not listen on {HOST}:{port} within {START_TIMEOUT_S:.0f} s")
+
+
+def stop_process(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(60)
+
+
+# ---------------------------------------------------------------- systems
+
+
+@dataclass
+class System:
+    """A server under test: how to start it, its streams, and facts for the report."""
+
+    name: str
+    label: str
+    durability: str
+    client: str
+    endpoint: dict[str, Any] = field(default_factory=dict)
+    processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    def start(self, scratch: Path) -> None:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        for process in self.processes:
+            stop_process(process)
+
+    def pids(self) -> list[int]:
+        return [process.pid for process in self.processes]
+
+    def create(self, streams: Sequence[str]) -> None:
+        raise NotImplementedError
+
+    def delete(self, streams: Sequence[str]) -> None:
+        raise NotImplementedError
+
+    def version(self) -> str:
+        return ""
+
+
+class OurBroker(System):
+    """``platform serve``: one broker (RF=1, acks=1) or a 3-node cluster (RF=3, acks=all)."""
+
+    def __init__(self, nodes: int) -> None:
+        replicated = nodes > 1
+        super().__init__(
+            name="eventplatform-rf3" if replicated else "eventplatform",
+            label=(
+                "eventplatform, 3 nodes, RF=3, acks=all"
+                if replicated
+                else "eventplatform, 1 node, RF=1, acks=1"
+            ),
+            durability=(
+                f"page cache, fsync every {KAFKA_FLUSH_MS} ms (flush.ms); acknowledged once "
+                "2 of 3 replicas have it (min.insync.replicas=2)"
+                if replicated
+                else f"page cache, fsync every {KAFKA_FLUSH_MS} ms (flush.ms); acknowledged "
+                "once in the leader's page cache"
+            ),
+            client=(
+                "confluent-kafka (librdkafka): linger.ms=5, batch.size=1 MB, no compression; "
+                "consumer fetches of up to 64 MB"
+            ),
+        )
+        self.nodes = nodes
+        self.cluster: Any = None
+
+    def start(self, scratch: Path) -> None:
+        settings = [f"log.flush.interval.ms={KAFKA_FLUSH_MS}", "group.initial.rebalance.delay.ms=0"]
+        if self.nodes == 1:
+            port = free_port()
+            command = [
+                str(Path(sys.executable).with_name("platform")),
+                "serve",
+                "--data-dir",
+                str(scratch / self.name),
+                "--listen",
+                f"{HOST}:{port}",
+            ]
+            for setting in settings:
+                command += ["--override", setting]
+            log = (scratch / f"{self.name}.log").open("wb")
+            self.processes = [subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)]
+            wait_for_port(port, self.processes[0], self.label)
+            self.endpoint = {"bootstrap": f"{HOST}:{port}", "acks": 1}
+            return
+        from eventplatform.log.cluster.local import LocalCluster
+        from eventplatform.log.cluster.status import wait_healthy
+
+        self.cluster = LocalCluster.create(scratch / self.name, self.nodes, settings)
+        self.cluster.start()
+        if not wait_healthy(self.cluster, START_TIMEOUT_S):
+            raise SystemExit("the 3-node cluster did not become healthy")
+        self.processes = [node.process for node in self.cluster.nodes.values()]
+        self.endpoint = {"bootstrap": self.cluster.bootstrap, "acks": -1}
+
+    def stop(self) -> None:
+        if self.cluster is not None:
+            self.cluster.stop()
+        else:
+            super().stop()
+
+    def create(self, streams: Sequence[str]) -> None:
+        from confluent_kafka.admin import AdminClient, NewTopic
+
+        admin = AdminClient({"bootstrap.servers": self.endpoint["bootstrap"]})
+        configs = {"min.insync.replicas": "2"} if self.nodes > 1 else {}
+        replication = min(3, self.nodes)
+        topics = [NewTopic(name, 1, replication, config=configs) for name in streams]
+        for future in admin.create_topics(topics, operation_timeout=30).values():
+            future.result(timeout=60)
+
+    def delete(self, streams: Sequence[str]) -> None:
+        from confluent_kafka.admin import AdminClient
+
+        admin = AdminClient({"bootstrap.servers": self.endpoint["bootstrap"]})
+        for future in admin.delete_topics(list(streams), operation_timeout=30).values():
+            future.result(timeout=60)
+
+    def version(self) -> str:
+        import confluent_kafka
+
+        client, library = confluent_kafka.version()[0], confluent_kafka.libversion()[0]
+        return f"confluent-kafka {client}, librdkafka {library}"
+
+
+class RedisStreams(System):
+    """A redis-server of its own, with the append-only file on and fsynced every second."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            name="redis",
+            label="Redis Streams",
+            durability="append-only file, appendfsync everysec; acknowledged once in memory",
+            client=(
+                f"redis-py with hiredis: XADD in pipelines of {REDIS_PIPELINE}; XREADGROUP "
+                f"COUNT {REDIS_READ_COUNT} with NOACK"
+            ),
+        )
+
+    def start(self, scratch: Path) -> None:
+        folder = scratch / "redis"
+        folder.mkdir(parents=True, exist_ok=True)
+        port = free_port()
+        command = [
+            "redis-server",
+            "--bind", HOST,
+            "--port", str(port),
+            "--dir", str(folder),
+            "--appendonly", "yes",
+            "--appendfsync", "everysec",
+            "--save", "",
+            "--logfile", str(folder / "redis.log"),
+        ]  # fmt: skip
+        self.processes = [subprocess.Popen(command, stdout=subprocess.DEVNULL)]
+        wait_for_port(port, self.processes[0], self.label)
+        self.endpoint = {"host": HOST, "port": port}
+
+    def _client(self) -> Any:
+        import redis
+
+        return redis.Redis(host=HOST, port=self.endpoint["port"])
+
+    def create(self, streams: Sequence[str]) -> None:
+        client = self._client()
+        for name in streams:
+            client.xgroup_create(name, "bench", id="0", mkstream=True)
+
+    def delete(self, streams: Sequence[str]) -> None:
+        self._client().delete(*streams)
+
+    def version(self) -> str:
+        import redis
+
+        server = self._client().info("server")["redis_version"]
+        return f"redis-server {server}, redis-py {redis.__version__}"
+
+
+class NatsJetStream(System):
+    """A nats-server of its own with JetStream on file storage."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            name="nats",
+            label="NATS JetStream",
+            durability=(
+                "file storage; acknowledged once written to the page cache, fsynced every "
+                "2 minutes (the server's default sync interval)"
+            ),
+            client=(
+                f"nats-py: async publish with up to {NATS_PENDING_MAX} acknowledgements "
+                f"pending; pull consumer, fetches of {NATS_FETCH}, AckNone"
+            ),
+        )
+
+    def start(self, scratch: Path) -> None:
+        folder = scratch / "nats"
+        folder.mkdir(parents=True, exist_ok=True)
+        port = free_port()
+        command = ["nats-server", "-a", HOST, "-p", str(port), "-js", "-sd", str(folder)]
+        log = (scratch / "nats.log").open("wb")
+        self.processes = [subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)]
+        wait_for_port(port, self.processes[0], self.label)
+        self.endpoint = {"url": f"nats://{HOST}:{port}"}
+
+    def _run(self, work: Callable[[Any], Any]) -> Any:
+        import nats
+
+        async def session() -> Any:
+            connection = await nats.connect(self.endpoint["url"])
+            try:
+                return await work(connection.jetstream())
+            finally:
+                await connection.close()
+
+        return asyncio.run(session())
+
+    def create(self, streams: Sequence[str]) -> None:
+        from nats.js.api import StorageType
+
+        async def work(js: Any) -> None:
+            for name in streams:
+                await js.add_stream(name=name, subjects=[name], storage=StorageType.FILE)
+
+        self._run(work)
+
+    def delete(self, streams: Sequence[str]) -> None:
+        async def work(js: Any) -> None:
+            for name in streams:
+                await js.delete_stream(name)
+
+        self._run(work)
+
+    def version(self) -> str:
+        import importlib.metadata
+
+        server = subprocess.run(["nats-server", "--version"], capture_output=True, text=True)
+        return f"{server.stdout.strip()}, nats-py {importlib.metadata.version('nats-py')}"
+
+
+class RabbitStreams(System):
+    """The machine's RabbitMQ, through its stream plugin's own protocol (port 5552)."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            name="rabbitmq",
+            label="RabbitMQ Streams",
+            durability=(
+                "stream segments written to the page cache, no fsync of its own; "
+                "acknowledged (publish confirm) once written"
+            ),
+            client=(
+                f"rstream: send_batch of {RABBIT_BATCH} with publish confirms, at most "
+                f"{RABBIT_UNCONFIRMED_MAX} unconfirmed; consumer from the first offset"
+            ),
+        )
+        self.endpoint = {"host": HOST, "port": 5552}
+
+    def start(self, scratch: Path) -> None:
+        wait_for_port(self.endpoint["port"], None, "RabbitMQ's stream plugin")
+        self.processes = []
+
+    def stop(self) -> None:
+        pass
+
+    def pids(self) -> list[int]:
+        found = subprocess.run(["pgrep", "-f", "beam.smp.*rabbit"], capture_output=True, text=True)
+        return [int(pid) for pid in found.stdout.split()]
+
+    def _run(self, work: Callable[[Any], Any]) -> Any:
+        from rstream import Producer
+
+        async def session() -> Any:
+            async with Producer(
+                HOST, self.endpoint["port"], username="guest", password="guest"
+            ) as producer:
+                return await work(producer)
+
+        return asyncio.run(session())
+
+    def create(self, streams: Sequence[str]) -> None:
+        async def work(producer: Any) -> None:
+            for name in streams:
+                await producer.delete_stream(name, missing_ok=True)
+                await producer.create_stream(name)
+
+        self._run(work)
+
+    def delete(self, streams: Sequence[str]) -> None:
+        async def work(producer: Any) -> None:
+            for name in streams:
+                await producer.delete_stream(name, missing_ok=True)
+
+        self._run(work)
+
+    def version(self) -> str:
+        import importlib.metadata
+
+        server = subprocess.run(
+            ["rabbitmqctl", "version"], capture_output=True, text=True, timeout=60
+        ).stdout.strip()
+        return f"rabbitmq-server {server}, rstream {importlib.metadata.version('rstream')}"
+
+
+def all_systems() -> list[System]:
+    return [OurBroker(1), OurBroker(3), RedisStreams(), NatsJetStream(), RabbitStreams()]
+
+
+def rabbit_stream_available() -> str | None:
+    """None when RabbitMQ's stream port answers; otherwise why not."""
+    import socket
+
+    try:
+        with socket.create_connection((HOST, 5552), timeout=2):
+            return None
+    except OSError as exc:
+        return (
+            f"RabbitMQ's stream port {HOST}:5552 does not answer ({exc}); "
+            "enable it with `rabbitmq-plugins enable rabbitmq_stream`"
+        )
+
+
+# ---------------------------------------------------------------- throughput workers
+
+
+def kafka_produce(
+    endpoint: dict[str, Any], stream: str, value_bytes: int, count: int, barrier: Any
+) -> tuple[float, float]:
+    from confluent_kafka import Producer
+
+    producer = Producer(
+        {
+            "bootstrap.servers": endpoint["bootstrap"],
+            "acks": endpoint["acks"],
+            "linger.ms": 5,
+            "batch.size": 1_000_000,
+            "queue.buffering.max.messages": 1_000_000,
+            "queue.buffering.max.kbytes": 1_048_576,
+        }
+    )
+    failures: list[Any] = []
+
+    def delivered(error: Any, _message: Any) -> None:
+        if error is not None:
+            failures.append(error)
+
+    producer.produce(stream, b"warm-up", on_delivery=delivered)
+    producer.flush(STEP_TIMEOUT_S)
+    value = b"x" * value_bytes
+    barrier.wait(START_TIMEOUT_S)
+    started = time.monotonic()
+    deadline = Deadline(STEP_TIMEOUT_S)
+    for _ in range(count):
+        while True:
+            try:
+                producer.produce(stream, value, on_delivery=delivered)
+                break
+            except BufferError:
+                producer.poll(0.001)
+                if deadline.passed():
+                    raise SystemExit("produce ran out of time") from None
+    if producer.flush(STEP_TIMEOUT_S) != 0 or failures:
+        raise SystemExit(f"produce failed: {failures[:3]}")
+    return started, time.monotonic()
+
+
+def kafka_consume(
+    endpoint: dict[str, Any], stream: str, count: int, barrier: Any
+) -> tuple[float, float]:
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": endpoint["bootstrap"],
+            "group.id": f"bench-{stream}",
+            "enable.auto.commit": False,
+            "fetch.max.bytes": 64 * 1024 * 1024,
+            "max.partition.fetch.bytes": 16 * 1024 * 1024,
+            "queued.max.messages.kbytes": 1024 * 1024,
+        }
+    )
+    barrier.wait(START_TIMEOUT_S)
+    consumer.assign([TopicPartition(stream, 0, 0)])
+    received, first, batch = 0, 0.0, []
+    deadline = Deadline(STEP_TIMEOUT_S)
+    while received <= count and not deadline.passed():
+        # Never ask for more than remain: consume() waits its timeout for a full batch.
+        # Counted per batch, as the other clients count; the position checks it below.
+        batch = consumer.consume(min(10_000, count + 1 - received), 1.0)
+        if batch:
+            first = first or time.monotonic()
+            received += len(batch)
+    finished = time.monotonic()
+    errors = [message.error() for message in batch if message.error() is not None]
+    position = consumer.position([TopicPartition(stream, 0)])[0].offset
+    consumer.close()
+    if received <= count or position != count + 1 or errors:
+        raise SystemExit(
+            f"consumed {received} of {count + 1} records, position {position}: {errors[:3]}"
+        )
+    return first, finished
+
+
+def redis_produce(
+    endpoint: dict[str, Any], stream: str, value_bytes: int, count: int, barrier: Any
+) -> tuple[float, float]:
+    import redis
+
+    client = redis.Redis(host=endpoint["host"], port=endpoint["port"])
+    client.xadd(stream, {"v": b"warm-up"})
+    value = b"x" * value_bytes
+    barrier.wait(START_TIMEOUT_S)
+    started = time.monotonic()
+    deadline = Deadline(STEP_TIMEOUT_S)
+    sent = 0
+    while sent < count and not deadline.passed():
+        pipeline = client.pipeline(transaction=False)
+        for _ in range(min(REDIS_PIPELINE, count - sent)):
+            pipeline.xadd(stream, {"v": value})
+        sent += len(pipeline.execute())
+    if sent < count:
+        raise SystemExit(f"produced {sent} of {count} records")
+    return started, time.monotonic()
+
+
+def redis_consume(
+    endpoint: dict[str, Any], stream: str, count: int, barrier: Any
+) -> tuple[float, float]:
+    import redis
+
+    client = redis.Redis(host=endpoint["host"], port=endpoint["port"])
+    client.ping()
+    barrier.wait(START_TIMEOUT_S)
+    received, first = 0, 0.0
+    deadline = Deadline(STEP_TIMEOUT_S)
+    while received <= count and not deadline.passed():
+        answer = client.xreadgroup(
+            "bench", "reader", {stream: ">"}, count=REDIS_READ_COUNT, block=1000, noack=True
+        )
+        for _name, entries in answer:
+            first = first or time.monotonic()
+            received += len(entries)
+    if received <= count:
+        raise SystemExit(f"consumed {received} of {count + 1} records")
+    return first, time.monotonic()
+
+
+def nats_produce(
+    endpoint: dict[str, Any], stream: str, value_bytes: int, count: int, barrier: Any
+) -> tuple[float, float]:
+    import nats
+
+    async def run() -> tuple[float, float]:
+        connection = await nats.connect(endpoint["url"])
+        js = connection.jetstream(publish_async_max_pending=NATS_PENDING_MAX)
+        await js.publish(stream, b"warm-up")
+        value = b"x" * value_bytes
+        barrier.wait(START_TIMEOUT_S)
+        started = time.monotonic()
+        deadline = Deadline(STEP_TIMEOUT_S)
+        futures = []
+        for index in range(count):
+            futures.append(await js.publish_async(stream, value))
+            if index % 10_000 == 0 and deadline.passed():
+                raise SystemExit("produce ran out of time")
+        await asyncio.wait_for(js.publish_async_completed(), STEP_TIMEOUT_S)
+        finished = time.monotonic()
+        failed = [future for future in futures if future.exception() is not None]
+        await connection.close()
+        if failed:
+            raise SystemExit(f"{len(failed)} publishes failed: {failed[0].exception()}")
+        return started, finished
+
+    return asyncio.run(run())
+
+
+def nats_consume(
+    endpoint: dict[str, Any], stream: str, count: int, barrier: Any
+) -> tuple[float, float]:
+    import nats
+    from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+
+    async def run() -> tuple[float, float]:
+        connection = await nats.connect(endpoint["url"])
+        js = connection.jetstream()
+        config = ConsumerConfig(ack_policy=AckPolicy.NONE, deliver_policy=DeliverPolicy.ALL)
+        subscription = await js.pull_subscribe(
+            stream, durable="bench", stream=stream, config=config
+        )
+        barrier.wait(START_TIMEOUT_S)
+        received, first = 0, 0.0
+        deadline = Deadline(STEP_TIMEOUT_S)
+        while received <= count and not deadline.passed():
+            try:
+                wanted = min(NATS_FETCH, count + 1 - received)
+                received += len(await subscription.fetch(wanted, timeout=1.0))
+                first = first or time.monotonic()
+            except nats.errors.TimeoutError:
+                continue
+        finished = time.monotonic()
+        await connection.close()
+        if received <= count:
+            raise SystemExit(f"consumed {received} of {count + 1} records")
+        return first, finished
+
+    return asyncio.run(run())
+
+
+def rabbit_produce(
+    endpoint: dict[str, Any], stream: str, value_bytes: int, count: int, barrier: Any
+) -> tuple[float, float]:
+    from rstream import Producer
+
+    async def run() -> tuple[float, float]:
+        confirmed = 0
+        failed = 0
+
+        def on_confirm(status: Any) -> None:
+            nonlocal confirmed, failed
+            confirmed += 1
+            if not status.is_confirmed:
+                failed += 1
+
+        async with Producer(
+            endpoint["host"], endpoint["port"], username="guest", password="guest"
+        ) as producer:
+            await producer.send_wait(stream, b"warm-up")
+            value = b"x" * value_bytes
+            barrier.wait(START_TIMEOUT_S)
+            started = time.monotonic()
+            deadline = Deadline(STEP_TIMEOUT_S)
+            sent = 0
+            while sent < count and not deadline.passed():
+                while sent - confirmed > RABBIT_UNCONFIRMED_MAX and not deadline.passed():
+                    await asyncio.sleep(0.001)
+                batch = [value] * min(RABBIT_BATCH, count - sent)
+                await producer.send_batch(stream, batch, on_publish_confirm=on_confirm)
+                sent += len(batch)
+            while confirmed < sent and not deadline.passed():
+                await asyncio.sleep(0.001)
+            finished = time.monotonic()
+        if confirmed < count or failed:
+            raise SystemExit(f"{confirmed} of {count} confirmed, {failed} failed")
+        return started, finished
+
+    return asyncio.run(run())
+
+
+def rabbit_consume(
+    endpoint: dict[str, Any], stream: str, count: int, barrier: Any
+) -> tuple[float, float]:
+    from rstream import Consumer, ConsumerOffsetSpecification, OffsetType
+
+    async def run() -> tuple[float, float]:
+        received, first = 0, 0.0
+        done = asyncio.Event()
+
+        async def on_message(_message: Any, _context: Any) -> None:
+            nonlocal received, first
+            first = first or time.monotonic()
+            received += 1
+            if received > count:
+                done.set()
+
+        consumer = Consumer(endpoint["host"], endpoint["port"], username="guest", password="guest")
+        await consumer.start()
+        barrier.wait(START_TIMEOUT_S)
+        await consumer.subscribe(
+            stream,
+            on_message,
+            offset_specification=ConsumerOffsetSpecification(OffsetType.FIRST, None),
+            initial_credit=32,
+        )
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(done.wait(), STEP_TIMEOUT_S)
+        finished = time.monotonic()
+        await consumer.close()
+        if received <= count:
+            raise SystemExit(f"consumed {received} of {count + 1} records")
+        return first, finished
+
+    return asyncio.run(run())
+
+
+# ---------------------------------------------------------------- latency workers
+#
+# The producer sends record i at start + i / rate and stamps that *intended* time in
+# the record's first 8 bytes (wall-clock nanoseconds). When it falls behind it sends
+# at once what is due, so a stall of the server or the client shows up in the
+# latency of every record it delayed (no coordinated omission). The consumer
+# subtracts the stamp from the time it received the record.
+
+
+class Schedule:
+    """Intended send times at a constant rate, and the records due by now."""
+
+    def __init__(self, rate: int, seconds: float, value_bytes: int) -> None:
+        self.interval_ns = int(1e9 / rate)
+        self.total = int(rate * seconds)
+        self.padding = b"x" * (value_bytes - 8)
+        self.started_ns = time.time_ns()
+        self.sent = 0
+
+    def due(self) -> list[bytes]:
+        """Block until at least one record is due; return every record due by now."""
+        while True:
+            now_ns = time.time_ns()
+            next_ns = self.started_ns + self.sent * self.interval_ns
+            if now_ns >= next_ns:
+                break
+            time.sleep(min((next_ns - now_ns) / 1e9, 0.01))
+        count = min(
+            self.total - self.sent, (now_ns - self.started_ns) // self.interval_ns + 1 - self.sent
+        )
+        values = [
+            (self.started_ns + (self.sent + k) * self.interval_ns).to_bytes(8, "big") + self.padding
+            for k in range(count)
+        ]
+        self.sent += count
+        return values
+
+    async def due_async(self) -> list[bytes]:
+        now_ns = time.time_ns()
+        next_ns = self.started_ns + self.sent * self.interval_ns
+        if now_ns < next_ns:
+            await asyncio.sleep((next_ns - now_ns) / 1e9)
+        return self.due()
+
+    @property
+    def finished(self) -> bool:
+        return self.sent >= self.total
+
+
+class Latencies:
+    """Receive-time minus intended-send-time, for records sent after the warm-up.
+
+    Before the timed records, the producer sends priming records until the
+    consumer has received one, so both are connected when the schedule starts.
+    """
+
+    def __init__(self, primed: Any) -> None:
+        self.values_us: list[float] = []
+        self.warm_until_ns: int | None = None
+        self.primed = primed
+
+    def record(self, value: bytes) -> bool:
+        """Account one received value; False once it is the stop marker."""
+        now_ns = time.time_ns()
+        if value == STOP:
+            return False
+        if value == PRIME:
+            self.primed.set()
+            return True
+        sent_ns = int.from_bytes(value[:8], "big")
+        if self.warm_until_ns is None:
+            self.warm_until_ns = sent_ns + int(LATENCY_WARMUP_S * 1e9)
+        if sent_ns >= self.warm_until_ns:
+            self.values_us.append((now_ns - sent_ns) / 1000)
+        return True
+
+
+def prime(send: Callable[[bytes], Any], primed: Any) -> None:
+    """Send priming records until the consumer has seen one."""
+    deadline = Deadline(START_TIMEOUT_S)
+    while not primed.wait(PRIME_INTERVAL_S):
+        send(PRIME)
+        if deadline.passed():
+            raise SystemExit("the latency consumer never received a priming record")
+
+
+async def prime_async(send: Callable[[bytes], Any], primed: Any) -> None:
+    deadline = Deadline(START_TIMEOUT_S)
+    while not primed.is_set():
+        await send(PRIME)
+        await asyncio.sleep(PRIME_INTERVAL_S)
+        if deadline.passed():
+            raise SystemExit("the latency consumer never received a priming record")
+
+
+def kafka_latency_produce(endpoint: dict[str, Any], stream: str, plan: Any, primed: Any) -> int:
+    from confluent_kafka import Producer
+
+    producer = Producer(
+        {"bootstrap.servers": endpoint["bootstrap"], "acks": endpoint["acks"], "linger.ms": 1}
+    )
+
+    def send(value: bytes) -> None:
+        producer.produce(stream, value)
+        producer.poll(0)
+
+    prime(send, primed)
+    schedule = Schedule(*plan)
+    while not schedule.finished:
+        for value in schedule.due():
+            producer.produce(stream, value)
+        producer.poll(0)
+    producer.produce(stream, STOP)
+    producer.flush(STEP_TIMEOUT_S)
+    return schedule.sent
+
+
+def kafka_latency_consume(
+    endpoint: dict[str, Any], stream: str, latencies: Latencies, ready: Any, deadline: Deadline
+) -> None:
+    from confluent_kafka import OFFSET_END, Consumer, TopicPartition
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": endpoint["bootstrap"],
+            "group.id": f"bench-{stream}",
+            "enable.auto.commit": False,
+            "fetch.wait.max.ms": 100,
+        }
+    )
+    consumer.assign([TopicPartition(stream, 0, OFFSET_END)])
+    consumer.consume(1, 1.0)
+    ready.set()
+    running = True
+    while running and not deadline.passed():
+        message = consumer.poll(0.1)
+        if message is not None and message.error() is None:
+            running = latencies.record(message.value())
+    consumer.close()
+
+
+def redis_latency_produce(endpoint: dict[str, Any], stream: str, plan: Any, primed: Any) -> int:
+    import redis
+
+    client = redis.Redis(host=endpoint["host"], port=endpoint["port"])
+    prime(lambda value: client.xadd(stream, {"v": value}), primed)
+    schedule = Schedule(*plan)
+    while not schedule.finished:
+        pipeline = client.pipeline(transaction=False)
+        for value in schedule.due():
+            pipeline.xadd(stream, {"v": value})
+        pipeline.execute()
+    client.xadd(stream, {"v": STOP})
+    return schedule.sent
+
+
+def redis_latency_consume(
+    endpoint: dict[str, Any], stream: str, latencies: Latencies, ready: Any, deadline: Deadline
+) -> None:
+    import redis
+
+    client = redis.Redis(host=endpoint["host"], port=endpoint["port"])
+    last = client.xinfo_stream(stream)["last-generated-id"]
+    ready.set()
+    running = True
+    while running and not deadline.passed():
+        for _name, entries in client.xread({stream: last}, count=1000, block=100) or []:
+            for entry_id, fields in entries:
+                last = entry_id
+                if not latencies.record(fields[b"v"]):
+                    running = False
+
+
+def nats_latency_produce(endpoint: dict[str, Any], stream: str, plan: Any, primed: Any) -> int:
+    import nats
+
+    async def run() -> int:
+        connection = await nats.connect(endpoint["url"])
+        js = connection.jetstream(publish_async_max_pending=NATS_PENDING_MAX)
+        await prime_async(lambda value: js.publish(stream, value), primed)
+        schedule = Schedule(*plan)
+        while not schedule.finished:
+            for value in await schedule.due_async():
+                await js.publish_async(stream, value)
+        await js.publish(stream, STOP)
+        await asyncio.wait_for(js.publish_async_completed(), STEP_TIMEOUT_S)
+        await connection.close()
+        return schedule.sent
+
+    return asyncio.run(run())
+
+
+def nats_latency_consume(
+    endpoint: dict[str, Any], stream: str, latencies: Latencies, ready: Any, deadline: Deadline
+) -> None:
+    import nats
+    from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+
+    async def run() -> None:
+        connection = await nats.connect(endpoint["url"])
+        js = connection.jetstream()
+        config = ConsumerConfig(ack_policy=AckPolicy.NONE, deliver_policy=DeliverPolicy.NEW)
+        subscription = await js.pull_subscribe(
+            stream, durable="latency", stream=stream, config=config
+        )
+        ready.set()
+        running = True
+        while running and not deadline.passed():
+            try:
+                messages = await subscription.fetch(NATS_FETCH, timeout=0.1)
+            except nats.errors.TimeoutError:
+                continue
+            for message in messages:
+                if not latencies.record(message.data):
+                    running = False
+        await connection.close()
+
+    asyncio.run(run())
+
+
+def rabbit_latency_produce(endpoint: dict[str, Any], stream: str, plan: Any, primed: Any) -> int:
+    from rstream import Producer
+
+    async def run() -> int:
+        async with Producer(
+            endpoint["host"], endpoint["port"], username="guest", password="guest"
+        ) as producer:
+            await prime_async(lambda value: producer.send_wait(stream, value), primed)
+            schedule = Schedule(*plan)
+            while not schedule.finished:
+                await producer.send_batch(stream, await schedule.due_async())
+            await producer.send_wait(stream, STOP)
+            return schedule.sent
+
+    return asyncio.run(run())
+
+
+def rabbit_latency_consume(
+    endpoint: dict[str, Any], stream: str, latencies: Latencies, ready: Any, deadline: Deadline
+) -> None:
+    from rstream import Consumer, ConsumerOffsetSpecification, OffsetType
+
+    async def run() -> None:
+        done = asyncio.Event()
+
+        async def on_message(message: Any, _context: Any) -> None:
+            if not latencies.record(bytes(message)):
+                done.set()
+
+        consumer = Consumer(endpoint["host"], endpoint["port"], username="guest", password="guest")
+        await consumer.start()
+        await consumer.subscribe(
+            stream,
+            on_message,
+            offset_specification=ConsumerOffsetSpecification(OffsetType.NEXT, None),
+            initial_credit=32,
+        )
+        ready.set()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(done.wait(), max(1.0, deadline.expires - time.monotonic()))
+        await consumer.close()
+
+    asyncio.run(run())
+
+
+WORKERS: dict[str, dict[str, Callable[..., Any]]] = {
+    "kafka": {
+        "produce": kafka_produce,
+        "consume": kafka_consume,
+        "latency_produce": kafka_latency_produce,
+        "latency_consume": kafka_latency_consume,
+    },
+    "redis": {
+        "produce": redis_produce,
+        "consume": redis_consume,
+        "latency_produce": redis_latency_produce,
+        "latency_consume": redis_latency_consume,
+    },
+    "nats": {
+        "produce": nats_produce,
+        "consume": nats_consume,
+        "latency_produce": nats_latency_produce,
+        "latency_consume": nats_latency_consume,
+    },
+    "rabbitmq": {
+        "produce": rabbit_produce,
+        "consume": rabbit_consume,
+        "latency_produce": rabbit_latency_produce,
+        "latency_consume": rabbit_latency_consume,
+    },
+}
+
+
+def client_family(system: str) -> str:
+    return "kafka" if system.startswith("eventplatform") else system
+
+
+# ---------------------------------------------------------------- running workers in processes
+
+
+def throughput_worker(
+    system: str,
+    role: str,
+    endpoint: dict[str, Any],
+    stream: str,
+    value_bytes: int,
+    count: int,
+    barrier: Any,
+    results: Any,
+) -> None:
+    """One producer or consumer process: puts (stream, finish time or error) on ``results``."""
+    try:
+        worker = WORKERS[client_family(system)][role]
+        if role == "produce":
+            finished = worker(endpoint, stream, value_bytes, count, barrier)
+        else:
+            finished = worker(endpoint, stream, count, barrier)
+        results.put((stream, finished, None))
+    except BaseException as exc:  # reported to the parent, which fails the step
+        barrier.abort()
+        results.put((stream, None, f"{type(exc).__name__}: {exc}"))
+
+
+def latency_producer_process(
+    system: str,
+    endpoint: dict[str, Any],
+    stream: str,
+    rate: int,
+    seconds: float,
+    value_bytes: int,
+    primed: Any,
+    results: Any,
+) -> None:
+    try:
+        plan = (rate, seconds, value_bytes)
+        sent = WORKERS[client_family(system)]["latency_produce"](endpoint, stream, plan, primed)
+        results.put(("producer", sent, None))
+    except BaseException as exc:
+        results.put(("producer", None, f"{type(exc).__name__}: {exc}"))
+
+
+def latency_consumer_process(
+    system: str,
+    endpoint: dict[str, Any],
+    stream: str,
+    seconds: float,
+    ready: Any,
+    primed: Any,
+    results: Any,
+) -> None:
+    try:
+        latencies = Latencies(primed)
+        deadline = Deadline(seconds + 30)
+        WORKERS[client_family(system)]["latency_consume"](
+            endpoint, stream, latencies, ready, deadline
+        )
+        results.put(("consumer", latencies.values_us, None))
+    except BaseException as exc:
+        ready.set()
+        results.put(("consumer", None, f"{type(exc).__name__}: {exc}"))
