@@ -100,10 +100,18 @@ class Throughput:
 
 
 class Broker:
-    """``platform serve`` on a free loopback port, in its own process."""
+    """``platform serve`` on a loopback port (a free one unless ``port`` is given), in its own
+    process.
 
-    def __init__(self, data_dir: Path) -> None:
+    ``start_seconds`` is the time from spawning the process to reading its "serving on"
+    line, which it prints once every partition is open (recovered, after a crash).
+    """
+
+    def __init__(
+        self, data_dir: Path, *, port: int = 0, start_timeout_s: float = START_TIMEOUT_S
+    ) -> None:
         executable = Path(sys.executable).with_name("platform")
+        self.spawned_at = time.monotonic()
         self.process = subprocess.Popen(
             [
                 str(executable),
@@ -111,7 +119,7 @@ class Broker:
                 "--data-dir",
                 str(data_dir),
                 "--listen",
-                "127.0.0.1:0",
+                f"127.0.0.1:{port}",
                 "--override",
                 "auto.create.topics.enable=true",
                 "--override",
@@ -121,12 +129,13 @@ class Broker:
             stderr=subprocess.STDOUT,
             text=True,
         )
-        self.port = self._wait_for_port()
+        self.port = self._wait_for_port(start_timeout_s)
+        self.start_seconds = time.monotonic() - self.spawned_at
         threading.Thread(target=self._drain, daemon=True).start()
 
-    def _wait_for_port(self) -> int:
+    def _wait_for_port(self, timeout_s: float) -> int:
         assert self.process.stdout is not None
-        deadline = Deadline(START_TIMEOUT_S)
+        deadline = Deadline(timeout_s)
         while not deadline.passed():
             line = self.process.stdout.readline()
             if not line:
@@ -150,6 +159,13 @@ class Broker:
         ticks = os.sysconf("SC_CLK_TCK")
         return (int(fields[11]) + int(fields[12])) / ticks
 
+    def rss_bytes(self) -> int:
+        """Resident set size (VmRSS in ``/proc/<pid>/status``)."""
+        for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+        raise SystemExit("the broker's /proc status has no VmRSS line")
+
     def stop(self) -> None:
         self.process.terminate()
         try:
@@ -157,14 +173,23 @@ class Broker:
         except subprocess.TimeoutExpired:
             self.process.kill()
 
+    def kill(self) -> None:
+        """SIGKILL: no clean shutdown, so data not yet fsynced stays only in the page cache."""
+        self.process.kill()
+        self.process.wait(60)
+
 
 # ---------------------------------------------------------------- client processes
 
 
 def produce_worker(
-    bootstrap: str, topic: str, value_bytes: int, count: int, acks: int = 1
+    bootstrap: str, topic: str, value_bytes: int, count: int, acks: int = 1, barrier: Any = None
 ) -> float:
-    """Send ``count`` records as fast as librdkafka takes them; seconds until all acked."""
+    """Send ``count`` records as fast as librdkafka takes them; seconds until all acked.
+
+    With a ``barrier`` shared by several client processes, the clock starts once all of
+    them are connected and warmed up, so the slowest one's seconds cover the whole step.
+    """
     from confluent_kafka import Producer
 
     producer = Producer(
@@ -186,6 +211,8 @@ def produce_worker(
 
     producer.produce(topic, b"warm-up", on_delivery=delivered)
     producer.flush(STEP_TIMEOUT_S)
+    if barrier is not None:
+        barrier.wait(STEP_TIMEOUT_S)
     deadline = Deadline(STEP_TIMEOUT_S)
     started = time.perf_counter()
     for _ in range(count):
@@ -202,8 +229,19 @@ def produce_worker(
     return time.perf_counter() - started
 
 
-def consume_worker(bootstrap: str, topic: str, count: int) -> float:
-    """Read ``count`` records after the warm-up record; seconds from first fetch to last."""
+def consume_worker(
+    bootstrap: str,
+    topic: str,
+    count: int,
+    assignments: Sequence[tuple[int, int]] = ((0, 1),),
+    barrier: Any = None,
+) -> float:
+    """Read ``count`` records; seconds from first fetch to last.
+
+    ``assignments`` are (partition, first offset) pairs, read together; by default
+    partition 0 after the warm-up record. With a ``barrier`` shared by several client
+    processes, the partitions are assigned (and the clock starts) once all are connected.
+    """
     from confluent_kafka import Consumer, TopicPartition
 
     consumer = Consumer(
@@ -216,12 +254,15 @@ def consume_worker(bootstrap: str, topic: str, count: int) -> float:
             "queued.max.messages.kbytes": 1024 * 1024,
         }
     )
-    consumer.assign([TopicPartition(topic, 0, 1)])
+    if barrier is not None:
+        barrier.wait(STEP_TIMEOUT_S)
+    consumer.assign([TopicPartition(topic, partition, offset) for partition, offset in assignments])
     received = 0
     deadline = Deadline(STEP_TIMEOUT_S)
     started = time.perf_counter()
     while received < count and not deadline.passed():
-        for message in consumer.consume(10_000, 1.0):
+        # Ask for no more than remain: consume() waits its timeout for a full chunk.
+        for message in consumer.consume(min(10_000, count - received), 1.0):
             if message.error() is None:
                 received += 1
     seconds = time.perf_counter() - started
