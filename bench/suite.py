@@ -41,7 +41,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -519,15 +519,20 @@ def summarize(results: dict[str, Any]) -> dict[str, Any]:
             "met": latency.get(ours, 1e9) < GOAL_P99_MS,
         },
     ]
-    restart = (results.get("scaling") or {}).get("restart_seconds_median")
-    if restart is not None:
+    restarts = (results.get("scaling") or {}).get("restart") or []
+    ready = [run["fetch_seconds"] for run in restarts if run["fetch_seconds"] is not None]
+    if restarts:
+        retained_gb = max(run["retained_bytes"] for run in restarts) / 1e9
         summary["goals"].append(
             {
-                "goal": "restart after SIGKILL with the retained data",
-                "measured": restart,
+                "goal": f"restart after SIGKILL with {retained_gb:.1f} GB on disk, until the "
+                "last acknowledged record is fetched (median)",
+                "measured": statistics.median(ready) if len(ready) == len(restarts) else None,
                 "target": GOAL_RESTART_S,
                 "unit": "s",
-                "met": restart < GOAL_RESTART_S,
+                "met": len(ready) == len(restarts)
+                and statistics.median(ready) < GOAL_RESTART_S
+                and all(run["lost"] == 0 for run in restarts),
             }
         )
     return summary
@@ -834,12 +839,39 @@ def parse_arguments(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--json", type=Path, default=None, help="write the raw results here")
     parser.add_argument("--skip-scaling", action="store_true", help="leave out the scaling section")
     parser.add_argument("--only", nargs="*", default=None, help="run only these systems (by name)")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="override one field of the plan, such as latency_seconds=30 or processes=1,2",
+    )
     return parser.parse_args(argv)
+
+
+def with_overrides(plan: Plan, settings: Sequence[str]) -> Plan:
+    """``plan`` with ``FIELD=VALUE`` settings applied, each parsed as its field's type."""
+    changes: dict[str, Any] = {}
+    for setting in settings:
+        name, _, text = setting.partition("=")
+        current = getattr(plan, name, None)
+        if current is None or not text:
+            raise SystemExit(f"--set {setting!r}: expected FIELD=VALUE with a field of the plan")
+        try:
+            if isinstance(current, tuple):
+                changes[name] = tuple(int(part) for part in text.split(","))
+            else:
+                changes[name] = type(current)(text)
+        except ValueError as exc:
+            raise SystemExit(f"--set {setting!r}: {exc}") from None
+    return replace(plan, **changes)
 
 
 def main(argv: Sequence[str]) -> None:
     arguments = parse_arguments(argv)
-    plan = QUICK if arguments.quick else FULL
+    plan = with_overrides(QUICK if arguments.quick else FULL, arguments.set)
+    # A SIGTERM unwinds like an error, so that the servers this run started are stopped.
+    signal.signal(signal.SIGTERM, lambda _signum, _frame: sys.exit(143))
     began = time.monotonic()
     scratch = Path(tempfile.mkdtemp(prefix="bench-suite-", dir=arguments.data_dir))
     results: dict[str, Any] = {
