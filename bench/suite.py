@@ -80,6 +80,10 @@ GOAL_P99_MS = 10.0
 GOAL_RESTART_S = 10.0
 PROFILE_RATE_HZ = 250
 PROFILE_TOP = 8
+IDLE_FRAMES = ("EpollIOManager.get_events (", "select (", "epoll (")
+"""Frames where a process waits for I/O: counted apart from its own time."""
+SATURATED = 0.8
+"""Broker CPU seconds per wall second from which a step counts as broker-bound."""
 
 
 @dataclass(frozen=True)
@@ -201,12 +205,12 @@ def run_clients(
     ]
     for process in processes:
         process.start()
-    if profiler is not None:
-        profiler.record("clients", [process.pid for process in processes if process.pid])
     pids = system.pids()
     # A worker that fails while starting breaks the barrier; its error is on the queue.
     with contextlib.suppress(threading.BrokenBarrierError):
         barrier.wait(START_TIMEOUT_S)
+    if profiler is not None:  # from the release on: the clients' start-up is not the step
+        profiler.record("clients", [process.pid for process in processes if process.pid])
     cpu_before = cpu_seconds(pids)
     spans, errors = [], []
     for _ in streams:
@@ -267,7 +271,9 @@ def percentile(values: Sequence[float], fraction: float) -> float:
     return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
 
 
-def run_latency(system: System, plan: Plan, stream: str) -> dict[str, Any]:
+def run_latency(
+    system: System, plan: Plan, stream: str, profiler: Profiler | None = None
+) -> dict[str, Any]:
     context = multiprocessing.get_context("spawn")
     ready, primed = context.Event(), context.Event()
     results = context.Queue()
@@ -293,6 +299,9 @@ def run_latency(system: System, plan: Plan, stream: str) -> dict[str, Any]:
         ),
     )
     producer.start()
+    if profiler is not None:  # once both are connected: their start-up is not the run
+        primed.wait(START_TIMEOUT_S)
+        profiler.record("clients", [p.pid for p in (consumer, producer) if p.pid])
     outcome = {}
     for _ in range(2):
         role, value, error = results.get(timeout=plan.latency_seconds + STEP_TIMEOUT_S)
@@ -383,9 +392,13 @@ class Profiler:
                         stack, _, count = line.rpartition(" ")
                         if stack and count.isdigit():
                             own[short_frame(stack.split(";")[-1])] += int(count)
+            waiting = sum(count for name, count in own.items() if name.startswith(IDLE_FRAMES))
+            for name in [name for name in own if name.startswith(IDLE_FRAMES)]:
+                del own[name]
             total = sum(own.values())
             folded[group] = {
                 "samples": total,
+                "waiting_share": waiting / max(1, waiting + total),
                 "top": [
                     {"function": name, "share": count / total}
                     for name, count in own.most_common(PROFILE_TOP)
@@ -416,6 +429,52 @@ def profile_step(
         "server_busy": sample["server_cpu_seconds"] / sample["seconds"],
         **folded,
     }
+
+
+def profile_latency(system: System, plan: Plan, scratch: Path) -> dict[str, Any]:
+    """One latency run of ``system`` again, with py-spy on the server and the clients."""
+    stream = "profile-latency"
+    system.create([stream])
+    profiler = Profiler(scratch)
+    profiler.record("server", system.pids())
+    pids = system.pids()
+    cpu_before, began = cpu_seconds(pids), time.monotonic()
+    sample = run_latency(system, plan, stream, profiler)
+    busy = (cpu_seconds(pids) - cpu_before) / (time.monotonic() - began)
+    folded = profiler.finish()
+    system.delete([stream])
+    return {
+        "system": system.name,
+        "role": "latency",
+        "value_bytes": 1000,
+        "processes": 1,
+        "p99_ms": sample["p99_ms"],
+        "server_busy": busy,
+        **folded,
+    }
+
+
+def verdict(profile: dict[str, Any]) -> str:
+    """The bottleneck a profile points at, in one sentence."""
+    busy = profile["server_busy"]
+    server = profile["server"]["top"][:1]
+    clients = profile.get("clients", {}).get("top", [])[:1]
+    hottest = f"`{server[0]['function']}`" if server else "nothing in particular"
+    if profile["role"] == "latency":
+        return (
+            f"At this rate the broker side is busy {busy:.2f} of a core; a record's time "
+            f"there goes first to {hottest}."
+        )
+    if busy >= SATURATED:
+        return (
+            f"Bottleneck: the broker side, busy {busy:.2f} of a core (its event loop runs on "
+            f"one); its hottest function is {hottest}."
+        )
+    elsewhere = f"`{clients[0]['function']}`" if clients else "the client"
+    return (
+        f"Bottleneck: not the broker, busy only {busy:.2f} of a core; the client processes "
+        f"spend most of their samples in {elsewhere}."
+    )
 
 
 def short_frame(frame: str) -> str:
@@ -538,14 +597,27 @@ def summarize(results: dict[str, Any]) -> dict[str, Any]:
     return summary
 
 
-def trailing(summary: dict[str, Any]) -> list[dict[str, Any]]:
-    """The figures where our single broker's rate is below the best peer's."""
+OURS = ("eventplatform", "eventplatform-rf3")
+
+
+def trailing(summary: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """Each of our systems with each throughput figure where it is below the best peer."""
     found = []
     for figure in summary["figures"]:
-        ours = figure["systems"].get("eventplatform")
-        if ours and ours.get("ratio_to_best_peer", 1.0) < 1.0:
-            found.append(figure)
+        for name in OURS:
+            entry = figure["systems"].get(name)
+            if entry and entry.get("ratio_to_best_peer", 1.0) < 1.0:
+                found.append((name, figure))
     return found
+
+
+def trailing_latency(summary: dict[str, Any]) -> list[str]:
+    """Our systems whose median p99 latency is above the best peer's."""
+    latency = summary["latency_p99_ms"]
+    peers = [latency[name] for name in latency if name not in OURS]
+    if not peers:
+        return []
+    return [name for name in OURS if name in latency and latency[name] > min(peers)]
 
 
 # ---------------------------------------------------------------- report
@@ -741,19 +813,28 @@ def render(results: dict[str, Any]) -> str:
         parts += [
             "### Profiles where we trail the best peer",
             "",
-            f"Each such workload ran again for our single broker with `py-spy record` at "
+            f"Each such workload ran again for that system of ours with `py-spy record` at "
             f"{PROFILE_RATE_HZ} Hz on the broker and on the client processes. The tables name "
             "the functions most often at the top of the stack (own time) as a share of each "
-            "side's samples; \"broker busy\" is the broker's CPU seconds over the step's "
-            "wall time (1.0 is one core, all the broker's event loop can use).",
+            "side's samples, leaving out the samples where the broker's event loop waited in "
+            'epoll ("waiting"). "Busy" is the broker processes\' CPU seconds over the '
+            "step's wall time (1.0 is one core, all one broker's event loop can use).",
             "",
         ]
         for profile in results["profiles"]:
             size = "1 KB" if profile["value_bytes"] == 1000 else "100 B"
+            if profile["role"] == "latency":
+                measured = f"p99 {profile['p99_ms']:.2f} ms under the profiler"
+                title = f"latency at {plan['latency_rate']:,}/s of 1 KB"
+            else:
+                measured = f"{profile['records_per_second']:,.0f} records/s under the profiler"
+                title = f"{profile['role']} {size}, {profile['processes']} process(es)"
+            waiting = profile["server"].get("waiting_share", 0.0)
             parts += [
-                f"#### {profile['role'].capitalize()} {size}, {profile['processes']} process(es): "
-                f"{profile['records_per_second']:,.0f} records/s under the profiler, "
-                f"broker busy {profile['server_busy']:.2f}",
+                f"#### {labels[profile['system']]}: {title}",
+                "",
+                f"{measured}; the broker waited in epoll in {waiting:.0%} of its samples. "
+                f"{verdict(profile)}",
                 "",
             ]
             rows = [
@@ -916,14 +997,14 @@ def main(argv: Sequence[str]) -> None:
         results["throughput"] = measure_throughput(systems, plan)
         results["latency"] = measure_latency(systems, plan)
         results["summary"] = summarize(results)
-        ours = next(system for system in systems if system.name == "eventplatform")
+        by_name = {system.name: system for system in systems}
         results["profiles"] = []
-        for figure in trailing(results["summary"]):
-            progress(f"profiling our broker: {figure['role']} {figure['value_bytes']} B")
-            processes = figure["systems"]["eventplatform"]["processes"]
+        for name, figure in trailing(results["summary"]):
+            progress(f"profiling {by_name[name].label}: {figure['role']} {figure['value_bytes']} B")
+            processes = figure["systems"][name]["processes"]
             results["profiles"].append(
                 profile_step(
-                    ours,
+                    by_name[name],
                     figure["role"],
                     figure["value_bytes"],
                     plan.profile_records,
@@ -931,6 +1012,9 @@ def main(argv: Sequence[str]) -> None:
                     scratch,
                 )
             )
+        for name in trailing_latency(results["summary"]):
+            progress(f"profiling {by_name[name].label}: latency")
+            results["profiles"].append(profile_latency(by_name[name], plan, scratch))
     finally:
         for system in started:
             system.stop()
