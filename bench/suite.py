@@ -19,9 +19,10 @@ Sections, in the order they run:
    process takes receive time minus that stamp (no coordinated omission).
 4. **Scaling** of our broker: partitions, idle partitions' memory, retained data and
    restart after SIGKILL (``bench/scaling.py``).
-5. **Profiles**: for each figure where our broker trails the best peer, that workload
-   runs again for our broker under py-spy, and the functions where its time goes are
-   named in the report.
+5. **Profiles**: for each throughput figure, and the p99 latency, where one of our two
+   systems trails the best peer, that workload runs again for it under py-spy (on the
+   brokers and on the clients), and the report names the functions where the time goes
+   and whether the broker or the client was the limit.
 """
 
 from __future__ import annotations
@@ -795,7 +796,11 @@ def render(results: dict[str, Any]) -> str:
         "",
     ]
     if results.get("scaling_markdown"):
-        parts += ["### Scaling of our broker", "", results["scaling_markdown"], ""]
+        scaling = "\n".join(
+            "#" + line if line.startswith("### ") else line
+            for line in results["scaling_markdown"].splitlines()
+        )
+        parts += ["### Scaling of our broker", "", scaling, ""]
     parts += ["### Goals", ""]
     rows = [["goal", "measured", "target", "met"]]
     for goal in summary["goals"]:
@@ -921,6 +926,12 @@ def parse_arguments(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--skip-scaling", action="store_true", help="leave out the scaling section")
     parser.add_argument("--only", nargs="*", default=None, help="run only these systems (by name)")
     parser.add_argument(
+        "--from-json",
+        type=Path,
+        default=None,
+        help="measure nothing: render the report again from an earlier run's --json file",
+    )
+    parser.add_argument(
         "--set",
         action="append",
         default=[],
@@ -950,6 +961,9 @@ def with_overrides(plan: Plan, settings: Sequence[str]) -> Plan:
 
 def main(argv: Sequence[str]) -> None:
     arguments = parse_arguments(argv)
+    if arguments.from_json:
+        publish(json.loads(arguments.from_json.read_text()), arguments)
+        return
     plan = with_overrides(QUICK if arguments.quick else FULL, arguments.set)
     # A SIGTERM unwinds like an error, so that the servers this run started are stopped.
     signal.signal(signal.SIGTERM, lambda _signum, _frame: sys.exit(143))
@@ -1028,9 +1042,14 @@ def main(argv: Sequence[str]) -> None:
         results["summary"] = summarize(results)
     shutil.rmtree(scratch, ignore_errors=True)
     results["elapsed_s"] = time.monotonic() - began
+    publish(results, arguments)
+
+
+def publish(results: dict[str, Any], arguments: argparse.Namespace) -> None:
+    """Print the report, write the JSON and the report's section, then check them."""
     markdown = render(results)
     print(markdown)
-    if arguments.json:
+    if arguments.json and arguments.json != arguments.from_json:
         arguments.json.parent.mkdir(parents=True, exist_ok=True)
         arguments.json.write_text(json.dumps(results, indent=2))
     if arguments.markdown:
