@@ -53,6 +53,7 @@ from harness import (
     markdown_table,
     progress,
 )
+from peers import send_all
 
 GOAL_PRODUCE_MB_S = 50.0
 GOAL_CONSUME_MB_S = 150.0
@@ -213,17 +214,8 @@ def produce_worker(
     producer.flush(STEP_TIMEOUT_S)
     if barrier is not None:
         barrier.wait(STEP_TIMEOUT_S)
-    deadline = Deadline(STEP_TIMEOUT_S)
     started = time.perf_counter()
-    for _ in range(count):
-        while True:
-            try:
-                producer.produce(topic, value, on_delivery=delivered)
-                break
-            except BufferError:
-                producer.poll(0.001)
-                if deadline.passed():
-                    raise SystemExit("produce step ran out of time") from None
+    send_all(producer, topic, value, count, delivered, Deadline(STEP_TIMEOUT_S))
     if producer.flush(STEP_TIMEOUT_S) != 0 or failures:
         raise SystemExit(f"produce failed: {failures[:3]}")
     return time.perf_counter() - started

@@ -437,6 +437,22 @@ def rabbit_stream_available() -> str | None:
 # ---------------------------------------------------------------- throughput workers
 
 
+def send_all(
+    producer: Any, topic: str, value: bytes, count: int, delivered: Any, deadline: Deadline
+) -> None:
+    """Hand librdkafka ``count`` records as fast as it takes them, polling while its queue
+    is full."""
+    for _ in range(count):
+        while True:
+            try:
+                producer.produce(topic, value, on_delivery=delivered)
+                break
+            except BufferError:
+                producer.poll(0.001)
+                if deadline.passed():
+                    raise SystemExit("produce ran out of time") from None
+
+
 def kafka_produce(
     endpoint: dict[str, Any], stream: str, value_bytes: int, count: int, barrier: Any
 ) -> tuple[float, float]:
@@ -463,16 +479,7 @@ def kafka_produce(
     value = b"x" * value_bytes
     barrier.wait(START_TIMEOUT_S)
     started = time.monotonic()
-    deadline = Deadline(STEP_TIMEOUT_S)
-    for _ in range(count):
-        while True:
-            try:
-                producer.produce(stream, value, on_delivery=delivered)
-                break
-            except BufferError:
-                producer.poll(0.001)
-                if deadline.passed():
-                    raise SystemExit("produce ran out of time") from None
+    send_all(producer, stream, value, count, delivered, Deadline(STEP_TIMEOUT_S))
     if producer.flush(STEP_TIMEOUT_S) != 0 or failures:
         raise SystemExit(f"produce failed: {failures[:3]}")
     return started, time.monotonic()
