@@ -43,6 +43,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from clients import send_all
 from harness import (
     MEGABYTE,
     Deadline,
@@ -53,7 +54,6 @@ from harness import (
     markdown_table,
     progress,
 )
-from peers import send_all
 
 GOAL_PRODUCE_MB_S = 50.0
 GOAL_CONSUME_MB_S = 150.0

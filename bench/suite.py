@@ -48,6 +48,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from clients import latency_consumer_process, latency_producer_process, throughput_worker
 from harness import (
     MEGABYTE,
     Deadline,
@@ -65,11 +66,8 @@ from peers import (
     all_systems,
     cpu_seconds,
     free_port,
-    latency_consumer_process,
-    latency_producer_process,
     rabbit_stream_available,
     resident_bytes,
-    throughput_worker,
 )
 
 REPOSITORY = Path(__file__).resolve().parent.parent

@@ -15,7 +15,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
-from peers import PRIME, STOP, Latencies, Schedule
+from clients import Latencies, Schedule
+from peers import PRIME, STOP
 from suite import BEGIN, END, QUICK, validate, with_overrides, write_report
 
 
