@@ -210,7 +210,7 @@ def nats_produce(
             await connection.publish(stream, value, reply=inbox)
             sent += 1
         await connection.flush()
-        await asyncio.wait_for(done.wait(), max(1.0, deadline.expires - time.monotonic()))
+        await asyncio.wait_for(done.wait(), max(1.0, deadline.remaining()))
         finished = time.monotonic()
         await connection.close()
         if failures:
@@ -220,54 +220,82 @@ def nats_produce(
     return asyncio.run(run())
 
 
+class NatsPull:
+    """A pull consumer (AckNone) at the protocol level: two pull requests of
+    ``NATS_FETCH`` messages are kept outstanding, each message's data goes to ``on_data``
+    until it returns False, and ``done`` is set then. (nats-py's ``fetch`` awaits each
+    message with a timeout of its own, which costs this Python client more than the
+    message, and its short pull requests expire and are re-sent all the while.)"""
+
+    def __init__(
+        self, connection: Any, stream: str, durable: str, on_data: Callable[[bytes], bool]
+    ) -> None:
+        self.connection = connection
+        self.stream = stream
+        self.durable = durable
+        self.on_data = on_data
+        self.done = asyncio.Event()
+        self.delivered = 0
+        self.inbox = connection.new_inbox()
+
+    async def open(self, deliver_policy: Any) -> None:
+        """Create the consumer and subscribe to its deliveries (nothing is asked yet)."""
+        from nats.js.api import AckPolicy, ConsumerConfig
+
+        config = ConsumerConfig(
+            durable_name=self.durable, ack_policy=AckPolicy.NONE, deliver_policy=deliver_policy
+        )
+        await self.connection.jetstream().add_consumer(self.stream, config=config)
+        await self.connection.subscribe(self.inbox, cb=self._on_message)
+
+    async def begin(self) -> None:
+        await self._ask()
+        await self._ask()
+
+    async def _ask(self) -> None:
+        request = json.dumps({"batch": NATS_FETCH, "expires": int(5e9)}).encode()
+        subject = f"$JS.API.CONSUMER.MSG.NEXT.{self.stream}.{self.durable}"
+        await self.connection.publish(subject, request, self.inbox)
+
+    async def _on_message(self, message: Any) -> None:
+        if self.done.is_set():
+            return
+        if not message.data and message.headers and message.headers.get("Status"):
+            await self._ask()  # the request expired (408) or found nothing (404)
+            return
+        self.delivered += 1
+        if not self.on_data(message.data):
+            self.done.set()
+        elif self.delivered % NATS_FETCH == 0:
+            await self._ask()
+
+
 def nats_consume(
     endpoint: dict[str, Any], stream: str, count: int, barrier: Any
 ) -> tuple[float, float]:
-    """A pull consumer (AckNone) at the protocol level: two pull requests of
-    ``NATS_FETCH`` messages are kept outstanding, and the messages arrive at a
-    subscription callback (nats-py's ``fetch`` awaits each message with a timeout of its
-    own, which costs this Python client more than the message)."""
+    """:class:`NatsPull` from the stream's first message."""
     import nats
-    from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+    from nats.js.api import DeliverPolicy
 
     async def run() -> tuple[float, float]:
         connection = await nats.connect(endpoint["url"])
-        js = connection.jetstream()
-        config = ConsumerConfig(
-            durable_name="bench", ack_policy=AckPolicy.NONE, deliver_policy=DeliverPolicy.ALL
-        )
-        await js.add_consumer(stream, config=config)
-        received, first = 0, 0.0
-        done = asyncio.Event()
-        inbox = connection.new_inbox()
-        pull = json.dumps({"batch": NATS_FETCH, "expires": int(5e9)}).encode()
+        first = 0.0
 
-        async def ask() -> None:
-            await connection.publish(f"$JS.API.CONSUMER.MSG.NEXT.{stream}.bench", pull, inbox)
-
-        async def on_message(message: Any) -> None:
-            nonlocal received, first
-            if not message.data and message.headers and message.headers.get("Status"):
-                if not done.is_set():
-                    await ask()  # the request expired (408) or found nothing (404)
-                return
+        def on_data(_data: bytes) -> bool:
+            nonlocal first
             first = first or time.monotonic()
-            received += 1
-            if received > count:
-                done.set()
-            elif received % NATS_FETCH == 0:
-                await ask()
+            return puller.delivered <= count
 
-        await connection.subscribe(inbox, cb=on_message)
+        puller = NatsPull(connection, stream, "bench", on_data)
+        await puller.open(DeliverPolicy.ALL)
         barrier.wait(START_TIMEOUT_S)
-        await ask()
-        await ask()
+        await puller.begin()
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(done.wait(), STEP_TIMEOUT_S)
+            await asyncio.wait_for(puller.done.wait(), STEP_TIMEOUT_S)
         finished = time.monotonic()
         await connection.close()
-        if received <= count:
-            raise SystemExit(f"consumed {received} of {count + 1} records")
+        if puller.delivered <= count:
+            raise SystemExit(f"consumed {puller.delivered} of {count + 1} records")
         return first, finished
 
     return asyncio.run(run())
@@ -544,26 +572,18 @@ def nats_latency_produce(endpoint: dict[str, Any], stream: str, plan: Any, prime
 def nats_latency_consume(
     endpoint: dict[str, Any], stream: str, latencies: Latencies, ready: Any, deadline: Deadline
 ) -> None:
+    """:class:`NatsPull` from the messages published after it starts."""
     import nats
-    from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+    from nats.js.api import DeliverPolicy
 
     async def run() -> None:
         connection = await nats.connect(endpoint["url"])
-        js = connection.jetstream()
-        config = ConsumerConfig(ack_policy=AckPolicy.NONE, deliver_policy=DeliverPolicy.NEW)
-        subscription = await js.pull_subscribe(
-            stream, durable="latency", stream=stream, config=config
-        )
+        puller = NatsPull(connection, stream, "latency", latencies.record)
+        await puller.open(DeliverPolicy.NEW)
+        await puller.begin()
         ready.set()
-        running = True
-        while running and not deadline.passed():
-            try:
-                messages = await subscription.fetch(NATS_FETCH, timeout=0.1)
-            except nats.errors.TimeoutError:
-                continue
-            for message in messages:
-                if not latencies.record(message.data):
-                    running = False
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(puller.done.wait(), deadline.remaining())
         await connection.close()
 
     asyncio.run(run())
@@ -608,7 +628,7 @@ def rabbit_latency_consume(
         )
         ready.set()
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(done.wait(), max(1.0, deadline.expires - time.monotonic()))
+            await asyncio.wait_for(done.wait(), max(1.0, deadline.remaining()))
         await consumer.close()
 
     asyncio.run(run())

@@ -55,6 +55,9 @@ class Deadline:
     def passed(self) -> bool:
         return time.monotonic() >= self.expires
 
+    def remaining(self) -> float:
+        return max(0.0, self.expires - time.monotonic())
+
 
 class Stopwatch:
     """Wall-clock and CPU time (user + system, this process) since creation."""

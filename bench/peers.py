@@ -33,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from harness import Deadline
 
 STEP_TIMEOUT_S = 300.0
+LOG_TAIL_BYTES = 4_000
 START_TIMEOUT_S = 60.0
 LATENCY_WARMUP_S = 1.0
 STOP = b"stop"
@@ -126,6 +127,7 @@ class System:
     client: str
     endpoint: dict[str, Any] = field(default_factory=dict)
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    logs: list[Path] = field(default_factory=list)
 
     def start(self, scratch: Path) -> None:
         raise NotImplementedError
@@ -136,6 +138,20 @@ class System:
 
     def pids(self) -> list[int]:
         return [process.pid for process in self.processes]
+
+    def exited(self) -> list[str]:
+        """Each of this system's server processes that has ended, with its exit code and
+        the end of its log: why a step that failed may have failed."""
+        found = []
+        for process in self.processes:
+            if process.poll() is not None:
+                found.append(f"{self.label}: server {process.pid} exited with {process.returncode}")
+        if found:
+            for path in self.logs:
+                if path.exists():
+                    tail = path.read_bytes()[-LOG_TAIL_BYTES:].decode(errors="replace")
+                    found.append(f"the end of {path}:\n{tail}")
+        return found
 
     def create(self, streams: Sequence[str]) -> None:
         raise NotImplementedError
@@ -188,7 +204,8 @@ class OurBroker(System):
             ]
             for setting in settings:
                 command += ["--override", setting]
-            log = (scratch / f"{self.name}.log").open("wb")
+            self.logs = [scratch / f"{self.name}.log"]
+            log = self.logs[0].open("wb")
             self.processes = [subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)]
             wait_for_port(port, self.processes[0], self.label)
             self.endpoint = {"bootstrap": f"{HOST}:{port}", "acks": 1}
@@ -201,6 +218,7 @@ class OurBroker(System):
         if not wait_healthy(self.cluster, START_TIMEOUT_S):
             raise SystemExit("the 3-node cluster did not become healthy")
         self.processes = [node.process for node in self.cluster.nodes.values()]
+        self.logs = [self.cluster.log_path(node_id) for node_id in self.cluster.nodes]
         self.endpoint = {"bootstrap": self.cluster.bootstrap, "acks": -1}
 
     def stop(self) -> None:
@@ -261,6 +279,7 @@ class RedisStreams(System):
             "--save", "",
             "--logfile", str(folder / "redis.log"),
         ]  # fmt: skip
+        self.logs = [folder / "redis.log"]
         self.processes = [subprocess.Popen(command, stdout=subprocess.DEVNULL)]
         wait_for_port(port, self.processes[0], self.label)
         self.endpoint = {"host": HOST, "port": port}
@@ -307,7 +326,8 @@ class NatsJetStream(System):
         folder.mkdir(parents=True, exist_ok=True)
         port = free_port()
         command = ["nats-server", "-a", HOST, "-p", str(port), "-js", "-sd", str(folder)]
-        log = (scratch / "nats.log").open("wb")
+        self.logs = [scratch / "nats.log"]
+        log = self.logs[0].open("wb")
         self.processes = [subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)]
         wait_for_port(port, self.processes[0], self.label)
         self.endpoint = {"url": f"nats://{HOST}:{port}"}

@@ -178,6 +178,31 @@ def measure_loopback(seconds: int) -> dict[str, float]:
 # ---------------------------------------------------------------- throughput
 
 
+class Children:
+    """The client processes of one step. On a normal exit each gets a minute to end; when
+    the step fails, they are killed at once, so that none outlives it (a spawned child
+    left running would hold the whole run open at exit, and keep talking to a server
+    that is being stopped)."""
+
+    def __init__(self) -> None:
+        self.processes: list[multiprocessing.process.BaseProcess] = []
+
+    def start(self, process: multiprocessing.process.BaseProcess) -> None:
+        process.start()
+        self.processes.append(process)
+
+    def __enter__(self) -> Children:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
+        for process in self.processes:
+            if kind is None:
+                process.join(60)
+            if process.is_alive():
+                process.kill()
+                process.join(10)
+
+
 def run_clients(
     system: System,
     role: str,
@@ -202,28 +227,25 @@ def run_clients(
         )
         for stream in streams
     ]
-    for process in processes:
-        process.start()
-    pids = system.pids()
-    # A worker that fails while starting breaks the barrier; its error is on the queue.
-    with contextlib.suppress(threading.BrokenBarrierError):
-        barrier.wait(START_TIMEOUT_S)
-    if profiler is not None:  # from the release on: the clients' start-up is not the step
-        profiler.record("clients", [process.pid for process in processes if process.pid])
-    cpu_before = cpu_seconds(pids)
-    spans, errors = [], []
-    for _ in streams:
-        _stream, span, error = results.get(timeout=STEP_TIMEOUT_S + START_TIMEOUT_S)
-        if error:
-            errors.append(error)
-        else:
-            spans.append(span)
-    cpu_used = cpu_seconds(pids) - cpu_before
-    rss = resident_bytes(pids)
-    for process in processes:
-        process.join(60)
-        if process.is_alive():
-            process.kill()
+    with Children() as children:
+        for process in processes:
+            children.start(process)
+        pids = system.pids()
+        # A worker that fails while starting breaks the barrier; its error is on the queue.
+        with contextlib.suppress(threading.BrokenBarrierError):
+            barrier.wait(START_TIMEOUT_S)
+        if profiler is not None:  # from the release on: the clients' start-up is not the step
+            profiler.record("clients", [process.pid for process in processes if process.pid])
+        cpu_before = cpu_seconds(pids)
+        spans, errors = [], []
+        for _ in streams:
+            _stream, span, error = results.get(timeout=STEP_TIMEOUT_S + START_TIMEOUT_S)
+            if error:
+                errors.append(error)
+            else:
+                spans.append(span)
+        cpu_used = cpu_seconds(pids) - cpu_before
+        rss = resident_bytes(pids)
     if errors:
         raise SystemExit(f"{system.label} {role} failed: {errors[0]}")
     records = count * len(streams)
@@ -280,10 +302,6 @@ def run_latency(
         target=latency_consumer_process,
         args=(system.name, system.endpoint, stream, plan.latency_seconds, ready, primed, results),
     )
-    consumer.start()
-    if not ready.wait(START_TIMEOUT_S):
-        consumer.kill()
-        raise SystemExit(f"{system.label}: the latency consumer did not start")
     producer = context.Process(
         target=latency_producer_process,
         args=(
@@ -297,18 +315,20 @@ def run_latency(
             results,
         ),
     )
-    producer.start()
-    if profiler is not None:  # once both are connected: their start-up is not the run
-        primed.wait(START_TIMEOUT_S)
-        profiler.record("clients", [p.pid for p in (consumer, producer) if p.pid])
     outcome = {}
-    for _ in range(2):
-        role, value, error = results.get(timeout=plan.latency_seconds + STEP_TIMEOUT_S)
-        if error:
-            raise SystemExit(f"{system.label}: latency {role} failed: {error}")
-        outcome[role] = value
-    for process in (producer, consumer):
-        process.join(60)
+    with Children() as children:
+        children.start(consumer)
+        if not ready.wait(START_TIMEOUT_S):
+            raise SystemExit(f"{system.label}: the latency consumer did not start")
+        children.start(producer)
+        if profiler is not None:  # once both are connected: their start-up is not the run
+            primed.wait(START_TIMEOUT_S)
+            profiler.record("clients", [p.pid for p in (consumer, producer) if p.pid])
+        for _ in range(2):
+            role, value, error = results.get(timeout=plan.latency_seconds + STEP_TIMEOUT_S)
+            if error:
+                raise SystemExit(f"{system.label}: latency {role} failed: {error}")
+            outcome[role] = value
     latencies_us = outcome["consumer"]
     expected = int(plan.latency_rate * (plan.latency_seconds - 1.0))
     if len(latencies_us) < 0.9 * expected:
@@ -553,6 +573,8 @@ def summarize(results: dict[str, Any]) -> dict[str, Any]:
     produce = figure_of("produce", 1000)
     consume = figure_of("consume", 1000)
     ours = "eventplatform"
+    if ours not in systems:  # a run of --only some peers has no goal to meet
+        return summary
     summary["goals"] = [
         {
             "goal": "produce 1 KB within 2x of the best peer",
@@ -860,8 +882,11 @@ def validate(results: dict[str, Any], markdown: str) -> list[str]:
     """What is missing from a finished run's results or report (empty when it is whole)."""
     problems = []
     names = [entry["name"] for entry in results.get("systems", [])]
-    if "eventplatform" not in names or len(names) < 2:
+    if results.get("only") is None and ("eventplatform" not in names or len(names) < 2):
         problems.append(f"too few systems ran: {names}")
+    missing = set(results.get("only") or []) - set(names)
+    if missing:
+        problems.append(f"asked for systems that did not run: {sorted(missing)}")
     for name in names:
         for role in ("produce", "consume"):
             for value_bytes in (1000, 100):
@@ -966,24 +991,50 @@ def main(argv: Sequence[str]) -> None:
     # A SIGTERM unwinds like an error, so that the servers this run started are stopped.
     signal.signal(signal.SIGTERM, lambda _signum, _frame: sys.exit(143))
     began = time.monotonic()
-    scratch = Path(tempfile.mkdtemp(prefix="bench-suite-", dir=arguments.data_dir))
-    results: dict[str, Any] = {
-        "command": invocation(__file__, argv),
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "commit": git_commit(),
-        "plan": asdict(plan),
-        "machine": describe_machine(scratch),
-        "skipped": [],
-    }
     systems = all_systems()
+    skipped: list[str] = []
     if arguments.only:
+        unknown = set(arguments.only) - {system.name for system in systems}
+        if unknown:
+            known = ", ".join(system.name for system in systems)
+            raise SystemExit(f"--only: no system named {', '.join(sorted(unknown))} ({known})")
         systems = [system for system in systems if system.name in arguments.only]
     unavailable = rabbit_stream_available()
     if unavailable and any(system.name == "rabbitmq" for system in systems):
         if os.environ.get("CI") == "true":
             raise SystemExit(f"CI runs every peer: {unavailable}")
-        results["skipped"].append(unavailable)
+        skipped.append(unavailable)
         systems = [system for system in systems if system.name != "rabbitmq"]
+    scratch = Path(tempfile.mkdtemp(prefix="bench-suite-", dir=arguments.data_dir))
+    try:
+        results: dict[str, Any] = {
+            "command": invocation(__file__, argv),
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "commit": git_commit(),
+            "plan": asdict(plan),
+            "machine": describe_machine(scratch),
+            "skipped": skipped,
+            "only": arguments.only,
+        }
+        measure(results, systems, plan, scratch)
+        if not arguments.skip_scaling:
+            from scaling import SCALING_FULL, SCALING_QUICK, run_scaling, scaling_markdown
+
+            folder = scratch / "scaling"
+            folder.mkdir()
+            plan_of_scaling = SCALING_QUICK if arguments.quick else SCALING_FULL
+            results["scaling"] = run_scaling(plan_of_scaling, folder)
+            results["scaling_markdown"] = scaling_markdown(results["scaling"])
+            results["summary"] = summarize(results)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    results["elapsed_s"] = time.monotonic() - began
+    publish(results, arguments)
+
+
+def measure(results: dict[str, Any], systems: Sequence[System], plan: Plan, scratch: Path) -> None:
+    """Limits, then every system's throughput and latency, then the profiles of where
+    ours trail. A server that exited during a failed step is reported with its log."""
     started: list[System] = []
     try:
         progress("limits: disk (fio) and loopback (iperf3)")
@@ -1027,20 +1078,14 @@ def main(argv: Sequence[str]) -> None:
         for name in trailing_latency(results["summary"]):
             progress(f"profiling {by_name[name].label}: latency")
             results["profiles"].append(profile_latency(by_name[name], plan, scratch))
+    except BaseException:
+        for system in started:
+            for line in system.exited():
+                print(line, file=sys.stderr)
+        raise
     finally:
         for system in started:
             system.stop()
-    if not arguments.skip_scaling:
-        from scaling import SCALING_FULL, SCALING_QUICK, run_scaling, scaling_markdown
-
-        folder = scratch / "scaling"
-        folder.mkdir()
-        results["scaling"] = run_scaling(SCALING_QUICK if arguments.quick else SCALING_FULL, folder)
-        results["scaling_markdown"] = scaling_markdown(results["scaling"])
-        results["summary"] = summarize(results)
-    shutil.rmtree(scratch, ignore_errors=True)
-    results["elapsed_s"] = time.monotonic() - began
-    publish(results, arguments)
 
 
 def publish(results: dict[str, Any], arguments: argparse.Namespace) -> None:

@@ -6,6 +6,8 @@ hold its arithmetic to what its report claims."""
 
 from __future__ import annotations
 
+import multiprocessing
+import subprocess
 import sys
 import threading
 import time
@@ -16,8 +18,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
 from clients import Latencies, Schedule
-from peers import PRIME, STOP
-from suite import BEGIN, END, QUICK, validate, with_overrides, write_report
+from peers import PRIME, STOP, System
+from suite import BEGIN, END, QUICK, Children, validate, with_overrides, write_report
 
 
 def test_a_late_sender_gets_every_due_record_stamped_with_its_intended_time() -> None:
@@ -72,25 +74,33 @@ def test_the_generated_section_is_replaced_and_the_rest_kept(tmp_path: Path) -> 
     assert text.index(END) < text.index("## Storage") and "hand-written" in text
 
 
-def test_a_report_missing_a_system_measurement_or_section_is_refused() -> None:
-    results = {
+def complete_results(names: tuple[str, ...]) -> dict[str, object]:
+    return {
         "systems": [{"name": "eventplatform"}, {"name": "redis"}],
         "throughput": [
             {"system": name, "role": role, "value_bytes": size, "processes": 1,
              "records": 10, "seconds": 1.0}
-            for name in ("eventplatform", "redis")
+            for name in names
             for role in ("produce", "consume")
             for size in (1000, 100)
         ],
         "latency": [
             {"system": name, "p50_ms": 1.0, "p99_ms": 2.0, "p999_ms": 3.0}
-            for name in ("eventplatform", "redis")
+            for name in names
         ],
         "limits": {"disk_write_mb_s": 1.0, "disk_read_mb_s": 1.0, "loopback_mb_s": 1.0},
     }  # fmt: skip
-    markdown = "\n".join(
-        ["### Throughput, best process count", "### End-to-end latency", "### Limits", "### Goals"]
-    )
+
+
+MARKDOWN = "\n".join(
+    ["### Throughput, best process count", "### End-to-end latency", "### Limits", "### Goals"]
+)
+
+
+def test_a_report_missing_a_system_measurement_or_section_is_refused() -> None:
+    results = complete_results(("eventplatform", "redis"))
+    results["systems"] = [{"name": "eventplatform"}, {"name": "redis"}]
+    markdown = MARKDOWN
     assert validate(results, markdown) == []
     results["throughput"] = [s for s in results["throughput"] if s["system"] != "redis"]
     results["limits"]["loopback_mb_s"] = 0
@@ -98,3 +108,40 @@ def test_a_report_missing_a_system_measurement_or_section_is_refused() -> None:
     assert any("redis" in problem for problem in problems)
     assert any("loopback" in problem for problem in problems)
     assert any("Goals" in problem for problem in problems)
+
+
+def test_a_run_of_some_systems_is_whole_when_every_system_asked_for_ran() -> None:
+    results = complete_results(("redis",))
+    results["systems"] = [{"name": "redis"}]
+    assert any("too few systems" in problem for problem in validate(results, MARKDOWN))
+    results["only"] = ["redis"]
+    assert validate(results, MARKDOWN) == []
+    results["only"] = ["redis", "nats"]
+    assert any("nats" in problem for problem in validate(results, MARKDOWN))
+
+
+def test_a_failed_step_leaves_no_client_process_behind() -> None:
+    context = multiprocessing.get_context("spawn")
+    client = context.Process(target=time.sleep, args=(120,))
+    started = time.monotonic()
+    with pytest.raises(SystemExit), Children() as children:
+        children.start(client)
+        raise SystemExit("the step failed")
+    assert not client.is_alive()
+    assert time.monotonic() - started < 30, "the failed step waited for its client"
+
+
+def test_a_server_that_exited_is_reported_with_the_end_of_its_log(tmp_path: Path) -> None:
+    log = tmp_path / "server.log"
+    server = System(name="s", label="A server", durability="", client="")
+    server.logs = [log]
+    server.processes = [subprocess.Popen(["sleep", "60"])]
+    assert server.exited() == []
+    with log.open("w") as output:
+        server.processes.append(
+            subprocess.Popen(["sh", "-c", "echo fatal: out of luck; exit 3"], stdout=output)
+        )
+        server.processes[-1].wait(30)
+    found = server.exited()
+    server.stop()
+    assert "exited with 3" in found[0] and "fatal: out of luck" in found[1]
