@@ -19,7 +19,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
 from clients import Latencies, Schedule
 from peers import PRIME, STOP, System
-from suite import BEGIN, END, QUICK, Children, validate, with_overrides, write_report
+from suite import with_overrides
+from suite_report import BEGIN, END, validate, write_report
+from suite_steps import QUICK, Children
 
 
 def test_a_late_sender_gets_every_due_record_stamped_with_its_intended_time() -> None:
