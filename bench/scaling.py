@@ -44,38 +44,41 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing
 import shutil
-import statistics
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
-from multiprocessing.pool import AsyncResult
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from broker import STEP_TIMEOUT_S, Broker, Throughput, consume_worker, produce_worker
+from broker import Broker, Throughput, consume_worker, produce_worker
 from harness import (
     GIGABYTE,
-    KIB,
     MEGABYTE,
     MIB,
     Deadline,
-    Spread,
     check_free_space,
     command_output,
     describe_machine,
-    format_spread,
     invocation,
-    markdown_table,
     progress,
 )
+from scaling_clients import (
+    CLIENT_PROCESSES,
+    CONSUMERS,
+    PRODUCERS,
+    RESTART_TIMEOUT_S,
+    ClientPool,
+    create_topics,
+    end_offsets,
+    restart_probe,
+    wait_result,
+)
+from scaling_report import scaling_markdown
 
 from eventplatform.log.storage.files import (
     LOG_SUFFIX,
@@ -85,19 +88,10 @@ from eventplatform.log.storage.files import (
 )
 
 VALUE_BYTES = 1000
-PRODUCERS = 2
-CONSUMERS = 2
-CLIENT_PROCESSES = max(PRODUCERS, CONSUMERS)
-RESTART_GOAL_S = 10.0
-RESTART_TIMEOUT_S = 180.0
 SECTION_TIMEOUT_S = 900.0
 SETTLE_TIMEOUT_S = 30.0
 SETTLE_INTERVAL_S = 0.5
 SETTLE_CHANGE_MAX = 0.01
-RECONNECT_BACKOFF_MS = 10
-RECONNECT_BACKOFF_MS_MAX = 100
-PROBE_POLL_S = 0.01
-LOG_LEVEL_CRITICAL = 2
 
 
 @dataclass(frozen=True)
@@ -158,181 +152,6 @@ SCALING_QUICK = ScalingPlan(
     restart_produce_records=10_000,
     free_bytes_min=2 * GIGABYTE,
 )
-
-
-# ---------------------------------------------------------------- client processes
-
-
-def _import_client() -> None:
-    import confluent_kafka  # noqa: F401
-
-
-def _call(
-    function: Callable[..., Any], arguments: tuple[Any, ...], keywords: dict[str, Any]
-) -> Any:
-    """Run a worker; its SystemExit becomes an error the pool hands back instead of a dead
-    worker whose result never comes."""
-    try:
-        return function(*arguments, **keywords)
-    except SystemExit as exc:
-        raise RuntimeError(f"{function.__name__}: {exc}") from None
-
-
-class ClientPool:
-    """Warm client processes (spawned once, confluent-kafka imported) and a manager for the
-    barriers that start several of them together. Used from one thread."""
-
-    def __init__(self, processes: int) -> None:
-        context = multiprocessing.get_context("spawn")
-        self.processes = processes
-        self._manager = context.Manager()
-        self._pool = context.Pool(processes, initializer=_import_client)
-
-    def __enter__(self) -> ClientPool:
-        return self
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        trace: TracebackType | None,
-    ) -> None:
-        self._pool.terminate()
-        self._pool.join()
-        self._manager.shutdown()
-
-    def run(
-        self, function: Callable[..., Any], argument_lists: Sequence[tuple[Any, ...]]
-    ) -> list[Any]:
-        """``function(*arguments, barrier=...)`` in one process per argument list, at once."""
-        if len(argument_lists) > self.processes:
-            raise ValueError(f"{len(argument_lists)} steps for {self.processes} processes")
-        barrier = self._manager.Barrier(len(argument_lists))
-        pending = [
-            self._pool.apply_async(_call, (function, arguments, {"barrier": barrier}))
-            for arguments in argument_lists
-        ]
-        return [wait_result(result, STEP_TIMEOUT_S + 60) for result in pending]
-
-    def start(self, function: Callable[..., Any], *arguments: Any) -> AsyncResult[Any]:
-        """``function(*arguments)`` in one process; collect it with :func:`wait_result`."""
-        return self._pool.apply_async(_call, (function, arguments, {}))
-
-
-def wait_result(result: AsyncResult[Any], timeout_s: float) -> Any:
-    try:
-        return result.get(timeout_s)
-    except multiprocessing.TimeoutError:
-        raise SystemExit(f"a client process gave no result in {timeout_s:.0f} s") from None
-    except RuntimeError as exc:
-        raise SystemExit(str(exc)) from None
-
-
-def restart_probe(bootstrap: str, topic: str, last_offset: int) -> dict[str, Any]:
-    """While the broker restarts: produce one record and fetch ``last_offset`` of partition 0.
-
-    Both clients exist before the broker listens and retry every 10-100 ms. Returns
-    the monotonic times of the acknowledgement and of the fetch (None if they did not
-    happen), the offset the new record got (the log end after recovery) and the high
-    watermark at the end.
-    """
-    from confluent_kafka import Consumer, KafkaError, TopicPartition
-
-    # librdkafka connects only when a metadata or leader query is due: keep those frequent too.
-    reconnect = {
-        "reconnect.backoff.ms": RECONNECT_BACKOFF_MS,
-        "reconnect.backoff.max.ms": RECONNECT_BACKOFF_MS_MAX,
-        "retry.backoff.ms": RECONNECT_BACKOFF_MS,
-        "retry.backoff.max.ms": RECONNECT_BACKOFF_MS_MAX,
-        "topic.metadata.refresh.fast.interval.ms": RECONNECT_BACKOFF_MS,
-        "log_level": LOG_LEVEL_CRITICAL,  # "connection refused" until the broker listens
-    }
-    outcome: dict[str, Any] = {"acknowledged_at": None, "recovered_end": None, "fetched_at": None}
-    producer_thread = threading.Thread(
-        target=_probe_produce, args=(bootstrap, topic, reconnect, outcome), daemon=True
-    )
-    producer_thread.start()
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"bench-restart-{topic}",
-            "enable.auto.commit": False,
-            "auto.offset.reset": "error",
-            **reconnect,
-        }
-    )
-    consumer.assign([TopicPartition(topic, 0, last_offset)])
-    deadline = Deadline(RESTART_TIMEOUT_S)
-    while outcome["fetched_at"] is None and not deadline.passed():
-        message = consumer.poll(PROBE_POLL_S)
-        if message is None:
-            continue
-        error = message.error()
-        if error is None and message.offset() == last_offset:
-            outcome["fetched_at"] = time.monotonic()
-        elif error is not None and error.code() == KafkaError._AUTO_OFFSET_RESET:
-            break  # the offset is gone: the record was lost
-    producer_thread.join(RESTART_TIMEOUT_S)
-    outcome["high_watermark"] = consumer.get_watermark_offsets(
-        TopicPartition(topic, 0), timeout=10
-    )[1]
-    consumer.close()
-    return outcome
-
-
-def _probe_produce(
-    bootstrap: str, topic: str, reconnect: dict[str, int], outcome: dict[str, Any]
-) -> None:
-    from confluent_kafka import Producer
-
-    producer = Producer(
-        {
-            "bootstrap.servers": bootstrap,
-            "acks": 1,
-            "linger.ms": 0,
-            "message.timeout.ms": int(RESTART_TIMEOUT_S * 1000),
-            **reconnect,
-        }
-    )
-
-    def delivered(error: Any, message: Any) -> None:
-        if error is None:
-            outcome["acknowledged_at"] = time.monotonic()
-            outcome["recovered_end"] = message.offset()
-
-    producer.produce(topic, b"after-restart", partition=0, on_delivery=delivered)
-    deadline = Deadline(RESTART_TIMEOUT_S)
-    while outcome["acknowledged_at"] is None and not deadline.passed():
-        producer.poll(PROBE_POLL_S)
-    producer.flush(1)
-
-
-# ---------------------------------------------------------------- admin, from this process
-
-
-def create_topics(bootstrap: str, names: Sequence[str], partitions: int) -> None:
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    futures = admin.create_topics(
-        [NewTopic(name, num_partitions=partitions, replication_factor=1) for name in names],
-        operation_timeout=60,
-    )
-    for future in futures.values():
-        future.result(timeout=120)
-
-
-def end_offsets(bootstrap: str, topic: str, partitions: int) -> list[int]:
-    from confluent_kafka import Consumer, TopicPartition
-
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-scaling-offsets"})
-    try:
-        return [
-            consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=30)[1]
-            for partition in range(partitions)
-        ]
-    finally:
-        consumer.close()
 
 
 # ---------------------------------------------------------------- steps
@@ -691,193 +510,6 @@ def run_scaling(plan: ScalingPlan, scratch: Path) -> dict[str, Any]:
             shutil.rmtree(data_dir, ignore_errors=True)
     results["seconds"]["total"] = time.monotonic() - started
     return results
-
-
-# ---------------------------------------------------------------- report
-
-
-def repetitions(samples: list[Any]) -> str:
-    return f"{len(samples)} repetition{'' if len(samples) == 1 else 's'}"
-
-
-def _spread(samples: list[dict[str, Any]], measure: Callable[[Throughput], float]) -> Spread:
-    return Spread.of([measure(Throughput(**sample)) for sample in samples])
-
-
-def _rates(samples: list[dict[str, Any]]) -> tuple[str, str]:
-    records = _spread(samples, lambda sample: sample.records_per_second)
-    speed = _spread(samples, lambda sample: sample.megabytes_per_second)
-    return format_spread(records), format_spread(speed)
-
-
-def throughput_markdown(results: dict[str, Any], plan: dict[str, Any]) -> str:
-    rows = [
-        [
-            "partitions",
-            "produce records/s",
-            "produce MB/s",
-            "consume records/s",
-            "consume MB/s",
-            "broker CPU s per 100 MB produced",
-        ]
-    ]
-    for partitions, entry in results.items():
-        cpu = statistics.median(
-            Throughput(**sample).broker_cpu_seconds_per_100_mb for sample in entry["produce"]
-        )
-        rows.append(
-            [
-                partitions,
-                *_rates(entry["produce"]),
-                *_rates(entry["consume"]),
-                f"{cpu:.2f}",
-            ]
-        )
-    method = (
-        f"{PRODUCERS} producer processes (acks=1, 1 KB values, no key, linger.ms=5, 1 MB "
-        f"batches) write {plan['throughput_records']:,} records to a new topic, then "
-        f"{CONSUMERS} consumer processes read them back from the page cache (partitions dealt "
-        "out, one partition's offsets halved), each step's processes starting at a barrier; "
-        f"median (min-max) of {repetitions(next(iter(results.values()))['produce'])}."
-    )
-    return f"### Throughput by partition count\n\n{method}\n\n{markdown_table(rows)}"
-
-
-def idle_markdown(results: dict[str, Any]) -> str:
-    before, after, partitions = results["before"], results["after"], results["partitions"]
-    rows = [["", "RSS MiB", "open files", "memory mappings", "idle CPU %"]]
-    for label, state in (("no topics", before), (f"{partitions:,} partitions", after)):
-        rows.append(
-            [
-                label,
-                f"{state['rss_bytes'] / MIB:.1f}",
-                str(state["open_files"]),
-                str(state["mappings"]),
-                f"{state['idle_cpu_percent']:.1f}",
-            ]
-        )
-    rows.append(
-        [
-            "per partition",
-            f"{(after['rss_bytes'] - before['rss_bytes']) / partitions / KIB:.1f} KiB",
-            f"{(after['open_files'] - before['open_files']) / partitions:.1f}",
-            f"{(after['mappings'] - before['mappings']) / partitions:.1f}",
-            "-",
-        ]
-    )
-    method = (
-        "RSS (/proc VmRSS, once settled), open files and mappings of a fresh broker before "
-        f"and after creating {partitions:,} partitions (CreateTopics took "
-        f"{results['create_seconds']:.1f} s), and its CPU over "
-        f"{results['idle_cpu_seconds']:.0f} s with no client."
-    )
-    return f"### Memory of idle partitions\n\n{method}\n\n{markdown_table(rows)}"
-
-
-def retained_markdown(results: dict[str, Any], plan: dict[str, Any]) -> str:
-    rows = [
-        [
-            "retained",
-            "fill s (MB/s)",
-            "produce at tail MB/s",
-            "consume tail MB/s",
-            "consume oldest MB/s",
-            "oldest segment cached",
-        ]
-    ]
-    medians: dict[str, list[float]] = {}
-    for label, entry in results.items():
-        spreads = [
-            _spread(entry[key], lambda sample: sample.megabytes_per_second)
-            for key in ("produce", "consume_tail", "consume_oldest")
-        ]
-        medians[label] = [spread.median for spread in spreads]
-        cached = [value for value in entry["oldest_cached"] if value is not None]
-        rows.append(
-            [
-                f"{entry['retained_bytes'] / MEGABYTE:,.0f} MB",
-                f"{entry['fill_seconds']:.1f} "
-                f"({entry['retained_bytes'] / MEGABYTE / entry['fill_seconds']:.0f})",
-                *(format_spread(spread) for spread in spreads),
-                f"{100 * statistics.median(cached):.0f} %" if cached else "-",
-            ]
-        )
-    if {"small", "large"} <= medians.keys():
-        ratios = [
-            large / small for large, small in zip(medians["large"], medians["small"], strict=True)
-        ]
-        rows.append(["ratio large / small", "", *(f"{ratio:.2f}" for ratio in ratios), ""])
-    method = (
-        f"One-partition topics filled with 1 KB records by {PRODUCERS} producers, then "
-        f"alternately {plan['tail_produce_records']:,} more produced at the tail and "
-        f"{plan['consume_records']:,} read by one consumer from the tail and from offset 0; "
-        f"median (min-max) MB/s of {repetitions(results['large']['produce'])}."
-    )
-    return f"### Rates against retained data\n\n{method}\n\n{markdown_table(rows)}"
-
-
-def restart_markdown(runs: list[dict[str, Any]]) -> str:
-    def seconds(value: float | None) -> str:
-        return "never" if value is None else f"{value:.2f}"
-
-    rows = [
-        [
-            "run",
-            "log GB",
-            "re-checked GB",
-            "serving on s",
-            "produce acked s",
-            "last record fetched s",
-            "acknowledged end",
-            "log end after",
-            "lost",
-            f"goal < {RESTART_GOAL_S:.0f} s",
-        ]
-    ]
-    for index, run in enumerate(runs, 1):
-        timings = [run[key] for key in ("serving_seconds", "produce_seconds", "fetch_seconds")]
-        met = None not in timings and max(timings) < RESTART_GOAL_S
-        rows.append(
-            [
-                str(index),
-                f"{run['retained_bytes'] / GIGABYTE:.2f}",
-                f"{run['recheck_bytes'] / GIGABYTE:.2f}",
-                seconds(run["serving_seconds"]),
-                seconds(run["produce_seconds"]),
-                seconds(run["fetch_seconds"]),
-                f"{run['acknowledged_end']:,}",
-                "-" if run["recovered_end"] is None else f"{run['recovered_end']:,}",
-                "?" if run["lost"] is None else str(run["lost"]),
-                "met" if met else "missed",
-            ]
-        )
-    method = (
-        "SIGKILL right after an acks=1 produce, restart on the same directory, seconds from "
-        "the spawn; before serving, startup CRC-checks every batch from the segment holding "
-        "the checkpointed recovery point (checkpointed at most once a minute) to the end, "
-        "rebuilding indexes, and replays producer state from the last roll's snapshot."
-    )
-    return f"### Restart after SIGKILL\n\n{method}\n\n{markdown_table(rows)}"
-
-
-def scaling_markdown(results: dict[str, Any]) -> str:
-    plan = results["plan"]
-    timings = markdown_table(
-        [["section", "seconds"]]
-        + [
-            [name.replace("_", " "), f"{seconds:.0f}"]
-            for name, seconds in results["seconds"].items()
-        ]
-    )
-    return "\n\n".join(
-        [
-            throughput_markdown(results["throughput"], plan),
-            idle_markdown(results["idle_partitions"]),
-            retained_markdown(results["retained"], plan),
-            restart_markdown(results["restart"]),
-            f"### Time taken\n\nWall-clock seconds per measurement.\n\n{timings}",
-        ]
-    )
 
 
 def main(argv: Sequence[str]) -> None:

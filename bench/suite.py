@@ -148,7 +148,8 @@ def main(argv: Sequence[str]) -> None:
         }
         measure(results, systems, plan, scratch)
         if not arguments.skip_scaling:
-            from scaling import SCALING_FULL, SCALING_QUICK, run_scaling, scaling_markdown
+            from scaling import SCALING_FULL, SCALING_QUICK, run_scaling
+            from scaling_report import scaling_markdown
 
             folder = scratch / "scaling"
             folder.mkdir()
