@@ -64,7 +64,11 @@ class LogLoader:
         self.directory = directory
         self.config = config
 
-    def load(self) -> LoadedLog:
+    def load(self, *, sync_directory: bool = True) -> LoadedLog:
+        """Open the segments, recovering them unless the log was closed cleanly.
+
+        ``sync_directory=False`` leaves the fsync of the directory to the caller: a new
+        log's first flush covers its first segment's entries."""
         self.directory.mkdir(parents=True, exist_ok=True)
         marker = self.directory / CLEAN_SHUTDOWN_FILE
         was_clean = marker.exists()
@@ -93,7 +97,8 @@ class LogLoader:
         log_start = min(max(checkpoint["log_start_offset"], segments.first.base_offset), log_end)
         # The marker goes only after recovery, so a crash during recovery recovers again.
         marker.unlink(missing_ok=True)
-        fsync_directory(self.directory)
+        if sync_directory:
+            fsync_directory(self.directory)
         return LoadedLog(
             segments=segments,
             log_start_offset=log_start,

@@ -33,9 +33,11 @@ from eventplatform.log.storage.errors import (
     RecordTooLargeError,
 )
 from eventplatform.log.storage.files import (
+    CHECKPOINT_FILE,
     CLEAN_SHUTDOWN_FILE,
     DELETED_SUFFIX,
     LOCK_FILE,
+    LOG_SUFFIX,
     fsync_directory,
     write_atomically,
     write_checkpoint,
@@ -118,8 +120,12 @@ class PartitionLog:
         self.directory = directory
         self.update_config(config)
         self.clock_ms = clock_ms
+        # A new log's directory is fsynced by its first flush (or roll, or close), not
+        # here: creating a thousand partitions would wait on a thousand fsyncs.
+        new = _never_written(directory)
+        self._directory_unsynced = new
         self._lock_descriptor = _lock_directory(directory)
-        loaded = LogLoader(directory, config).load()
+        loaded = LogLoader(directory, config).load(sync_directory=not new)
         self.segments: SegmentMap = loaded.segments
         self.log_start_offset = loaded.log_start_offset
         self.recovery_point = loaded.recovery_point
@@ -135,7 +141,10 @@ class PartitionLog:
         self._truncations = 0
         self._pending_deletes: list[tuple[int, Segment]] = []
         self._closed = False
-        self.write_checkpoint()
+        # A new log's checkpoint would say what its absence says (start, recovery point and
+        # cleaner offset 0), at the cost of two more fsyncs.
+        if not new:
+            self.write_checkpoint()
 
     @classmethod
     def open(
@@ -324,11 +333,16 @@ class PartitionLog:
         descriptors: list[int] = []
         for segment in self.segments.from_offset(self.recovery_point):
             descriptors += (os.dup(descriptor) for descriptor in segment.descriptors())
+        if self._directory_unsynced:
+            descriptors.append(os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY))
         return FlushJob(self.log_end_offset, self._truncations, tuple(descriptors))
 
     def finish_flush(self, job: FlushJob) -> None:
         """Advance the recovery point to what ``job`` made durable (unless truncated since)."""
-        if self._closed or job.truncations != self._truncations:
+        if self._closed:
+            return
+        self._directory_unsynced = False
+        if job.truncations != self._truncations:
             return
         if job.end_offset > self.recovery_point:
             self.recovery_point = job.end_offset
@@ -346,6 +360,9 @@ class PartitionLog:
         self._check_open()
         for segment in self.segments.from_offset(self.recovery_point):
             segment.flush()
+        if self._directory_unsynced:
+            fsync_directory(self.directory)
+            self._directory_unsynced = False
         now_ms = self.clock_ms()
         if self.recovery_point != self.log_end_offset:
             self.recovery_point = self.log_end_offset
@@ -356,6 +373,7 @@ class PartitionLog:
 
     def write_checkpoint(self) -> None:
         self._last_checkpoint_ms = self.clock_ms()
+        self._directory_unsynced = False  # writing the file fsyncs its directory
         write_checkpoint(
             self.directory,
             {
@@ -573,6 +591,15 @@ class PartitionLog:
         write_atomically(self.directory / CLEAN_SHUTDOWN_FILE, b"")
         os.close(self._lock_descriptor)
         self._closed = True
+
+
+def _never_written(directory: Path) -> bool:
+    """No checkpoint and no segment: a log that is about to be created."""
+    if not directory.exists():
+        return True
+    if (directory / CHECKPOINT_FILE).exists():
+        return False
+    return not any(path.name.endswith(LOG_SUFFIX) for path in directory.iterdir())
 
 
 def _lock_directory(directory: Path) -> int:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 
 import pytest
@@ -15,7 +17,7 @@ from eventplatform.log.storage import (
     Record,
     RecordTooLargeError,
 )
-from eventplatform.log.storage.files import CLEAN_SHUTDOWN_FILE
+from eventplatform.log.storage.files import CHECKPOINT_FILE, CLEAN_SHUTDOWN_FILE
 from eventplatform.log.storage.partition_log import run_flush_jobs
 from eventplatform.log.storage.record_batch import decode_record_set, encode_batch, parse_header
 
@@ -344,3 +346,65 @@ def test_compacted_topic_refuses_offset_deltas_that_skip(tmp_path: Path) -> None
     with pytest.raises(InvalidRecordError, match="offset delta"):
         log.append(batch)
     assert log.log_end_offset == 0
+
+
+def fsyncs_of(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """What each ``os.fsync`` from now on covers: "directory" or "file"."""
+    calls: list[str] = []
+    real_fsync = os.fsync
+
+    def fsync(descriptor: int) -> None:
+        is_directory = stat.S_ISDIR(os.fstat(descriptor).st_mode)
+        calls.append("directory" if is_directory else "file")
+        real_fsync(descriptor)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    return calls
+
+
+def test_a_new_log_is_created_without_an_fsync_and_its_first_flush_syncs_the_directory(
+    tmp_path: Path, clock, make_batch, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fsyncs = fsyncs_of(monkeypatch)
+    log = PartitionLog.open(tmp_path / "new-0", LogConfig(flush_ms=1000), clock_ms=clock)
+    assert fsyncs == [], "creating an empty log waited on the disk"
+    assert not (tmp_path / "new-0" / CHECKPOINT_FILE).exists()
+    log.append(make_batch(3))
+    clock.advance(1000)
+    log.flush_if_due()
+    assert log.recovery_point == 3
+    assert "directory" in fsyncs, "the first segment's entries were never made durable"
+
+
+def test_a_new_logs_first_background_flush_syncs_its_directory(
+    tmp_path: Path, clock, make_batch, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fsyncs = fsyncs_of(monkeypatch)
+    log = PartitionLog.open(tmp_path / "new-0", LogConfig(flush_ms=1000), clock_ms=clock)
+    log.background_flush = True
+    log.append(make_batch(3))
+    clock.advance(1000)
+    job = log.start_flush()
+    assert job is not None
+    run_flush_jobs([job])
+    log.finish_flush(job)
+    assert "directory" in fsyncs
+    log.append(make_batch(3))
+    clock.advance(1000)
+    fsyncs.clear()
+    second = log.start_flush()
+    assert second is not None
+    run_flush_jobs([second])
+    assert fsyncs and "directory" not in fsyncs, "the directory is fsynced once, not every flush"
+
+
+def test_a_new_log_closed_and_reopened_keeps_its_records_and_checkpoint(
+    tmp_path: Path, clock, make_batch
+) -> None:
+    log = PartitionLog.open(tmp_path / "new-0", LogConfig(), clock_ms=clock)
+    log.append(make_batch(4))
+    log.close()
+    assert (tmp_path / "new-0" / CHECKPOINT_FILE).exists()
+    reopened = PartitionLog.open(tmp_path / "new-0", LogConfig(), clock_ms=clock)
+    assert reopened.log_end_offset == 4 and reopened.recovery_point == 4
+    reopened.close()
