@@ -73,6 +73,7 @@ from scaling_clients import (
     PRODUCERS,
     RESTART_TIMEOUT_S,
     ClientPool,
+    StallProbe,
     create_topics,
     end_offsets,
     restart_probe,
@@ -320,7 +321,8 @@ def measure_idle_partitions(root: Path, plan: ScalingPlan) -> dict[str, Any]:
         cpu_before = idle_cpu_percent(broker, plan.idle_cpu_seconds)
         names = [f"idle-{index}" for index in range(plan.idle_topics)]
         started = time.monotonic()
-        create_topics(broker.bootstrap, names, plan.idle_partitions_per_topic)
+        with StallProbe(broker.bootstrap) as probe:
+            create_topics(broker.bootstrap, names, plan.idle_partitions_per_topic)
         create_seconds = time.monotonic() - started
         wait_settled(broker, plan.settle_seconds)
         after = broker_footprint(broker)
@@ -336,6 +338,8 @@ def measure_idle_partitions(root: Path, plan: ScalingPlan) -> dict[str, Any]:
     return {
         "partitions": partitions,
         "create_seconds": create_seconds,
+        "create_longest_wait_s": probe.longest_s,
+        "create_probe_requests": probe.requests,
         "before": {**before, "idle_cpu_percent": cpu_before},
         "after": {**after, "idle_cpu_percent": cpu_after},
         "idle_cpu_seconds": plan.idle_cpu_seconds,

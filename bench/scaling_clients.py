@@ -185,6 +185,42 @@ def create_topics(bootstrap: str, names: Sequence[str], partitions: int) -> None
         future.result(timeout=120)
 
 
+class StallProbe:
+    """ListGroups requests one after another, from a thread of this process, while the
+    broker does something else: the slowest answer is the longest time the broker served
+    nothing else (its one event loop was busy or blocked)."""
+
+    def __init__(self, bootstrap: str) -> None:
+        from confluent_kafka.admin import AdminClient
+
+        self.admin = AdminClient({"bootstrap.servers": bootstrap})
+        self._ask()  # connected before the measurement
+        self.longest_s = 0.0
+        self.requests = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> StallProbe:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join(STEP_TIMEOUT_S)
+
+    def _ask(self) -> None:
+        self.admin.list_consumer_groups(request_timeout=STEP_TIMEOUT_S).result()
+
+    def _run(self) -> None:
+        deadline = Deadline(STEP_TIMEOUT_S)
+        while not self._stop.is_set() and not deadline.passed():
+            started = time.monotonic()
+            self._ask()
+            self.longest_s = max(self.longest_s, time.monotonic() - started)
+            self.requests += 1
+            time.sleep(PROBE_POLL_S)
+
+
 def end_offsets(bootstrap: str, topic: str, partitions: int) -> list[int]:
     from confluent_kafka import Consumer, TopicPartition
 

@@ -65,6 +65,16 @@ def throughput_markdown(results: dict[str, Any], plan: dict[str, Any]) -> str:
     return f"### Throughput by partition count\n\n{method}\n\n{markdown_table(rows)}"
 
 
+def longest_wait(results: dict[str, Any]) -> str:
+    """How long the broker served nothing else while it created the partitions."""
+    if "create_longest_wait_s" not in results:  # results from before the probe
+        return ""
+    return (
+        f"; meanwhile the slowest of {results['create_probe_requests']:,} ListGroups "
+        f"requests from another client waited {results['create_longest_wait_s']:.2f} s"
+    )
+
+
 def idle_markdown(results: dict[str, Any]) -> str:
     before, after, partitions = results["before"], results["after"], results["partitions"]
     rows = [["", "RSS MiB", "open files", "memory mappings", "idle CPU %"]]
@@ -90,7 +100,7 @@ def idle_markdown(results: dict[str, Any]) -> str:
     method = (
         "RSS (/proc VmRSS, once settled), open files and mappings of a fresh broker before "
         f"and after creating {partitions:,} partitions (CreateTopics took "
-        f"{results['create_seconds']:.1f} s), and its CPU over "
+        f"{results['create_seconds']:.1f} s{longest_wait(results)}), and its CPU over "
         f"{results['idle_cpu_seconds']:.0f} s with no client."
     )
     return f"### Memory of idle partitions\n\n{method}\n\n{markdown_table(rows)}"

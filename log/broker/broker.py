@@ -5,7 +5,9 @@
 clean-shutdown marker. ``run_background`` is the one task that owns the
 periodic work: retention and compaction, producer-id expiry. ``run_flusher``
 fsyncs the logs whose ``flush.ms`` has passed, in a worker thread, so that a
-slow fsync never stalls the event loop's produce and fetch requests.
+slow fsync never stalls the event loop's produce and fetch requests. A
+standalone broker creates new partitions' files in a worker thread too, one
+topic change at a time.
 
 Everything here runs on the broker's trio thread; handlers receive the
 ``Broker`` through their ``RequestContext``.
@@ -20,9 +22,10 @@ import uuid
 from base64 import urlsafe_b64encode
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import trio
+from trio.testing import MockClock
 
 from eventplatform.log.broker.config import BrokerConfig, format_voters
 from eventplatform.log.broker.topics import META_FILE, Topic, TopicError, TopicRegistry
@@ -37,6 +40,7 @@ if TYPE_CHECKING:
     from eventplatform.log.groups.coordinator import GroupCoordinator
 
 log = logging.getLogger("eventplatform.broker")
+T = TypeVar("T")
 
 PRODUCER_ID_BLOCK = 1000
 PRODUCER_IDS_FILE = "producer_ids"
@@ -93,6 +97,9 @@ class Broker:
         self.was_clean_shutdown = False
         self.network: Network = TCP
         """How this broker reaches other nodes (replica fetches, the controller)."""
+        self._topic_changes = trio.Lock()
+        """A standalone broker's topic changes, one at a time (their disk work runs in a
+        worker thread, while requests go on)."""
 
     @classmethod
     def open(cls, config: BrokerConfig, clock_ms: Callable[[], int] = wall_clock_ms) -> Broker:
@@ -147,7 +154,9 @@ class Broker:
                 ErrorCode.INVALID_REPLICATION_FACTOR,
                 f"replication factor {replication_factor} is larger than the 1 available broker",
             )
-        self.topics.create(name, partitions, configs)
+        async with self._topic_changes:
+            topic = await self.off_loop(self.topics.prepare, name, partitions, configs)
+            self.topics.register(topic)
 
     async def delete_topic(self, name: str) -> None:
         if self.topics.get(name) is None:
@@ -155,7 +164,8 @@ class Broker:
         if self.member is not None:
             await self.member.delete_topic(name)
             return
-        self.topics.delete(name)
+        async with self._topic_changes:
+            self.topics.delete(name)
         if self.groups is not None:
             self.groups.topic_deleted(name)
 
@@ -164,18 +174,27 @@ class Broker:
         if self.member is not None:
             await self.member.add_partitions(name, count)
             return
-        self.topics.add_partitions(name, count)
+        async with self._topic_changes:
+            added = await self.off_loop(self.topics.prepare_partitions, name, count)
+            self.topics.extend(name, added)
 
     async def set_topic_configs(self, name: str, configs: dict[str, str]) -> None:
         self.topics.check_configs(name, configs)
         if self.member is not None:
             await self.member.set_topic_configs(name, configs)
             return
-        self.topics.set_configs(name, configs)
+        async with self._topic_changes:
+            self.topics.set_configs(name, configs)
 
-    flush_off_thread = True
-    """fsync in a worker thread; the deterministic simulations, whose fsync is
-    instant and whose clock is trio's mock clock, run it inline instead."""
+    @staticmethod
+    async def off_loop(work: Callable[..., T], *arguments: Any) -> T:
+        """``work(*arguments)`` (an fsync, creating files) in a worker thread, so that the
+        event loop serves everyone else meanwhile. Under trio's mock clock (the
+        deterministic simulations, the tests of timeouts) it runs inline: that clock
+        jumps ahead whenever every task waits, and a thread's time is real."""
+        if isinstance(trio.lowlevel.current_clock(), MockClock):
+            return work(*arguments)
+        return await trio.to_thread.run_sync(work, *arguments)
 
     async def run_flusher(self) -> None:
         """Every 100 ms, fsync the logs whose ``flush.ms`` has passed, off the event loop."""
@@ -191,10 +210,7 @@ class Broker:
                 jobs.append((partition.log, job))
         if not jobs:
             return
-        if self.flush_off_thread:
-            await trio.to_thread.run_sync(run_flush_jobs, [job for _, job in jobs])
-        else:
-            run_flush_jobs([job for _, job in jobs])
+        await self.off_loop(run_flush_jobs, [job for _, job in jobs])
         for partition_log, job in jobs:
             partition_log.finish_flush(job)
 

@@ -223,21 +223,57 @@ class TopicRegistry:
         hosted: Collection[int] | None = None,
     ) -> Topic:
         """Create the topic, holding the partitions ``hosted`` (None: all of them)."""
+        topic = self.prepare(
+            name, partitions, configs, internal=internal, topic_id=topic_id, hosted=hosted
+        )
+        self.register(topic)
+        return topic
+
+    def prepare(
+        self,
+        name: str,
+        partitions: int,
+        configs: Mapping[str, str],
+        *,
+        internal: bool = False,
+        topic_id: bytes | None = None,
+        hosted: Collection[int] | None = None,
+    ) -> Topic:
+        """The new topic with its logs created, not yet registered: :meth:`register` it.
+
+        Only the new partitions' directories are touched, so a broker runs this in a
+        worker thread while its event loop serves everyone else (creating a log's files
+        is several metadata operations on the file system, each about a millisecond when
+        the disk is busy)."""
         log_config = self.check_new_topic(name, partitions, configs)
         topic_id = uuid.uuid4().bytes if topic_id is None else topic_id
         topic = Topic(name, topic_id, dict(configs), log_config, internal)
-        self.topics[name] = topic
-        try:
-            for index in range(partitions):
-                topic.partitions.append(self._open_if_held(name, index, log_config, hosted))
-        except BaseException:
-            self.topics.pop(name)
-            for partition in topic.partitions:
-                if partition is not None:
-                    partition.close()
-            raise
-        self._save()
+        topic.partitions = self._open_new(name, range(partitions), log_config, hosted)
         return topic
+
+    def register(self, topic: Topic) -> None:
+        """Add a topic made by :meth:`prepare` and save the topic list."""
+        if topic.name in self.topics:
+            _close_all(topic.partitions)
+            raise TopicError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {topic.name!r} already exists")
+        self.topics[topic.name] = topic
+        self._save()
+
+    def _open_new(
+        self,
+        name: str,
+        indexes: range,
+        config: LogConfig,
+        hosted: Collection[int] | None,
+    ) -> list[Partition | None]:
+        opened: list[Partition | None] = []
+        try:
+            for index in indexes:
+                opened.append(self._open_if_held(name, index, config, hosted))
+        except BaseException:
+            _close_all(opened)
+            raise
+        return opened
 
     def delete(self, name: str) -> None:
         """Forget the topic, close its partitions and remove their files."""
@@ -288,9 +324,24 @@ class TopicRegistry:
     def add_partitions(self, name: str, count: int, hosted: Collection[int] | None = None) -> None:
         """Grow the topic to ``count`` partitions, holding the new ones in ``hosted``
         (None: all of them)."""
+        self.extend(name, self.prepare_partitions(name, count, hosted))
+
+    def prepare_partitions(
+        self, name: str, count: int, hosted: Collection[int] | None = None
+    ) -> list[Partition | None]:
+        """The logs of the partitions that grow the topic to ``count``, created but not
+        yet added: :meth:`extend` the topic with them. Like :meth:`prepare`, this may run
+        in a worker thread."""
         topic = self.check_partition_count(name, count)
-        for index in range(len(topic.partitions), count):
-            topic.partitions.append(self._open_if_held(name, index, topic.log_config, hosted))
+        return self._open_new(name, range(len(topic.partitions), count), topic.log_config, hosted)
+
+    def extend(self, name: str, partitions: list[Partition | None]) -> None:
+        """Add partitions made by :meth:`prepare_partitions` and save the topic list."""
+        topic = self.topics.get(name)
+        if topic is None:
+            _close_all(partitions)
+            raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
+        topic.partitions.extend(partitions)
         self._save()
 
     def check_configs(self, name: str, configs: Mapping[str, str]) -> LogConfig:
@@ -311,6 +362,12 @@ class TopicRegistry:
 
     def close(self) -> None:
         for partition in self.partitions():
+            partition.close()
+
+
+def _close_all(partitions: list[Partition | None]) -> None:
+    for partition in partitions:
+        if partition is not None:
             partition.close()
 
 

@@ -50,7 +50,6 @@ from crash_simulation import crash
 from sim_disk import FakeDisk, fake_disk
 from sim_network import Fabric
 
-from eventplatform.log.broker.broker import Broker
 from eventplatform.log.broker.config import BrokerConfig
 from eventplatform.log.broker.partition import Partition
 from eventplatform.log.broker.server import BrokerServer
@@ -553,8 +552,6 @@ class ClusterSim:
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[trio.Nursery]:
-        # The fake disk's fsync is instant; inline, it keeps a seed's run exact.
-        Broker.flush_off_thread = False
         with fake_disk(self.disk):
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery

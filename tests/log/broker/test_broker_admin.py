@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -9,6 +10,7 @@ from typing import Any
 import pytest
 import trio
 
+from eventplatform.log.broker.topics import TopicRegistry
 from eventplatform.log.protocol import ErrorCode
 from eventplatform.log.protocol.apis import (
     ALTER_CONFIGS,
@@ -34,6 +36,7 @@ SOURCE_STATIC_BROKER = 4
 SOURCE_DEFAULT = 5
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 RETENTION_MS_DEFAULT = str(7 * 24 * 60 * 60 * 1000)
+SLOW_DISK_WAIT_S = 10.0
 
 
 def new_topic(
@@ -393,6 +396,75 @@ async def test_create_partitions_grows_a_topic(tmp_path: Path, wire: Any) -> Non
     async with wire.open_broker(tmp_path) as running:
         client = await running.connect()
         assert (await existing_topics(client))[TOPIC] == 3
+
+
+class SlowDisk:
+    """Creating a partition of a topic named ``slow-*`` waits until :meth:`release`, in
+    whichever thread creates it, as a busy disk makes file creation wait."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.released = threading.Event()
+        self.waiting = threading.Event()
+        open_partition = TopicRegistry._open_partition
+
+        def slow_open(registry: TopicRegistry, topic: str, index: int, config: Any) -> Any:
+            if topic.startswith("slow-"):
+                self.waiting.set()
+                self.released.wait(SLOW_DISK_WAIT_S)
+            return open_partition(registry, topic, index, config)
+
+        monkeypatch.setattr(TopicRegistry, "_open_partition", slow_open)
+
+    async def wait_until_creating(self) -> None:
+        with trio.fail_after(SLOW_DISK_WAIT_S):
+            while not self.waiting.is_set():
+                await trio.sleep(0.01)
+
+    def release(self) -> None:
+        self.released.set()
+
+
+async def test_the_broker_answers_others_while_a_topics_files_are_created(
+    tmp_path: Path, wire: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    disk = SlowDisk(monkeypatch)
+    async with wire.open_broker(tmp_path) as running:
+        creator, other = await running.connect(), await running.connect()
+        body = {"topics": [new_topic("slow-a", 3)], "timeout_ms": 1000, "validate_only": False}
+        await creator.send(CREATE_TOPICS, 4, body)
+        await disk.wait_until_creating()
+        with trio.fail_after(SLOW_DISK_WAIT_S / 2):
+            topics = await existing_topics(other)
+            grown = await other.request(
+                CREATE_PARTITIONS,
+                1,
+                {"topics": [{"name": "slow-a", "count": 4, "assignments": None}],
+                 "timeout_ms": 1000, "validate_only": False},
+            )  # fmt: skip
+        assert "slow-a" not in topics, "the topic was listed before its files existed"
+        assert grown["results"][0]["error_code"] == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        disk.release()
+        _, answer = await creator.receive()
+        assert answer["topics"][0]["error_code"] == 0
+        assert (await existing_topics(other))["slow-a"] == 3
+        assert (await other.produce("slow-a", wire.batch([b"x"]), partition=2))["error_code"] == 0
+
+
+async def test_a_topic_created_by_two_clients_at_once_is_created_once(
+    tmp_path: Path, wire: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    disk = SlowDisk(monkeypatch)
+    async with wire.open_broker(tmp_path) as running:
+        first, second = await running.connect(), await running.connect()
+        body = {"topics": [new_topic("slow-b", 2)], "timeout_ms": 1000, "validate_only": False}
+        await first.send(CREATE_TOPICS, 4, body)
+        await disk.wait_until_creating()
+        await second.send(CREATE_TOPICS, 4, body)
+        await trio.sleep(0.1)
+        disk.release()
+        answers = [(await client.receive())[1]["topics"][0] for client in (first, second)]
+        assert [answer["error_code"] for answer in answers] == [0, ErrorCode.TOPIC_ALREADY_EXISTS]
+        assert (await existing_topics(first))["slow-b"] == 2
 
 
 # ---------------------------------------------------------------- configs
