@@ -43,7 +43,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from clients import send_all
+from clients import connected_consumer, send_all
 from harness import (
     MEGABYTE,
     Deadline,
@@ -234,18 +234,9 @@ def consume_worker(
     partition 0 after the warm-up record. With a ``barrier`` shared by several client
     processes, the partitions are assigned (and the clock starts) once all are connected.
     """
-    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka import TopicPartition
 
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"bench-{topic}",
-            "enable.auto.commit": False,
-            "fetch.max.bytes": 64 * 1024 * 1024,
-            "max.partition.fetch.bytes": 16 * 1024 * 1024,
-            "queued.max.messages.kbytes": 1024 * 1024,
-        }
-    )
+    consumer = connected_consumer(bootstrap, topic)
     if barrier is not None:
         barrier.wait(STEP_TIMEOUT_S)
     consumer.assign([TopicPartition(topic, partition, offset) for partition, offset in assignments])

@@ -184,7 +184,8 @@ class OurBroker(System):
             ),
             client=(
                 "confluent-kafka (librdkafka): linger.ms=5, batch.size=1 MB, no compression; "
-                "consumer fetches of up to 64 MB"
+                "consumer fetches of up to 64 MB, its topic's metadata fetched before the "
+                "step starts"
             ),
         )
         self.nodes = nodes
