@@ -22,6 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from harness import Deadline
 from peers import (
+    KAFKA_FETCH_QUEUE_BACKOFF_MS,
+    KAFKA_QUEUED_MESSAGES_MIN,
     LATENCY_WARMUP_S,
     NATS_FETCH,
     NATS_PENDING_MAX,
@@ -102,6 +104,11 @@ def connected_consumer(bootstrap: str, topic: str) -> Any:
             "fetch.max.bytes": 64 * 1024 * 1024,
             "max.partition.fetch.bytes": 16 * 1024 * 1024,
             "queued.max.messages.kbytes": 1024 * 1024,
+            # librdkafka stops fetching a partition that has queued.min.messages
+            # (100,000) waiting and tries again fetch.queue.backoff.ms (1 s) later:
+            # a step of 100 B records spent most of its time in that pause.
+            "queued.min.messages": KAFKA_QUEUED_MESSAGES_MIN,
+            "fetch.queue.backoff.ms": KAFKA_FETCH_QUEUE_BACKOFF_MS,
         }
     )
     consumer.list_topics(topic, timeout=START_TIMEOUT_S)

@@ -49,6 +49,10 @@ NATS_FETCH = 5_000
 RABBIT_BATCH = 1_000
 RABBIT_UNCONFIRMED_MAX = 50_000
 KAFKA_FLUSH_MS = 1_000
+KAFKA_QUEUED_MESSAGES_MIN = 1_000_000
+"""Records librdkafka prefetches per partition before it pauses fetching (default 100,000)."""
+KAFKA_FETCH_QUEUE_BACKOFF_MS = 10
+"""How long that pause lasts (default 1,000 ms)."""
 """Our broker fsyncs each partition every second, as Redis's appendfsync everysec does."""
 
 
@@ -184,8 +188,10 @@ class OurBroker(System):
             ),
             client=(
                 "confluent-kafka (librdkafka): linger.ms=5, batch.size=1 MB, no compression; "
-                "consumer fetches of up to 64 MB, its topic's metadata fetched before the "
-                "step starts"
+                f"consumer fetches of up to 64 MB, queued.min.messages="
+                f"{KAFKA_QUEUED_MESSAGES_MIN:,}, fetch.queue.backoff.ms="
+                f"{KAFKA_FETCH_QUEUE_BACKOFF_MS}, its topic's metadata fetched before the step "
+                "starts"
             ),
         )
         self.nodes = nodes

@@ -38,6 +38,7 @@ from eventplatform.spark_projections.offsets import (
 CONSUME_BATCH_MESSAGES = 10_000
 CONSUME_WAIT_S = 0.1
 SEEK_GAP_OFFSETS = 1_000
+FETCH_QUEUE_BACKOFF_MS = 10
 """In ``read_values``, a wanted offset this far past the last one read is sought, not read to."""
 _LOG_APPEND_TIME = 2  # confluent_kafka.TIMESTAMP_LOG_APPEND_TIME
 
@@ -88,6 +89,10 @@ def _consumer(options: ReadOptions) -> Any:
     config: dict[str, Any] = {
         "group.id": "eventplatform-eventlog",
         "auto.offset.reset": "error",
+        # librdkafka pauses a partition's fetches once 100,000 records wait in its queue,
+        # for fetch.queue.backoff.ms (1 s by default): a replay of small records, which
+        # drains that queue in well under a second, spent most of its time paused.
+        "fetch.queue.backoff.ms": FETCH_QUEUE_BACKOFF_MS,
         **options.kafka_settings,
         "bootstrap.servers": options.bootstrap_servers,
         "enable.auto.commit": False,
