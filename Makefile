@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PACKAGES := platform log projections spark_projections apps
 
-.PHONY: demo test lint typecheck pytest venv bench-storage bench-broker bench-projections bench-replay bench-collector bench-log-tail bench-replication bench bench-quick sim clean
+.PHONY: demo test lint typecheck pytest venv bench-storage bench-broker bench-projections bench-replay bench-replay-kafka bench-collector bench-log-tail bench-replication bench bench-quick sim clean
 
 venv: $(STAMP)
 
@@ -66,6 +66,9 @@ bench-quick: $(BENCH_STAMP)
 
 bench-replay: $(STAMP)
 	$(BIN)/python bench/replay.py --phases --rebuild-repeat 3
+
+bench-replay-kafka: $(STAMP)
+	$(BIN)/python bench/replay_kafka.py
 
 bench-collector: $(STAMP)
 	$(BIN)/python bench/collector.py
