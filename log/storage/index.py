@@ -58,6 +58,11 @@ class _MappedIndex:
         self._writable = writable
         if length:
             self._map = mmap.mmap(self._descriptor, length)
+            if writable:
+                # Appends touch each page of a new, sparse index file once, in order; with
+                # readahead every such page fault also maps and zero-fills the pages
+                # around it, which made 100 partitions' produce half as fast as one's.
+                self._map.madvise(mmap.MADV_RANDOM)
 
     def make_writable(self) -> None:
         if not self._writable:
