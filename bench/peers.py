@@ -49,11 +49,11 @@ NATS_FETCH = 5_000
 RABBIT_BATCH = 1_000
 RABBIT_UNCONFIRMED_MAX = 50_000
 KAFKA_FLUSH_MS = 1_000
+"""Our broker fsyncs each partition every second, as Redis's appendfsync everysec does."""
 KAFKA_QUEUED_MESSAGES_MIN = 1_000_000
 """Records librdkafka prefetches per partition before it pauses fetching (default 100,000)."""
 KAFKA_FETCH_QUEUE_BACKOFF_MS = 10
 """How long that pause lasts (default 1,000 ms)."""
-"""Our broker fsyncs each partition every second, as Redis's appendfsync everysec does."""
 
 
 # ---------------------------------------------------------------- process facts

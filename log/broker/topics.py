@@ -27,6 +27,7 @@ import uuid
 from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -213,19 +214,11 @@ class TopicRegistry:
             raise TopicError(ErrorCode.INVALID_CONFIG, str(exc)) from exc
 
     def create(
-        self,
-        name: str,
-        partitions: int,
-        configs: Mapping[str, str],
-        *,
-        internal: bool = False,
-        topic_id: bytes | None = None,
-        hosted: Collection[int] | None = None,
+        self, name: str, partitions: int, configs: Mapping[str, str], **options: Any
     ) -> Topic:
-        """Create the topic, holding the partitions ``hosted`` (None: all of them)."""
-        topic = self.prepare(
-            name, partitions, configs, internal=internal, topic_id=topic_id, hosted=hosted
-        )
+        """Create the topic (:meth:`prepare`, whose keyword options it takes, then
+        :meth:`register`)."""
+        topic = self.prepare(name, partitions, configs, **options)
         self.register(topic)
         return topic
 
@@ -239,7 +232,8 @@ class TopicRegistry:
         topic_id: bytes | None = None,
         hosted: Collection[int] | None = None,
     ) -> Topic:
-        """The new topic with its logs created, not yet registered: :meth:`register` it.
+        """The new topic with its logs created, holding the partitions ``hosted`` (None:
+        all of them), not yet registered: :meth:`register` it.
 
         Only the new partitions' directories are touched, so a broker runs this in a
         worker thread while its event loop serves everyone else (creating a log's files
