@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PACKAGES := platform log projections spark_projections apps
 
-.PHONY: demo test lint typecheck pytest venv bench-storage bench-broker bench-projections bench-replay bench-replay-kafka bench-collector bench-log-tail bench-replication bench bench-quick sim clean
+.PHONY: demo test lint typecheck pytest venv bench-storage bench-broker bench-projections bench-replay bench-replay-kafka bench-collector bench-log-tail bench-replication bench bench-quick sim faults clean
 
 venv: $(STAMP)
 
@@ -79,6 +79,16 @@ sim: $(STAMP)
 	EVENTPLATFORM_SIM_SEEDS=10000 EVENTPLATFORM_TRIO_SIM_SEEDS=2000 \
 		EVENTPLATFORM_CLUSTER_SIM_SEEDS=10000 \
 		$(BIN)/python -m pytest -q -p no:cacheprovider -n auto tests/sim
+
+# Fault injection on a real 3-node cluster (tests/support/fault_run.py): FAULT_SEEDS seeds of
+# FAULT_ROUNDS nemesis rounds each, about 15 s a round; it prints one summary line and fails on any
+# anomaly. CI runs a 6-round slice (tests/cluster/test_faults.py).
+FAULT_SEEDS ?= 6
+FAULT_ROUNDS ?= 50
+faults: $(STAMP)
+	mkdir -p build
+	$(BIN)/python tests/support/fault_run.py --seeds $(FAULT_SEEDS) --rounds $(FAULT_ROUNDS) \
+		--quiet --json build/faults.json
 
 bench-log-tail: $(STAMP)
 	$(BIN)/python bench/log_tail.py
