@@ -35,6 +35,8 @@ GROUP_SIZE_MAX_DEFAULT = 2**31 - 1
 OFFSETS_TOPIC_PARTITIONS_DEFAULT = 50
 OFFSETS_TOPIC_SEGMENT_BYTES_DEFAULT = 100 * 1024 * 1024
 OFFSETS_RETENTION_MINUTES_DEFAULT = 7 * 24 * 60
+OFFSETS_COMMIT_TIMEOUT_MS_DEFAULT = 5_000
+"""How long an offset commit waits for the ISR of its ``__consumer_offsets`` partition."""
 PRODUCER_ID_EXPIRATION_MS_DEFAULT = 24 * 60 * 60 * 1000
 SHUTDOWN_GRACE_MS_DEFAULT = 5_000
 
@@ -126,6 +128,7 @@ _PARSERS: dict[str, Callable[[Any], Any]] = {
     "offsets.topic.num.partitions": integer_between(1, 10_000),
     "offsets.topic.segment.bytes": integer_between(1024, 2**31 - 1),
     "offsets.retention.minutes": integer_between(1),
+    "offsets.commit.timeout.ms": integer_between(1),
     "producer.id.expiration.ms": integer_between(1),
     "shutdown.grace.ms": integer_between(0),
     "process.roles": _roles,
@@ -170,6 +173,7 @@ class BrokerConfig:
     offsets_topic_num_partitions: int = OFFSETS_TOPIC_PARTITIONS_DEFAULT
     offsets_topic_segment_bytes: int = OFFSETS_TOPIC_SEGMENT_BYTES_DEFAULT
     offsets_retention_minutes: int = OFFSETS_RETENTION_MINUTES_DEFAULT
+    offsets_commit_timeout_ms: int = OFFSETS_COMMIT_TIMEOUT_MS_DEFAULT
     producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS_DEFAULT
     shutdown_grace_ms: int = SHUTDOWN_GRACE_MS_DEFAULT
     process_roles: frozenset[str] = frozenset()

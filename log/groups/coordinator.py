@@ -48,13 +48,14 @@ from eventplatform.log.groups.messages import (
     OffsetCommit,
     SyncRequest,
 )
-from eventplatform.log.groups.offsets_topic import OffsetsReplay, OffsetsTopic
+from eventplatform.log.groups.offsets_topic import OffsetsReplay, OffsetsTopic, Unreplicated
 from eventplatform.log.groups.records import (
     OFFSETS_TOPIC,
     CommittedOffset,
     TopicPartition,
     partition_for,
 )
+from eventplatform.log.groups.store import offset_store_error
 from eventplatform.log.protocol import ErrorCode
 from eventplatform.log.storage import StorageError
 
@@ -132,6 +133,7 @@ class GroupCoordinator:
             clock_ms=clock_ms,
         )
         self.core = GroupCoordinatorCore(group_config(config), self.offsets_topic, clock_ms)
+        self._commit_timeout_s = config.offsets_commit_timeout_ms / 1000
         self.status = Status.STARTING
         self._loaded = trio.Event()
         self._timer_changed = trio.Event()
@@ -423,11 +425,30 @@ class GroupCoordinator:
         error = self._status_error(group_id, allow_empty_id=True)
         if error is not ErrorCode.NONE:
             return dict.fromkeys(offsets, error)
-        results = self.core.offsets.commit_offsets(
-            group_id, member_id, group_instance_id, generation_id, offsets, self._now_ms()
-        )
+        with self.offsets_topic.receipts() as appended:
+            results = self.core.offsets.commit_offsets(
+                group_id, member_id, group_instance_id, generation_id, offsets, self._now_ms()
+            )
         self._poke()
-        return results
+        error = await self._wait_replicated(appended)
+        if error is ErrorCode.NONE:
+            return results
+        log.warning("group %s: offset commit not replicated: %s", group_id, error.name)
+        failed = offset_store_error(error)
+        return {p: failed if code == ErrorCode.NONE else code for p, code in results.items()}
+
+    async def _wait_replicated(self, appended: Sequence[Unreplicated]) -> ErrorCode:
+        """Until the ISR holds every append, within ``offsets.commit.timeout.ms``; the first
+        error (leadership moved, the ISR shrank below its minimum, the time ran out)."""
+        deadline = trio.current_time() + self._commit_timeout_s
+        for receipt in appended:
+            partition = receipt.partition
+            error = await partition.wait_replicated(
+                receipt.last_offset, receipt.leader_epoch, deadline
+            )
+            if error is not ErrorCode.NONE:
+                return error
+        return ErrorCode.NONE
 
     async def fetch_offsets(
         self, group_id: str, partitions: Sequence[TopicPartition] | None

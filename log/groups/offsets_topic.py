@@ -4,9 +4,15 @@
 (``offsets.topic.num.partitions`` partitions, ``cleanup.policy=compact``,
 ``segment.bytes=offsets.topic.segment.bytes``) and appends the records of
 one group as one batch to the group's partition; it is the store's
-``RecordSink``. ``OffsetsReplay`` folds the records of the log, oldest
-first, into what each group had at the end: the last metadata record and
-the last committed offset of each partition, tombstones removing either.
+``RecordSink``. On a cluster it appends as an acks=all producer does (refused
+while the ISR is below ``min.insync.replicas``); inside :meth:`OffsetsTopic.receipts`
+it also notes each append as an :class:`Unreplicated` receipt, and the
+coordinator shell answers the request only once the ISR holds them, so a
+commit a client was told of survives its leader.
+
+``OffsetsReplay`` folds the records of the log, oldest first, into what each
+group had at the end: the last metadata record and the last committed offset
+of each partition, tombstones removing either.
 
 Concurrency: the coordinator's trio thread is the only writer of the topic;
 everything here runs on that thread.
@@ -16,9 +22,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from eventplatform.log.broker.partition import Partition
+from eventplatform.log.broker.partition import ACKS_ALL, Partition
 from eventplatform.log.broker.topics import Topic, TopicRegistry
 from eventplatform.log.groups.records import (
     OFFSETS_TOPIC,
@@ -40,6 +47,15 @@ from eventplatform.log.storage.record_batch import DecodedBatch, Record, encode_
 log = logging.getLogger("eventplatform.groups")
 
 
+@dataclass(frozen=True, slots=True)
+class Unreplicated:
+    """An append to a replicated partition that its ISR may not hold yet."""
+
+    partition: Partition
+    last_offset: int
+    leader_epoch: int
+
+
 class OffsetsTopic:
     """See the module docstring."""
 
@@ -55,6 +71,7 @@ class OffsetsTopic:
         self.partitions_wanted = partitions
         self.segment_bytes = segment_bytes
         self.clock_ms = clock_ms
+        self._receipts: list[Unreplicated] | None = None
 
     def ensure_created(self) -> Topic:
         """The topic, created with its configs on first start."""
@@ -94,7 +111,7 @@ class OffsetsTopic:
             base_offset=0,
         )
         try:
-            result = partition.append(batch)
+            result = partition.append(batch, acks=ACKS_ALL)
         except OSError:
             # The disk failed under the log; the group keeps its state in memory.
             log.exception("append to %s-%d failed", OFFSETS_TOPIC, partition.index)
@@ -107,7 +124,20 @@ class OffsetsTopic:
                 result.error.name,
                 result.message or "",
             )
+        elif partition.clustered and self._receipts is not None:
+            receipt = Unreplicated(partition, result.last_offset, partition.leader_epoch)
+            self._receipts.append(receipt)
         return result.error
+
+    @contextmanager
+    def receipts(self) -> Iterator[list[Unreplicated]]:
+        """Collects the appends to replicated partitions made inside the block."""
+        collected: list[Unreplicated] = []
+        self._receipts = collected
+        try:
+            yield collected
+        finally:
+            self._receipts = None
 
 
 @dataclass(slots=True)

@@ -76,6 +76,8 @@ def offset_store_error(error: ErrorCode) -> ErrorCode:
         return ErrorCode.NOT_COORDINATOR
     if error in _TOO_LARGE_ERRORS:
         return ErrorCode.INVALID_COMMIT_OFFSET_SIZE
+    if error is ErrorCode.REQUEST_TIMED_OUT:
+        return error
     return ErrorCode.UNKNOWN_SERVER_ERROR
 
 
