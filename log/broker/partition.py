@@ -286,12 +286,13 @@ class Partition:
         is below ``min.insync.replicas``. NOT_LEADER_OR_FOLLOWER, which clients take as
         "not persisted", only once the batch is gone from this log (truncated by a new
         leader that never had it). REQUEST_TIMED_OUT, "possibly persisted", when the
-        deadline passes first or the partition closes: its fate is unknown, and a retry
-        with the same producer sequence is answered as a duplicate wherever it survived.
+        deadline passes first, the partition closes or its log start passes the batch:
+        its fate is unknown, and a retry with the same producer sequence is answered as a
+        duplicate wherever it survived.
         """
         while True:
-            if self.closed:
-                return ErrorCode.REQUEST_TIMED_OUT
+            if self.closed or last_offset < self.log.log_start_offset:
+                return ErrorCode.REQUEST_TIMED_OUT  # closed, or deleted: the fate is unknown
             if self.epoch_of(last_offset) != epoch:
                 return ErrorCode.NOT_LEADER_OR_FOLLOWER
             replicas = self.replicas

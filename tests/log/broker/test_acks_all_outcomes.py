@@ -244,3 +244,23 @@ def test_a_retried_batch_gets_its_original_offset_from_a_new_leader_after_failov
     tmp_path: Path,
 ) -> None:
     run(check_retries_after_a_failover, tmp_path)
+
+
+async def check_a_closed_partition_leaves_the_fate_unknown(directory: Path) -> None:
+    leader = replica(directory / "1", 1)
+    leader.become_leader(0, 0, REPLICAS, REPLICAS, SETTINGS, 0)
+    result, epoch = appended_waiting(leader)
+
+    async def closed_as_its_topic_is_deleted_or_the_broker_stops() -> None:
+        leader.close()
+
+    answer = await answer_while(
+        leader, result, epoch, closed_as_its_topic_is_deleted_or_the_broker_stops
+    )
+    assert answer == ErrorCode.REQUEST_TIMED_OUT
+
+
+def test_a_batch_waiting_when_its_partition_closes_is_answered_possibly_persisted(
+    tmp_path: Path,
+) -> None:
+    run(check_a_closed_partition_leaves_the_fate_unknown, tmp_path)
