@@ -42,7 +42,7 @@ from eventplatform.log.storage import (
     SegmentSlice,
     StorageError,
 )
-from eventplatform.log.storage.leader_epochs import EpochCache, EpochCacheError
+from eventplatform.log.storage.leader_epochs import UNDEFINED_EPOCH, EpochCache, EpochCacheError
 from eventplatform.log.storage.partition_log import wall_clock_ms
 from eventplatform.log.storage.record_batch import split_batches
 
@@ -90,6 +90,7 @@ class Partition:
         self.follower_high_watermark = 0
         self.epochs = EpochCache(None)
         self._replicated = trio.Event()
+        self.closed = False
 
     @classmethod
     def open(
@@ -229,6 +230,7 @@ class Partition:
                 self._note_epoch(header)
                 self.producers.update(header)
         self.follower_high_watermark = min(leader_high_watermark, self.log.log_end_offset)
+        self._wake_replicated()
         self._wake()
 
     def truncate_to(self, offset: int) -> None:
@@ -239,6 +241,7 @@ class Partition:
         self.epochs.truncate_from_end(self.log.log_end_offset)
         self.producers = ProducerStates.load(self.directory, self.log)
         self.follower_high_watermark = min(self.follower_high_watermark, self.log.log_end_offset)
+        self._wake_replicated()
 
     def restart_at(self, offset: int) -> None:
         """Empty the log and start it at ``offset`` (the leader's log start is past ours)."""
@@ -246,6 +249,7 @@ class Partition:
         self.epochs.truncate_from_end(0)
         self.producers = ProducerStates.load(self.directory, self.log)
         self.follower_high_watermark = offset
+        self._wake_replicated()
 
     def on_replica_fetch(self, replica: int, fetch_offset: int, now_ms: int) -> None:
         """A follower fetched from ``fetch_offset``: it has everything before."""
@@ -259,17 +263,45 @@ class Partition:
         self._replicated.set()
         self._replicated = trio.Event()
 
+    def epoch_of(self, offset: int) -> int:
+        """The leader epoch in which the record at ``offset`` of this log was written, from
+        the leader-epoch cache; ``UNDEFINED_EPOCH`` when the log does not hold ``offset``.
+        One leader writes each epoch, and each offset once in it, so while this answer
+        stays the same the record at ``offset`` is the one written then."""
+        if not self.log.log_start_offset <= offset < self.log.log_end_offset:
+            return UNDEFINED_EPOCH
+        for entry in reversed(self.epochs.entries):
+            if entry.start_offset <= offset:
+                return entry.epoch
+        return UNDEFINED_EPOCH
+
     async def wait_replicated(self, last_offset: int, epoch: int, deadline: float) -> ErrorCode:
-        """Wait until the ISR has everything up to ``last_offset`` (acks=all); the error to
-        answer when leadership moved, the ISR fell below ``min.insync.replicas`` or the
-        deadline passed first."""
+        """Wait for the fate of a batch this replica appended as leader, ending at
+        ``last_offset`` and written in ``epoch`` (:meth:`epoch_of`), for an acks=all answer.
+
+        NONE once a high watermark passed it with the batch still in this log: this
+        node's as the leader, at any epoch (an ISR change or a fence-and-re-elect moves
+        the epoch, not the batch), or the new leader's as a follower (the batch survived
+        the failover). NOT_ENOUGH_REPLICAS_AFTER_APPEND when the leader's ISR got it but
+        is below ``min.insync.replicas``. NOT_LEADER_OR_FOLLOWER, which clients take as
+        "not persisted", only once the batch is gone from this log (truncated by a new
+        leader that never had it). REQUEST_TIMED_OUT, "possibly persisted", when the
+        deadline passes first, the partition closes or its log start passes the batch:
+        its fate is unknown, and a retry with the same producer sequence is answered as a
+        duplicate wherever it survived.
+        """
         while True:
-            replicas = self.replicas
-            if not self.is_leader or replicas is None or self.leader_epoch != epoch:
+            if self.closed or last_offset < self.log.log_start_offset:
+                return ErrorCode.REQUEST_TIMED_OUT  # closed, or deleted: the fate is unknown
+            if self.epoch_of(last_offset) != epoch:
                 return ErrorCode.NOT_LEADER_OR_FOLLOWER
-            if replicas.acknowledged(last_offset):
-                if not replicas.enough_replicas():
-                    return ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+            replicas = self.replicas
+            if self.is_leader and replicas is not None:
+                if replicas.acknowledged(last_offset):
+                    if not replicas.enough_replicas():
+                        return ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+                    return ErrorCode.NONE
+            elif self.high_watermark > last_offset:
                 return ErrorCode.NONE
             if trio.current_time() >= deadline:
                 return ErrorCode.REQUEST_TIMED_OUT
@@ -369,6 +401,7 @@ class Partition:
     def close(self) -> None:
         self.producers.write_snapshot(self.directory, self.log.log_end_offset)
         self.log.close()
+        self.closed = True
         self.is_leader = False
         self._wake_replicated()
         self._wake()

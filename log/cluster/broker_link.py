@@ -10,6 +10,12 @@ snapshot now) gets the whole image instead, and follows from its offset.
 Once the broker has applied all the committed records it knows of, each new
 image goes to the :class:`~.replication.ReplicaManager`.
 
+One heartbeat exchange takes at most a third of ``broker.session.timeout.ms``
+(:func:`~.controller.heartbeat_timeout_ms`; its wait at the controller at most
+half of that): a controller that does not answer in time (its process
+stopped, or cut off) is given up, and the broker asks the other voters, which
+name the active controller, so it heartbeats there before its session ends.
+
 A heartbeat refused as stale (the controller fenced this epoch, or lost it
 in a restart) makes the broker register again with a new epoch. Requests
 brokers forward to the controller (topic changes, ISR changes) go through
@@ -23,7 +29,11 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from eventplatform.log.cluster.controller import STALE_BROKER_EPOCH
+from eventplatform.log.cluster.controller import (
+    STALE_BROKER_EPOCH,
+    heartbeat_timeout_ms,
+    heartbeat_wait_ms,
+)
 from eventplatform.log.cluster.metadata import (
     MetadataError,
     MetadataImage,
@@ -60,7 +70,15 @@ class BrokerLink:
 
     @property
     def heartbeat_wait_ms(self) -> int:
-        return self.broker.config.broker_heartbeat_interval_ms
+        config = self.broker.config
+        return heartbeat_wait_ms(
+            config.broker_session_timeout_ms, config.broker_heartbeat_interval_ms
+        )
+
+    @property
+    def heartbeat_timeout_s(self) -> float:
+        """How long one heartbeat may take before the broker tries another controller."""
+        return heartbeat_timeout_ms(self.broker.config.broker_session_timeout_ms) / 1000
 
     async def call(self, method: str, params: dict[str, Any], *, timeout_s: float = 10.0) -> Any:
         return await self.client.call(method, params, timeout_s=timeout_s)
@@ -107,7 +125,7 @@ class BrokerLink:
             "offset": self.offset,
             "wait_ms": wait_ms,
         }
-        result = await self.client.call("heartbeat", params, timeout_s=wait_ms / 1000 + 5.0)
+        result = await self.client.call("heartbeat", params, timeout_s=self.heartbeat_timeout_s)
         entries = result["entries"]
         replaced = "image" in result
         if replaced:

@@ -8,7 +8,9 @@ brokers' requests and turns them into records.
 
 * :meth:`register` gives a broker a new epoch (one more than its last) and
   unfences it; the broker then heartbeats with that epoch.
-* :meth:`heartbeat` keeps it alive. The active controller fences a broker
+* :meth:`heartbeat` keeps it alive, from the heartbeat's arrival; a heartbeat
+  waits here for new records at most :func:`heartbeat_wait_ms`, well inside
+  the session. The active controller fences a broker
   that has not heartbeated for ``session_timeout_ms``: the broker leaves
   every ISR it is in (unless it is the last member) and its partitions get
   new leaders (:func:`~.metadata.fence_changes`). A controller that has just
@@ -98,6 +100,10 @@ APPLY_POLL_S = 0.001
 HEARTBEAT_ENTRIES_MAX = 5_000
 PRODUCER_ID_BLOCK = 1_000
 HEARTBEAT_WAIT_MS_MAX = 5_000
+HEARTBEATS_PER_SESSION_MIN = 3
+"""One heartbeat exchange (its wait at the controller and the answer) takes at most a
+third of the session, so a broker whose controller stopped answering gives up on it,
+finds the active one (a voter names it) and heartbeats there before its session ends."""
 PROPAGATION_WAIT_S = 5.0
 """How long a topic change's answer waits for the live brokers to have it."""
 LEADER_REBALANCE_INTERVAL_S_DEFAULT = 300.0
@@ -525,7 +531,7 @@ class Controller:
             self._note_broker_offset(broker, offset)
             if self.image.brokers[broker].fenced and (broker, epoch) not in self._shutting_down:
                 await self.unfence(broker, epoch)
-            wait_ms = min(max(int(params.get("wait_ms", 0)), 0), HEARTBEAT_WAIT_MS_MAX)
+            wait_ms = heartbeat_wait_ms(self.session_timeout_ms, int(params.get("wait_ms", 0)))
             if self.quorum.applied <= offset and wait_ms:
                 await self.quorum.wait_applied(offset, trio.current_time() + wait_ms / 1000)
             raft = self.quorum.raft
@@ -698,6 +704,20 @@ class Controller:
         end = first + len(records)
         while self.quorum.applied < end:  # applied before propose returns; this is a guard
             await trio.sleep(APPLY_POLL_S)
+
+
+def heartbeat_timeout_ms(session_timeout_ms: int) -> int:
+    """The bound on one heartbeat exchange in a session of ``session_timeout_ms``."""
+    return session_timeout_ms // HEARTBEATS_PER_SESSION_MIN
+
+
+def heartbeat_wait_ms(session_timeout_ms: int, requested_ms: int) -> int:
+    """How long a heartbeat waits at the controller for new records: as the broker asked
+    (its ``broker.heartbeat.interval.ms``), within :data:`HEARTBEAT_WAIT_MS_MAX` and half
+    of the exchange's bound, so the answer has the other half. The controller counts a
+    broker alive from each heartbeat's arrival; the next one arrives after this wait."""
+    bound_ms = min(HEARTBEAT_WAIT_MS_MAX, heartbeat_timeout_ms(session_timeout_ms) // 2)
+    return min(max(requested_ms, 0), bound_ms)
 
 
 def reassignment_documents(image: MetadataImage) -> list[dict[str, object]]:

@@ -80,22 +80,36 @@ class ControllerClient:
         self, method: str, params: Params, *, timeout_s: float = CALL_TIMEOUT_S
     ) -> Params:
         """The active controller's result; raises RpcError (not NOT_CONTROLLER) as it
-        answered, or trio.TooSlowError when no controller answered in ``timeout_s``."""
-        with trio.fail_after(timeout_s):
-            while True:
-                node = self._target()
-                try:
-                    return await self._call(node, method, params)
-                except RpcError as exc:
-                    if exc.code != NOT_CONTROLLER:
-                        raise
-                    self.leader = exc.leader if exc.leader in self.voters else None
-                    if self.leader == node:
+        answered, or trio.TooSlowError when no controller answered in ``timeout_s``. A
+        controller that did not answer in time is forgotten as the active one, and the
+        next call tries the voter after it: a stopped process does not refuse."""
+        node: int | None = None
+        try:
+            with trio.fail_after(timeout_s):
+                while True:
+                    node = self._target()
+                    try:
+                        return await self._call(node, method, params)
+                    except RpcError as exc:
+                        if exc.code != NOT_CONTROLLER:
+                            raise
+                        self.leader = exc.leader if exc.leader in self.voters else None
+                        if self.leader == node:
+                            self.leader = None
+                    except (
+                        OSError,
+                        trio.BrokenResourceError,
+                        trio.ClosedResourceError,
+                        FrameError,
+                    ):
                         self.leader = None
-                except (OSError, trio.BrokenResourceError, trio.ClosedResourceError, FrameError):
-                    self.leader = None
-                if self.leader is None:
-                    await trio.sleep(RETRY_DELAY_S)
+                    if self.leader is None:
+                        await trio.sleep(RETRY_DELAY_S)
+        except trio.TooSlowError:
+            self.leader = None
+            if node is not None:
+                self._next = self._order.index(node) + 1
+            raise
 
     def _target(self) -> int:
         if self.leader is not None:

@@ -20,6 +20,7 @@ import trio
 import trio.testing
 from cluster_scenarios import (
     double_failover,
+    paused_controller,
     reassign_off_the_leader,
     restart_before_high_watermark,
 )
@@ -77,3 +78,13 @@ def test_a_partition_moves_off_its_leader_and_back_across_a_controller_failover(
     assert len(sim.history.acked) >= 40
     # the checker found every acknowledged record once on the final replicas
     assert {value for _, value in sim.history.final[0]} >= set(sim.history.acked)
+
+
+def test_a_paused_active_controller_fences_no_broker_that_keeps_heartbeating(
+    tmp_path: Path,
+) -> None:
+    sim, watch = scripted(paused_controller, tmp_path / "cluster")
+    assert watch.successor not in (-1, watch.paused), "no other controller took over"
+    assert watch.fenced == set(), f"brokers {watch.fenced} were fenced though they heartbeat"
+    assert watch.shrunk == set(), f"(partition, broker) left the ISR: {watch.shrunk}"
+    assert len(sim.history.acked) >= 20

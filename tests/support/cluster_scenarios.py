@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import shutil
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import trio
@@ -224,3 +225,75 @@ def _held(sim: ClusterSim, node_id: int) -> Partition | None:
     assert server is not None and server.broker is not None
     topic = server.broker.topics.get(TOPIC)
     return None if topic is None else topic.partitions[0]
+
+
+CONTROLLER_PAUSE_S = 6.0
+"""Three sessions of the simulation's brokers (``broker.session.timeout.ms`` 2000)."""
+
+
+@dataclass
+class PauseWatch:
+    """What the controllers decided while the active one was paused: who was fenced, and
+    which ISR lost a broker that went on heartbeating."""
+
+    paused: int = -1
+    successor: int = -1
+    fenced: set[int] = field(default_factory=set)
+    shrunk: set[tuple[int, int]] = field(default_factory=set)
+
+
+async def paused_controller(seed: int, root: Path) -> tuple[ClusterSim, PauseWatch]:
+    """The active controller's node stops (its traffic held both ways, as a stopped
+    process's sockets are) for three sessions while an acks=all producer writes, then
+    resumes. Another controller takes over; the brokers that went on running must find it
+    and keep their sessions: none of them fenced, no ISR without them."""
+    seed_trio_scheduler(seed)
+    sim = ClusterSim(seed, root)
+    sim.fabric.faulty = False
+    watch = PauseWatch()
+    try:
+        async with sim.running():
+            await sim.create_topic()
+            await until(sim.in_sync, "the replicas in sync")
+            stop = trio.Event()
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(sim.producer, 0, stop)
+                await until(lambda: len(sim.history.acked) >= 10, "records before the pause")
+                [watch.paused] = [n.node_id for n in sim.brokers() if _is_active(n)]
+                running = set(sim.nodes) - {watch.paused}
+                nursery.start_soon(_watch_fencing, sim, running, watch)
+                sim.fabric.pause(f"node-{watch.paused}")
+                await trio.sleep(CONTROLLER_PAUSE_S)
+                sim.fabric.resume(f"node-{watch.paused}")
+                await until(sim.in_sync, "the replicas in sync again")
+                acked = len(sim.history.acked)
+                await until(lambda: len(sim.history.acked) >= acked + 10, "records after")
+                stop.set()
+                nursery.cancel_scope.cancel()
+            await sim.settle(30.0)
+            sim.check()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    return sim, watch
+
+
+def _is_active(node: SimNode) -> bool:
+    server = node.server
+    return (
+        server is not None and server.controller is not None and server.controller.controller.active
+    )
+
+
+async def _watch_fencing(sim: ClusterSim, running: set[int], watch: PauseWatch) -> None:
+    """Every few milliseconds, read the image of whichever other controller is active."""
+    while True:
+        for node in sim.brokers():
+            if node.node_id == watch.paused or not _is_active(node):
+                continue
+            assert node.server is not None and node.server.controller is not None
+            watch.successor = node.node_id
+            image = node.server.controller.controller.image
+            watch.fenced |= {b for b in running if image.brokers[b].fenced}
+            for number, state in enumerate(image.topics[TOPIC].partitions):
+                watch.shrunk |= {(number, b) for b in running if b not in state.isr}
+        await trio.sleep(0.01)

@@ -16,11 +16,15 @@ answered with its original offset. acks=0 gets no response at all; acks=1
 is answered after the leader's append. acks=-1 is refused with
 NOT_ENOUGH_REPLICAS while the ISR is smaller than ``min.insync.replicas``,
 and is answered once the whole ISR has the batch (the high watermark passed
-it), or with REQUEST_TIMED_OUT after ``timeout_ms``, or with
-NOT_LEADER_OR_FOLLOWER when leadership moved meanwhile; a standalone broker
-is the whole ISR. That wait is a :class:`Deferred` response: the batches are
-appended before the next request on the connection is read, and the
-connection goes on reading while the replicas catch up. Only the leader
+it, however the leader epoch moved meanwhile), or once a new leader's high
+watermark passed it when leadership moved and the batch survived; with
+NOT_LEADER_OR_FOLLOWER ("not persisted") only once the batch is gone from
+this replica's log, and with REQUEST_TIMED_OUT ("possibly persisted") when
+``timeout_ms`` passes with its fate unknown (see
+:meth:`Partition.wait_replicated`); a standalone broker is the whole ISR.
+That wait is a :class:`Deferred` response: the batches are appended before
+the next request on the connection is read, and the connection goes on
+reading while the replicas catch up. Only the leader
 appends (NOT_LEADER_OR_FOLLOWER). Unknown topics are created when
 auto-creation is on.
 """
@@ -75,7 +79,8 @@ Wait = tuple[Body, Partition, int, int]
 
 async def _append_all(context: RequestContext, request: Body) -> tuple[list[Body], list[Wait]]:
     """Append every partition's batch; the responses, and the acks=all appends still to
-    replicate (each response entry with its partition, last offset and leader epoch)."""
+    replicate (each response entry with its partition, last offset and the leader epoch
+    it was written in: a retry's original may be from an earlier one)."""
     broker = context.broker
     acks = request["acks"]
     responses = []
@@ -101,7 +106,8 @@ async def _append_all(context: RequestContext, request: Body) -> tuple[list[Body
                 if acks == ACKS_ALL and result.error == ErrorCode.NONE and partition.clustered:
                     entry = _partition_response(index, result)
                     partitions.append(entry)
-                    waits.append((entry, partition, result.last_offset, partition.leader_epoch))
+                    epoch = partition.epoch_of(result.last_offset)
+                    waits.append((entry, partition, result.last_offset, epoch))
                     continue
             partitions.append(_partition_response(index, result))
         responses.append({"name": name, "partition_responses": partitions})

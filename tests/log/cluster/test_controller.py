@@ -200,3 +200,23 @@ async def test_a_preferred_leader_back_in_the_isr_gets_its_partition_back(
         nursery.cancel_scope.cancel()
     for storage in cluster.storages.values():
         storage.close()
+
+
+async def test_a_heartbeat_waits_at_the_controller_well_inside_the_session(
+    tmp_path: Path,
+) -> None:
+    # the controller counts a broker alive from each heartbeat's arrival, and the next one
+    # arrives once this one is answered: a broker asking to wait longer than its session
+    # (broker.heartbeat.interval.ms above broker.session.timeout.ms) must not be fenced for it
+    cluster = ControlledCluster(tmp_path)
+    async with trio.open_nursery() as nursery:
+        for node in cluster.peers:
+            await cluster.start(nursery, node)
+        active = await cluster.active()
+        epoch = await active.register(1, "127.0.0.1", 9091)
+        params = {"broker": 1, "epoch": epoch, "offset": active.quorum.applied, "wait_ms": 5_000}
+        started = trio.current_time()
+        await active.methods()["heartbeat"](params)
+        assert trio.current_time() - started < SESSION_MS / 1000 / 2
+        assert not active.image.brokers[1].fenced
+        nursery.cancel_scope.cancel()
