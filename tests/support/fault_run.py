@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import sys
 import tempfile
@@ -408,11 +409,13 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     log = (lambda line: None) if arguments.quiet else (lambda line: print(line, flush=True))
     for seed in range(arguments.first_seed, arguments.first_seed + arguments.seeds):
-        with tempfile.TemporaryDirectory(prefix=f"faults-{seed}-") as scratch:
-            result = run(seed, arguments.rounds, Path(scratch), log)
+        scratch = Path(tempfile.mkdtemp(prefix=f"faults-{seed}-"))
+        result = run(seed, arguments.rounds, scratch, log)
         results.append(result)
-        if not result.verdict.ok:
-            log(f"seed {seed}: {result.verdict.describe()}")
+        if result.verdict.ok:
+            shutil.rmtree(scratch, ignore_errors=True)
+        else:
+            log(f"seed {seed}: {result.verdict.describe()}\nits nodes' logs are kept in {scratch}")
     if arguments.json:
         figures = [
             {
