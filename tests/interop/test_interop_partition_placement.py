@@ -31,6 +31,7 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import (
     AdminClient,
+    NewPartitions,
     NewTopic,
 )
 from kafka import TopicPartition as KafkaPythonTopicPartition
@@ -245,3 +246,59 @@ def test_list_offsets_and_delete_records_at_a_node_without_the_partition_answer_
         assert deleted[target]["low_watermark"] == 0
     finally:
         client.close()
+
+
+# ---------------------------------------------------------------- replica assignments
+
+
+def test_create_topics_places_replicas_where_the_assignment_says(
+    admin: AdminClient, topic_name: Callable[[], str]
+) -> None:
+    brokers = _brokers(admin)
+    rotated = brokers[1:] + brokers[:1]
+    assignment = [rotated, list(reversed(brokers)), brokers]
+    name = topic_name()
+    _create(admin, _assigned(name, assignment))
+    replicas = _replicas_when_settled(admin, name, len(assignment))
+    assert [replicas[index] for index in range(len(assignment))] == assignment
+    single = [[node] for node in reversed(brokers)]
+    name = topic_name()
+    _create(admin, _assigned(name, single))
+    replicas = _replicas_when_settled(admin, name, len(single))
+    assert [replicas[index] for index in range(len(single))] == single
+
+
+def test_create_topics_refuses_an_assignment_kafka_refuses(
+    admin: AdminClient, topic_name: Callable[[], str]
+) -> None:
+    brokers = _brokers(admin)
+    invalid = KafkaError.INVALID_REPLICA_ASSIGNMENT
+    unknown_node = [[max(brokers) + 7]]
+    assert _create_error(admin, _assigned(topic_name(), unknown_node)) == invalid
+    twice = [[brokers[0], brokers[0]]]
+    assert _create_error(admin, _assigned(topic_name(), twice)) == invalid
+    if len(brokers) > 1:
+        uneven = [[brokers[0]], [brokers[0], brokers[1]]]
+        assert _create_error(admin, _assigned(topic_name(), uneven)) == invalid
+
+
+def test_create_partitions_places_new_replicas_where_the_assignment_says(
+    admin: AdminClient, topic_name: Callable[[], str]
+) -> None:
+    brokers = _brokers(admin)
+    name = topic_name()
+    _create(admin, _assigned(name, [brokers]))
+    added = [list(reversed(brokers)), brokers[1:] + brokers[:1]]
+    futures = admin.create_partitions(
+        [NewPartitions(name, 3, replica_assignment=added)], operation_timeout=ADMIN_TIMEOUT_S
+    )
+    futures[name].result(timeout=ADMIN_TIMEOUT_S)
+    replicas = _replicas_when_settled(admin, name, 3)
+    assert [replicas[1], replicas[2]] == added
+    wrong = [[max(brokers) + 7]]
+    futures = admin.create_partitions(
+        [NewPartitions(name, 4, replica_assignment=wrong)], operation_timeout=ADMIN_TIMEOUT_S
+    )
+    with pytest.raises(KafkaException) as raised:
+        futures[name].result(timeout=ADMIN_TIMEOUT_S)
+    assert raised.value.args[0].code() == KafkaError.INVALID_REPLICA_ASSIGNMENT
