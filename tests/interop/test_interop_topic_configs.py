@@ -10,11 +10,12 @@ bounded.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 import pytest
 from broker_process import BrokerProcess, wait_until
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import (
     AdminClient,
     AlterConfigOpType,
@@ -239,3 +240,21 @@ def test_a_minimum_compaction_lag_above_the_maximum_is_invalid_config(
     with pytest.raises(KafkaException) as raised:
         futures[topic.topic].result(timeout=ADMIN_TIMEOUT_S)
     assert raised.value.args[0].code() == KafkaError.INVALID_CONFIG
+
+
+def test_a_record_older_than_message_timestamp_before_max_ms_is_refused_as_invalid_timestamp(
+    broker: BrokerProcess, new_topic: Callable[..., str]
+) -> None:
+    hour_ms = 3_600_000
+    topic = new_topic(partitions=1, config={"message.timestamp.before.max.ms": str(hour_ms)})
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0, "retries": 0})
+    errors: list[KafkaError | None] = []
+
+    def delivered(error: KafkaError | None, _message: object) -> None:
+        errors.append(error)
+
+    now_ms = int(time.time() * 1000)
+    for value, timestamp in ((b"stale", now_ms - 2 * hour_ms), (b"fresh", now_ms)):
+        producer.produce(topic, value, partition=0, timestamp=timestamp, on_delivery=delivered)
+        assert producer.flush(ADMIN_TIMEOUT_S) == 0
+    assert [None if e is None else e.code() for e in errors] == [KafkaError.INVALID_TIMESTAMP, None]
