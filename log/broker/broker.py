@@ -29,6 +29,7 @@ from trio.testing import MockClock
 
 from eventplatform.log.broker.config import BrokerConfig, format_voters
 from eventplatform.log.broker.topics import META_FILE, Topic, TopicError, TopicRegistry
+from eventplatform.log.cluster.metadata import MetadataError, check_replica_assignment
 from eventplatform.log.cluster.network import TCP, Network
 from eventplatform.log.protocol import ErrorCode
 from eventplatform.log.storage import Cleaner
@@ -142,12 +143,45 @@ class Broker:
     # A standalone broker changes its own topics; a cluster member asks the controller
     # and returns once the committed change has reached it.
 
-    async def create_topic(
-        self, name: str, partitions: int, replication_factor: int, configs: dict[str, str]
+    def check_assignment(
+        self,
+        assignment: list[list[int]],
+        *,
+        replicas_per_partition: int | None = None,
+        first: int = 0,
     ) -> None:
+        """Refuse (INVALID_REPLICA_ASSIGNMENT) an explicit replica assignment Kafka refuses,
+        against the brokers this one knows: the cluster's registered brokers, or this node
+        alone for a standalone broker. The active controller checks a cluster's again as it
+        decides."""
+        brokers = (
+            [self.node_id] if self.member is None else list(self.member.replicas.image.brokers)
+        )
+        try:
+            check_replica_assignment(
+                assignment, brokers, replicas_per_partition=replicas_per_partition, first=first
+            )
+        except MetadataError as exc:
+            raise TopicError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, str(exc)) from exc
+
+    async def create_topic(
+        self,
+        name: str,
+        partitions: int,
+        replication_factor: int,
+        configs: dict[str, str],
+        assignment: list[list[int]] | None = None,
+    ) -> None:
+        """Create ``name``: ``partitions`` of ``replication_factor`` replicas (-1: the
+        default), or laid out by ``assignment`` (partition ``p`` on the brokers
+        ``assignment[p]``; ``partitions`` is then its length)."""
         self.topics.check_new_topic(name, partitions, configs)
+        if assignment:
+            self.check_assignment(assignment)
         if self.member is not None:
-            await self.member.create_topic(name, partitions, replication_factor, configs)
+            await self.member.create_topic(
+                name, partitions, replication_factor, configs, assignment
+            )
             return
         if replication_factor not in (-1, 1):
             raise TopicError(
@@ -169,14 +203,40 @@ class Broker:
         if self.groups is not None:
             self.groups.topic_deleted(name)
 
-    async def add_partitions(self, name: str, count: int) -> None:
-        self.topics.check_partition_count(name, count)
+    async def add_partitions(
+        self, name: str, count: int, assignment: list[list[int]] | None = None
+    ) -> None:
+        """Grow ``name`` to ``count`` partitions, the new ones laid out by ``assignment``
+        when given (its checks: :meth:`check_new_partitions`)."""
+        self.check_new_partitions(name, count, assignment)
         if self.member is not None:
-            await self.member.add_partitions(name, count)
+            await self.member.add_partitions(name, count, assignment)
             return
         async with self._topic_changes:
             added = await self.off_loop(self.topics.prepare_partitions, name, count)
             self.topics.extend(name, added)
+
+    def check_new_partitions(
+        self, name: str, count: int, assignment: list[list[int]] | None
+    ) -> None:
+        """Refuse a CreatePartitions entry as Kafka does: a count that does not grow the
+        topic, or an assignment that does not name one replica list per new partition,
+        each as long as the topic's replica lists."""
+        topic = self.topics.check_partition_count(name, count)
+        if not assignment:
+            return
+        current = len(topic.partitions)
+        if len(assignment) != count - current:
+            raise TopicError(
+                ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                f"{count - current} partitions are added but {len(assignment)} are assigned",
+            )
+        replicas = None
+        if self.member is not None:
+            state = self.member.replicas.image.topics.get(name)
+            if state is not None and state.partitions:
+                replicas = len(state.partitions[0].target or state.partitions[0].replicas)
+        self.check_assignment(assignment, replicas_per_partition=replicas, first=current)
 
     async def set_topic_configs(self, name: str, configs: dict[str, str]) -> None:
         self.topics.check_configs(name, configs)

@@ -58,6 +58,18 @@ LOG_KEYS = {
     "log.segment.delete.delay.ms": "file.delete.delay.ms",
     "min.insync.replicas": "min.insync.replicas",
     "unclean.leader.election.enable": "unclean.leader.election.enable",
+    "log.cleaner.min.compaction.lag.ms": "min.compaction.lag.ms",
+    "log.cleaner.max.compaction.lag.ms": "max.compaction.lag.ms",
+    "log.message.timestamp.before.max.ms": "message.timestamp.before.max.ms",
+    "log.message.timestamp.after.max.ms": "message.timestamp.after.max.ms",
+    "compression.type": "compression.type",
+    "compression.gzip.level": "compression.gzip.level",
+    "compression.lz4.level": "compression.lz4.level",
+    "compression.zstd.level": "compression.zstd.level",
+    "log.roll.jitter.ms": "segment.jitter.ms",
+    "log.preallocate": "preallocate",
+    "log.local.retention.ms": "local.retention.ms",
+    "log.local.retention.bytes": "local.retention.bytes",
 }
 _LOG_ALIASES = {
     "log.retention.hours": ("retention.ms", 3_600_000),

@@ -44,10 +44,23 @@ _TOPIC_TYPES = {
     "index.interval.bytes": ConfigType.INT,
     "segment.index.bytes": ConfigType.INT,
     "max.message.bytes": ConfigType.INT,
+    "min.insync.replicas": ConfigType.INT,
+    "compression.gzip.level": ConfigType.INT,
+    "compression.lz4.level": ConfigType.INT,
+    "compression.zstd.level": ConfigType.INT,
     "min.cleanable.dirty.ratio": ConfigType.DOUBLE,
     "cleanup.policy": ConfigType.LIST,
+    "leader.replication.throttled.replicas": ConfigType.LIST,
+    "follower.replication.throttled.replicas": ConfigType.LIST,
     "message.timestamp.type": ConfigType.STRING,
+    "compression.type": ConfigType.STRING,
+    "unclean.leader.election.enable": ConfigType.BOOLEAN,
+    "preallocate": ConfigType.BOOLEAN,
+    "remote.storage.enable": ConfigType.BOOLEAN,
+    "remote.log.copy.disable": ConfigType.BOOLEAN,
+    "remote.log.delete.on.disable": ConfigType.BOOLEAN,
 }
+"""Kafka's type of each topic config; the others are LONG."""
 _TOPIC_TO_BROKER_KEY = {topic: broker for broker, topic in LOG_KEYS.items()}
 
 

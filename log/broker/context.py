@@ -8,7 +8,7 @@ from typing import Any
 
 from eventplatform.log.broker.broker import Broker
 from eventplatform.log.broker.partition import Partition
-from eventplatform.log.protocol import Api, RequestHeader
+from eventplatform.log.protocol import Api, ErrorCode, RequestHeader
 from eventplatform.log.protocol.schema import Versions
 
 Body = dict[str, Any]
@@ -54,24 +54,28 @@ class Handler:
 def answer_partitions(
     context: RequestContext,
     topics: list[Body],
-    answer: Callable[[Partition | None, Body], Body],
+    answer: Callable[[Partition | ErrorCode, Body], Body],
     *,
     topic_key: str = "name",
     partition_key: str = "partition_index",
 ) -> list[Body]:
     """Answer a request laid out as topics holding partitions, partition by partition.
 
-    ``answer`` gets the broker's partition (None when the topic or partition
-    does not exist) and the request's entry for it; the result keeps the
-    request's topic order and field names.
+    ``answer`` gets the broker's partition, or when this broker holds none the error
+    that says why (NOT_LEADER_OR_FOLLOWER for a partition held by other brokers,
+    UNKNOWN_TOPIC_OR_PARTITION for one that does not exist), and the request's entry
+    for it; the result keeps the request's topic order and field names.
     """
     registry = context.broker.topics
     results = []
     for topic_entry in topics:
         name = topic_entry[topic_key]
-        answers = [
-            answer(registry.partition(name, entry[partition_key]), entry)
-            for entry in topic_entry["partitions"]
-        ]
+        answers = []
+        for entry in topic_entry["partitions"]:
+            index = entry[partition_key]
+            held = registry.partition(name, index)
+            answers.append(
+                answer(registry.absence_error(name, index) if held is None else held, entry)
+            )
         results.append({topic_key: name, "partitions": answers})
     return results

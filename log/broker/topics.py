@@ -173,12 +173,21 @@ class TopicRegistry:
             return None
         return topic.partitions[index]
 
+    def exists(self, name: str, index: int) -> bool:
+        """Whether the partition is one of the cluster's, held here or on another broker.
+
+        Every broker knows every topic and its partition count (a cluster member mirrors
+        the controller's metadata here), so this is the one question to ask before
+        answering UNKNOWN_TOPIC_OR_PARTITION: committed offsets, for one, are kept for any
+        partition that exists, wherever its replicas live."""
+        topic = self.topics.get(name)
+        return topic is not None and 0 <= index < len(topic.partitions)
+
     def absence_error(self, name: str, index: int) -> ErrorCode:
         """Why :meth:`partition` found nothing: the partition exists but another broker
         holds it (NOT_LEADER_OR_FOLLOWER, so clients look for its leader), or it does not
         exist at all."""
-        topic = self.topics.get(name)
-        if topic is not None and 0 <= index < len(topic.partitions):
+        if self.exists(name, index):
             return ErrorCode.NOT_LEADER_OR_FOLLOWER
         return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 

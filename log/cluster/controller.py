@@ -16,7 +16,10 @@ brokers' requests and turns them into records.
   new leaders (:func:`~.metadata.fence_changes`). A controller that has just
   become active gives every broker a full session before fencing it.
 * :meth:`create_topic` places replicas round-robin over the live brokers,
-  starting where the last topic left off, so leadership spreads. A topic
+  starting where the last topic left off, so leadership spreads, or where an
+  explicit assignment says (:func:`~.metadata.check_replica_assignment`:
+  registered brokers, no broker twice in a partition, one replica count for
+  every partition; the live replicas are the ISR). A topic
   change is answered once every live broker has applied it (bounded, see
   :meth:`wait_propagated`), so a client that creates a topic and then asks
   any broker about it finds it.
@@ -74,7 +77,9 @@ from eventplatform.log.cluster.metadata import (
     RegisterBroker,
     TopicConfigs,
     UnfenceBroker,
+    assign_replicas,
     cancel_reassignment,
+    check_replica_assignment,
     decode,
     decode_image,
     elect_leader,
@@ -113,6 +118,7 @@ STALE_BROKER_EPOCH = "stale_broker_epoch"
 TOPIC_EXISTS = "topic_exists"
 UNKNOWN_TOPIC = "unknown_topic"
 INVALID_REPLICATION_FACTOR = "invalid_replication_factor"
+INVALID_REPLICA_ASSIGNMENT = "invalid_replica_assignment"
 INVALID_PARTITIONS = "invalid_partitions"
 FENCED_LEADER_EPOCH = "fenced_leader_epoch"
 INVALID_UPDATE_VERSION = "invalid_update_version"
@@ -232,21 +238,57 @@ class Controller:
         partitions: int,
         replication_factor: int,
         configs: Mapping[str, str] | None = None,
+        assignment: Sequence[Sequence[int]] | None = None,
     ) -> CreateTopic:
+        """Commit a new topic: ``partitions`` placed round-robin with ``replication_factor``
+        replicas each, or, when ``assignment`` is given, partition ``p`` on the brokers
+        ``assignment[p]`` (refused with INVALID_REPLICA_ASSIGNMENT as Kafka refuses one)."""
         async with self._deciding:
             self._require_active()
             if name in self.image.topics:
                 raise MetadataError(f"topic {name} exists")
-            placed = place_replicas(
-                self.image.live_brokers(), partitions, replication_factor, self._next_start
-            )
-            self._next_start += partitions
-            assignments = tuple(PartitionAssignment(r, r, r[0]) for r in placed)
+            if assignment:
+                assignments = self._assigned(assignment)
+            else:
+                placed = place_replicas(
+                    self.image.live_brokers(), partitions, replication_factor, self._next_start
+                )
+                self._next_start += partitions
+                assignments = tuple(PartitionAssignment(r, r, r[0]) for r in placed)
             record = CreateTopic(name, str(uuid.uuid4()), assignments, dict(configs or {}))
             await self._commit([record])
             return record
 
-    async def add_partitions(self, name: str, count: int, replication_factor: int) -> None:
+    def _assigned(
+        self,
+        assignment: Sequence[Sequence[int]],
+        *,
+        replicas_per_partition: int | None = None,
+        first: int = 0,
+    ) -> tuple[PartitionAssignment, ...]:
+        """The partitions of an explicit assignment, checked against the registered and
+        the live brokers."""
+        try:
+            check_replica_assignment(
+                assignment,
+                self.image.brokers,
+                replicas_per_partition=replicas_per_partition,
+                first=first,
+            )
+            return assign_replicas(assignment, set(self.image.live_brokers()), first=first)
+        except MetadataError as exc:
+            raise RpcError(INVALID_REPLICA_ASSIGNMENT, str(exc)) from exc
+
+    async def add_partitions(
+        self,
+        name: str,
+        count: int,
+        replication_factor: int,
+        assignment: Sequence[Sequence[int]] | None = None,
+    ) -> None:
+        """Grow ``name`` to ``count`` partitions, placed round-robin or, when given, where
+        ``assignment`` says (one replica list per new partition, each as long as the
+        topic's partitions' replica lists)."""
         async with self._deciding:
             self._require_active()
             topic = self.image.topics.get(name)
@@ -260,11 +302,25 @@ class Controller:
             if factor <= 0:
                 first = topic.partitions[0]
                 factor = len(first.target or first.replicas)
-            placed = place_replicas(
-                self.image.live_brokers(), count - len(topic.partitions), factor, self._next_start
-            )
-            self._next_start += len(placed)
-            assignments = tuple(PartitionAssignment(r, r, r[0]) for r in placed)
+            if assignment:
+                added = count - len(topic.partitions)
+                if len(assignment) != added:
+                    raise RpcError(
+                        INVALID_REPLICA_ASSIGNMENT,
+                        f"{added} partitions are added but {len(assignment)} are assigned",
+                    )
+                assignments = self._assigned(
+                    assignment, replicas_per_partition=factor, first=len(topic.partitions)
+                )
+            else:
+                placed = place_replicas(
+                    self.image.live_brokers(),
+                    count - len(topic.partitions),
+                    factor,
+                    self._next_start,
+                )
+                self._next_start += len(placed)
+                assignments = tuple(PartitionAssignment(r, r, r[0]) for r in placed)
             await self._commit([AddPartitions(name, assignments)])
 
     async def set_topic_configs(self, name: str, configs: Mapping[str, str]) -> None:
@@ -567,6 +623,7 @@ class Controller:
                     int(params["partitions"]),
                     int(params["replication_factor"]),
                     dict(params.get("configs") or {}),
+                    _assignment_param(params),
                 )
             except MetadataError as exc:
                 raise RpcError(INVALID_REPLICATION_FACTOR, str(exc)) from exc
@@ -577,7 +634,9 @@ class Controller:
         with _refusals():
             try:
                 factor = int(params.get("replication_factor", -1))
-                await self.add_partitions(str(params["name"]), int(params["count"]), factor)
+                await self.add_partitions(
+                    str(params["name"]), int(params["count"]), factor, _assignment_param(params)
+                )
             except MetadataError as exc:
                 raise RpcError(INVALID_REPLICATION_FACTOR, str(exc)) from exc
             await self.wait_propagated()
@@ -735,6 +794,15 @@ def reassignment_documents(image: MetadataImage) -> list[dict[str, object]]:
         }
         for name, number, state in reassignments(image)
     ]
+
+
+def _assignment_param(params: Params) -> list[list[int]] | None:
+    """The optional explicit replica assignment of a topic request: one list of broker ids
+    per partition."""
+    assignment = params.get("assignment")
+    if assignment is None:
+        return None
+    return [[int(broker) for broker in replicas] for replicas in assignment]
 
 
 @contextlib.contextmanager

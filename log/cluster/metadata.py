@@ -51,7 +51,7 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -455,6 +455,59 @@ def place_replicas(
     ]
 
 
+def check_replica_list(label: str, replicas: Sequence[int], brokers: Collection[int]) -> None:
+    """Refuse (MetadataError) a replica list no partition can have: empty, naming a broker
+    twice, or naming a broker that is not one of ``brokers`` (the registered ones)."""
+    if not replicas:
+        raise MetadataError(f"{label}: the replica list is empty")
+    if len(set(replicas)) != len(replicas):
+        raise MetadataError(f"{label}: the replicas {list(replicas)} repeat a broker")
+    unknown = sorted(set(replicas) - set(brokers))
+    if unknown:
+        raise MetadataError(f"{label}: brokers {unknown} are not registered")
+
+
+def check_replica_assignment(
+    assignment: Sequence[Sequence[int]],
+    brokers: Collection[int],
+    *,
+    replicas_per_partition: int | None = None,
+    first: int = 0,
+) -> None:
+    """Refuse (MetadataError) an explicit assignment of partitions ``first``, ``first`` + 1,
+    ... to replicas, as Kafka refuses one: a bad replica list (:func:`check_replica_list`),
+    or partitions with different replica counts. ``replicas_per_partition`` is the count
+    the topic's partitions have already, when it is being grown."""
+    expected = replicas_per_partition
+    for offset, replicas in enumerate(assignment):
+        label = f"partition {first + offset}"
+        check_replica_list(label, replicas, brokers)
+        if expected is None:
+            expected = len(replicas)
+        elif len(replicas) != expected:
+            raise MetadataError(
+                f"{label} has {len(replicas)} replicas, the topic's other partitions {expected}"
+            )
+
+
+def assign_replicas(
+    assignment: Sequence[Sequence[int]], live: Collection[int], *, first: int = 0
+) -> tuple[PartitionAssignment, ...]:
+    """The partitions of a checked assignment (:func:`check_replica_assignment`): the ISR is
+    the live replicas and the leader the first of them, the preferred replica when it is
+    live. A partition none of whose replicas is live is refused (MetadataError): it could
+    have no leader."""
+    assigned = []
+    for offset, replicas in enumerate(assignment):
+        isr = tuple(r for r in replicas if r in live)
+        if not isr:
+            raise MetadataError(
+                f"partition {first + offset}: none of the brokers {list(replicas)} is live"
+            )
+        assigned.append(PartitionAssignment(tuple(replicas), isr, isr[0]))
+    return tuple(assigned)
+
+
 def elect_leader(state: PartitionState, live: Iterable[int], *, unclean: bool = False) -> int:
     """The first live replica in the ISR, in replica order (the preferred leader first); with
     ``unclean``, any live replica when none of the ISR is; else ``NO_LEADER``."""
@@ -505,13 +558,7 @@ def start_reassignment(
     state = image.partition(topic, partition)
     wanted = tuple(target)
     label = f"{topic}/{partition}"
-    if not wanted:
-        raise MetadataError(f"{label}: the replica list is empty")
-    if len(set(wanted)) != len(wanted):
-        raise MetadataError(f"{label}: the replicas {list(wanted)} repeat a broker")
-    unknown = sorted(set(wanted) - set(image.brokers))
-    if unknown:
-        raise MetadataError(f"{label}: brokers {unknown} are not registered")
+    check_replica_list(label, wanted, image.brokers)
     if state.reassigning:
         raise MetadataError(
             f"{label} is already being reassigned to {list(state.target)}; "

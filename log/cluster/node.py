@@ -26,6 +26,7 @@ from eventplatform.log.broker.topics import TopicError
 from eventplatform.log.cluster.broker_link import BrokerLink
 from eventplatform.log.cluster.controller import (
     INVALID_PARTITIONS,
+    INVALID_REPLICA_ASSIGNMENT,
     INVALID_REPLICATION_FACTOR,
     TOPIC_EXISTS,
     UNKNOWN_TOPIC,
@@ -138,9 +139,15 @@ class BrokerMember:
     # ------------------------------------------------------------ topic changes
 
     async def create_topic(
-        self, name: str, partitions: int, replication_factor: int, configs: dict[str, str]
+        self,
+        name: str,
+        partitions: int,
+        replication_factor: int,
+        configs: dict[str, str],
+        assignment: list[list[int]] | None = None,
     ) -> None:
-        """Create ``name`` through the controller; return once this broker has it."""
+        """Create ``name`` through the controller (placed by ``assignment`` when given: the
+        replicas of each partition); return once this broker has it."""
         factor = (
             self.broker.config.default_replication_factor
             if replication_factor == -1
@@ -153,6 +160,7 @@ class BrokerMember:
                 "partitions": partitions,
                 "replication_factor": factor,
                 "configs": configs,
+                "assignment": assignment,
             },
         )
         wanted = topic_id_bytes(str(result["topic_id"]))
@@ -162,8 +170,12 @@ class BrokerMember:
         await self._forward("delete_topic", {"name": name})
         await self._until(lambda: self.broker.topics.get(name) is None)
 
-    async def add_partitions(self, name: str, count: int) -> None:
-        await self._forward("add_partitions", {"name": name, "count": count})
+    async def add_partitions(
+        self, name: str, count: int, assignment: list[list[int]] | None = None
+    ) -> None:
+        await self._forward(
+            "add_partitions", {"name": name, "count": count, "assignment": assignment}
+        )
         await self._until(
             lambda: len(getattr(self.broker.topics.get(name), "partitions", ())) >= count
         )
@@ -200,6 +212,7 @@ RPC_ERRORS = {
     TOPIC_EXISTS: ErrorCode.TOPIC_ALREADY_EXISTS,
     UNKNOWN_TOPIC: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
     INVALID_REPLICATION_FACTOR: ErrorCode.INVALID_REPLICATION_FACTOR,
+    INVALID_REPLICA_ASSIGNMENT: ErrorCode.INVALID_REPLICA_ASSIGNMENT,
     INVALID_PARTITIONS: ErrorCode.INVALID_PARTITIONS,
     NOT_CONTROLLER: ErrorCode.REQUEST_TIMED_OUT,
 }

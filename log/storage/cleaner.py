@@ -8,7 +8,15 @@ The active segment is never removed.
 Compaction (``cleanup.policy`` contains ``compact``) keeps the latest record
 per key:
 
-1. The dirty section runs from the cleaner checkpoint to the active segment.
+A log is due for compaction when the dirty share of its cleanable bytes reaches
+``min.cleanable.dirty.ratio``, when its oldest dirty segment began more than
+``max.compaction.lag.ms`` ago (whatever the ratio), or when a tombstone's
+delete horizon has passed. Segments whose newest record is younger than
+``min.compaction.lag.ms`` are not cleanable yet: they and everything after
+them wait for a later pass.
+
+1. The dirty section runs from the cleaner checkpoint to the active segment,
+   or to the first segment too young to clean.
    Its keys go into a bounded :class:`OffsetMap` (16-byte BLAKE2b digest to
    the latest offset). When the map is full, cleaning stops at the last whole
    segment that fit, and the next pass continues from there.
@@ -160,20 +168,57 @@ class Cleaner:
 
     # ------------------------------------------------------------ compaction
 
-    def dirty_ratio(self, log: PartitionLog) -> float:
+    def dirty_ratio(self, log: PartitionLog, *, until_offset: int | None = None) -> float:
+        """The dirty share of the closed segments' bytes, counting as dirty only the
+        segments below ``until_offset`` (the first uncleanable offset) when given."""
         closed = list(self._closed_segments(log))
         total = sum(segment.size_bytes for segment in closed)
         if not total:
             return 0.0
-        dirty = sum(s.size_bytes for s in closed if s.next_offset > log.cleaner_offset)
+        until = log.log_end_offset if until_offset is None else until_offset
+        dirty = sum(
+            s.size_bytes
+            for s in closed
+            if s.next_offset > log.cleaner_offset and s.base_offset < until
+        )
         return float(dirty) / total
 
     def needs_compaction(self, log: PartitionLog) -> bool:
+        """Whether a compaction pass is due (see the module docstring for when)."""
         if not log.config.compact:
             return False
-        if self.dirty_ratio(log) >= log.config.min_cleanable_dirty_ratio:
-            return True
-        return self._has_expired_tombstones(log, log.clock_ms())
+        now_ms = log.clock_ms()
+        first_dirty = max(log.cleaner_offset, log.log_start_offset)
+        until = self.first_uncleanable_offset(log, now_ms)
+        if until > first_dirty:
+            ratio = self.dirty_ratio(log, until_offset=until)
+            if ratio >= log.config.min_cleanable_dirty_ratio:
+                return True
+            if self._compaction_overdue(log, first_dirty, now_ms):
+                return True
+        return self._has_expired_tombstones(log, now_ms)
+
+    def first_uncleanable_offset(self, log: PartitionLog, now_ms: int) -> int:
+        """Where cleanable records end: the active segment, or the first closed segment
+        holding a record younger than ``min.compaction.lag.ms``."""
+        until = log.active_segment.base_offset
+        lag_ms = log.config.min_compaction_lag_ms
+        if lag_ms > 0:
+            for segment in self._closed_segments(log):
+                if segment.max_timestamp > now_ms - lag_ms:
+                    return min(until, segment.base_offset)
+        return until
+
+    def _compaction_overdue(self, log: PartitionLog, first_dirty: int, now_ms: int) -> bool:
+        """Whether the first dirty closed segment began over ``max.compaction.lag.ms`` ago
+        (judged, as Kafka does, by its first batch's timestamp)."""
+        lag_ms = log.config.max_compaction_lag_ms
+        for segment in self._closed_segments(log):
+            if segment.next_offset <= first_dirty:
+                continue
+            first = next(segment.scan(), None)
+            return first is not None and now_ms - first.max_timestamp >= lag_ms
+        return False
 
     def compact(
         self, log: PartitionLog, *, upper_bound_offset: int | None = None
@@ -186,11 +231,11 @@ class Cleaner:
         if not log.config.compact:
             return None
         first_dirty = max(log.cleaner_offset, log.log_start_offset)
-        bound = log.active_segment.base_offset
+        now_ms = log.clock_ms()
+        bound = self.first_uncleanable_offset(log, now_ms)
         if upper_bound_offset is not None:
             bound = min(bound, upper_bound_offset)
         offset_map, clean_until = self._build_offset_map(log, first_dirty, bound)
-        now_ms = log.clock_ms()
         if clean_until <= first_dirty:
             if not self._has_expired_tombstones(log, now_ms):
                 return None

@@ -3,11 +3,17 @@
 ``LogConfig.from_properties`` accepts the string values of a TOML file, a
 CLI override or a CreateTopics request and rejects unknown keys and bad values
 with an :class:`InvalidConfigError` that names the key.
+
+Every topic config of Kafka 4 is known here, with Kafka's default and the
+range Kafka accepts. A few are kept and reported but change nothing on this
+broker, for the reason given at their field: batches stay as the producer
+compressed them, there are no replication quotas and no remote storage.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -29,9 +35,19 @@ MIN_CLEANABLE_DIRTY_RATIO_DEFAULT = 0.5
 CLEANER_KEYS_MAX_DEFAULT = 1_000_000
 INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1
+GZIP_LEVEL_DEFAULT = -1
+"""zlib's own default level (6), as Kafka names it."""
+GZIP_LEVEL_MIN, GZIP_LEVEL_MAX = 1, 9
+LZ4_LEVEL_DEFAULT, LZ4_LEVEL_MIN, LZ4_LEVEL_MAX = 9, 1, 17
+ZSTD_LEVEL_DEFAULT, ZSTD_LEVEL_MIN, ZSTD_LEVEL_MAX = 3, -131072, 22
+LOCAL_RETENTION_FROM_RETENTION = -2
+"""``local.retention.*``: the same as ``retention.*``."""
 
 CLEANUP_POLICIES = ("delete", "compact")
 TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
+COMPRESSION_TYPES = ("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd")
+ALL_REPLICAS = "*"
+_THROTTLED_REPLICA = re.compile(r"([0-9]+:[0-9]+)?")
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +72,42 @@ class LogConfig:
     """How many replicas, the leader included, an acks=all produce needs in the ISR."""
     unclean_leader_election_enable: bool = False
     """Whether a replica outside the ISR may lead when no ISR member is alive."""
+    min_compaction_lag_ms: int = 0
+    """How old a record must be before compaction may remove it."""
+    max_compaction_lag_ms: int = INT64_MAX
+    """How old a dirty record may grow before its segment is compacted whatever the dirty
+    ratio; on a compacted topic the active segment also rolls at this age."""
+    message_timestamp_before_max_ms: int = INT64_MAX
+    """How far a CreateTime timestamp may lie in the past (INVALID_TIMESTAMP beyond)."""
+    message_timestamp_after_max_ms: int = INT64_MAX
+    """How far a CreateTime timestamp may lie in the future (INVALID_TIMESTAMP beyond)."""
+    compression_type: str = "producer"
+    """Kept and reported; inert: batches are stored as the producer compressed them (what
+    ``producer`` means), since the broker never re-encodes records on the produce path."""
+    compression_gzip_level: int = GZIP_LEVEL_DEFAULT
+    """Inert with ``compression.type``: the level the broker would re-compress at."""
+    compression_lz4_level: int = LZ4_LEVEL_DEFAULT
+    """Inert with ``compression.type``."""
+    compression_zstd_level: int = ZSTD_LEVEL_DEFAULT
+    """Inert with ``compression.type``."""
+    segment_jitter_ms: int = 0
+    """Kept and reported; inert: segments roll at ``segment.ms`` exactly."""
+    preallocate: bool = False
+    """Kept and reported; inert: segment files grow with their appends."""
+    leader_replication_throttled_replicas: str = ""
+    """Kept and reported; inert: replication has no quotas here."""
+    follower_replication_throttled_replicas: str = ""
+    """Kept and reported; inert: replication has no quotas here."""
+    remote_storage_enable: bool = False
+    """Only false: this broker has no remote (tiered) storage."""
+    local_retention_ms: int = LOCAL_RETENTION_FROM_RETENTION
+    """Inert, as in Kafka without remote storage: local retention is ``retention.ms``."""
+    local_retention_bytes: int = LOCAL_RETENTION_FROM_RETENTION
+    """Inert, as in Kafka without remote storage: local retention is ``retention.bytes``."""
+    remote_log_copy_disable: bool = False
+    """Inert, as in Kafka without remote storage."""
+    remote_log_delete_on_disable: bool = False
+    """Inert, as in Kafka without remote storage."""
 
     @property
     def compact(self) -> bool:
@@ -64,6 +116,15 @@ class LogConfig:
     @property
     def delete(self) -> bool:
         return "delete" in self.cleanup_policy
+
+    @property
+    def roll_ms(self) -> int:
+        """The age at which the active segment rolls: ``segment.ms``, or on a compacted
+        topic ``max.compaction.lag.ms`` when that is sooner, so that a dirty record in the
+        active segment reaches a segment the cleaner may compact within that lag."""
+        if self.compact:
+            return min(self.segment_ms, self.max_compaction_lag_ms)
+        return self.segment_ms
 
     @property
     def flush_interval_ms(self) -> int:
@@ -85,7 +146,13 @@ class LogConfig:
                 changes[key.replace(".", "_")] = parse(raw)
             except (TypeError, ValueError) as exc:
                 raise InvalidConfigError(f"invalid value {raw!r} for {key}: {exc}") from None
-        return dataclasses.replace(base or cls(), **changes)
+        config = dataclasses.replace(base or cls(), **changes)
+        if config.min_compaction_lag_ms > config.max_compaction_lag_ms:
+            raise InvalidConfigError(
+                f"min.compaction.lag.ms {config.min_compaction_lag_ms} is larger than "
+                f"max.compaction.lag.ms {config.max_compaction_lag_ms}"
+            )
+        return config
 
     def to_properties(self) -> dict[str, str]:
         """Kafka-named string values, as DescribeConfigs reports them."""
@@ -154,6 +221,37 @@ def _timestamp_type(raw: Any) -> str:
     return str(raw)
 
 
+def _compression_type(raw: Any) -> str:
+    text = str(raw).strip()
+    if text not in COMPRESSION_TYPES:
+        raise ValueError(f"expected one of {', '.join(COMPRESSION_TYPES)}")
+    return text
+
+
+def _gzip_level(raw: Any) -> int:
+    """1 (fastest) to 9 (smallest), or -1 for zlib's default, as Kafka accepts."""
+    value = integer_between(GZIP_LEVEL_DEFAULT, GZIP_LEVEL_MAX)(raw)
+    if value != GZIP_LEVEL_DEFAULT and value < GZIP_LEVEL_MIN:
+        raise ValueError(f"must be -1 or between {GZIP_LEVEL_MIN} and {GZIP_LEVEL_MAX}")
+    return value
+
+
+def _throttled_replicas(raw: Any) -> str:
+    """Kafka's replica list for replication quotas: ``*``, or ``partition:broker`` pairs."""
+    items = [item.strip() for item in str(raw).split(",")]
+    if items == [ALL_REPLICAS]:
+        return ALL_REPLICAS
+    if not all(_THROTTLED_REPLICA.fullmatch(item) for item in items):
+        raise ValueError("expected * or a comma-separated list of partition:broker pairs")
+    return ",".join(item for item in items if item)
+
+
+def _remote_storage(raw: Any) -> bool:
+    if boolean(raw):
+        raise ValueError("this broker has no remote storage (remote.log.storage.system.enable)")
+    return False
+
+
 _PARSERS: dict[str, Callable[[Any], Any]] = {
     "segment.bytes": integer_between(SEGMENT_BYTES_MIN, INT32_MAX),
     "segment.ms": integer_between(1),
@@ -171,4 +269,21 @@ _PARSERS: dict[str, Callable[[Any], Any]] = {
     "file.delete.delay.ms": integer_between(0),
     "min.insync.replicas": integer_between(1, INT32_MAX),
     "unclean.leader.election.enable": boolean,
+    "min.compaction.lag.ms": integer_between(0),
+    "max.compaction.lag.ms": integer_between(1),
+    "message.timestamp.before.max.ms": integer_between(0),
+    "message.timestamp.after.max.ms": integer_between(0),
+    "compression.type": _compression_type,
+    "compression.gzip.level": _gzip_level,
+    "compression.lz4.level": integer_between(LZ4_LEVEL_MIN, LZ4_LEVEL_MAX),
+    "compression.zstd.level": integer_between(ZSTD_LEVEL_MIN, ZSTD_LEVEL_MAX),
+    "segment.jitter.ms": integer_between(0),
+    "preallocate": boolean,
+    "leader.replication.throttled.replicas": _throttled_replicas,
+    "follower.replication.throttled.replicas": _throttled_replicas,
+    "remote.storage.enable": _remote_storage,
+    "local.retention.ms": integer_between(LOCAL_RETENTION_FROM_RETENTION),
+    "local.retention.bytes": integer_between(LOCAL_RETENTION_FROM_RETENTION),
+    "remote.log.copy.disable": boolean,
+    "remote.log.delete.on.disable": boolean,
 }

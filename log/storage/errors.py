@@ -8,6 +8,7 @@ Hierarchy::
     │   └── UnsupportedCompressionError
     ├── InvalidRecordError          a well-formed batch the log refuses (control batch, no key
     │                               on a compacted topic, offsets that do not fit)
+    ├── InvalidTimestampError       a CreateTime timestamp outside ``message.timestamp.*.max.ms``
     ├── RecordTooLargeError         a batch over ``max.message.bytes``
     │   └── RecordBatchTooLargeError  a record set over ``segment.bytes``
     ├── OffsetOutOfRangeError       a read or truncation outside [log start, log end]
@@ -40,6 +41,10 @@ class UnsupportedCompressionError(CorruptRecordError):
 
 class InvalidRecordError(StorageError):
     kafka_error_code = 87  # INVALID_RECORD
+
+
+class InvalidTimestampError(StorageError):
+    kafka_error_code = 32  # INVALID_TIMESTAMP
 
 
 class RecordTooLargeError(StorageError):

@@ -23,9 +23,10 @@ from pathlib import Path
 from typing import NamedTuple
 
 from eventplatform.log.invariants import require
-from eventplatform.log.storage.config import LogConfig
+from eventplatform.log.storage.config import INT64_MAX, LogConfig
 from eventplatform.log.storage.errors import (
     InvalidRecordError,
+    InvalidTimestampError,
     LogClosedError,
     LogLockedError,
     OffsetOutOfRangeError,
@@ -164,6 +165,15 @@ class PartitionLog:
         self._max_message_bytes = config.max_message_bytes
         self._segment_bytes = config.segment_bytes
         self._log_append_time = config.message_timestamp_type == "LogAppendTime"
+        bounded = (
+            config.message_timestamp_before_max_ms < INT64_MAX
+            or config.message_timestamp_after_max_ms < INT64_MAX
+        )
+        self._timestamp_bounds = (
+            (config.message_timestamp_before_max_ms, config.message_timestamp_after_max_ms)
+            if bounded and not self._log_append_time
+            else None
+        )
         self._compact = config.compact
         for segment in getattr(self, "segments", ()):
             segment.config = config
@@ -271,6 +281,9 @@ class PartitionLog:
                 raise RecordTooLargeError(
                     f"record batch of {header.size_bytes} bytes exceeds max.message.bytes {limit}"
                 )
+        bounds = self._timestamp_bounds
+        if producer and bounds is not None:
+            _check_timestamps(headers, bounds, self.clock_ms())
         if producer and self._compact:
             for header in headers:
                 check_keys_present(buffer, header)
@@ -619,3 +632,22 @@ def _follower_headers(buffer: bytes | bytearray) -> list[BatchHeader]:
     if not headers:
         raise InvalidRecordError("replicated record set carries no record batch")
     return headers
+
+
+def _check_timestamps(headers: list[BatchHeader], bounds: tuple[int, int], now_ms: int) -> None:
+    """Refuse (InvalidTimestampError) a CreateTime batch whose first timestamp is more than
+    ``message.timestamp.before.max.ms`` (``bounds[0]``) in the past, or whose largest is
+    more than ``message.timestamp.after.max.ms`` (``bounds[1]``) in the future. The records
+    stay bytes, so the batch header's two timestamps stand for its records'."""
+    before_ms, after_ms = bounds
+    for header in headers:
+        if now_ms - header.base_timestamp > before_ms:
+            raise InvalidTimestampError(
+                f"timestamp {header.base_timestamp} is more than "
+                f"message.timestamp.before.max.ms {before_ms} before the broker's {now_ms}"
+            )
+        if header.max_timestamp - now_ms > after_ms:
+            raise InvalidTimestampError(
+                f"timestamp {header.max_timestamp} is more than "
+                f"message.timestamp.after.max.ms {after_ms} after the broker's {now_ms}"
+            )

@@ -108,7 +108,7 @@ class Segment:
             return True
         if (
             self.rolling_base_ms is not None
-            and now_ms - self.rolling_base_ms >= self.config.segment_ms
+            and now_ms - self.rolling_base_ms >= self.config.roll_ms
         ):
             return True
         if self.offset_index.is_full or self.time_index.is_full:

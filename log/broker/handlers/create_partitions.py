@@ -1,9 +1,12 @@
 """CreatePartitions (key 37), v0-1.
 
-Raises a topic's partition count; the count can only grow. Explicit
-assignments must name this node. ``validate_only`` checks and changes
-nothing. Errors per topic: UNKNOWN_TOPIC_OR_PARTITION, INVALID_PARTITIONS,
-INVALID_REPLICA_ASSIGNMENT, INVALID_REQUEST (a topic given twice).
+Raises a topic's partition count; the count can only grow. The new
+partitions are placed as a new topic's are, or by an explicit assignment:
+one replica list per new partition, checked as CreateTopics checks one, each
+as long as the topic's existing replica lists (INVALID_REPLICA_ASSIGNMENT
+otherwise). ``validate_only`` checks and changes nothing. Errors per topic:
+UNKNOWN_TOPIC_OR_PARTITION, INVALID_PARTITIONS, INVALID_REPLICA_ASSIGNMENT,
+INVALID_REQUEST (a topic given twice).
 """
 
 from __future__ import annotations
@@ -31,16 +34,11 @@ async def handle(context: RequestContext, request: Body) -> Body:
         try:
             if counts[name] > 1:
                 raise TopicError(ErrorCode.INVALID_REQUEST, f"topic {name!r} is listed twice")
-            for assignment in topic["assignments"] or []:
-                if broker.member is not None or assignment["broker_ids"] != [broker.node_id]:
-                    raise TopicError(
-                        ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-                        f"new partitions must be assigned to node {broker.node_id} alone",
-                    )
+            assignment = [list(entry["broker_ids"]) for entry in topic["assignments"] or []]
             if request["validate_only"]:
-                broker.topics.check_partition_count(name, topic["count"])
+                broker.check_new_partitions(name, topic["count"], assignment)
             else:
-                await broker.add_partitions(name, topic["count"])
+                await broker.add_partitions(name, topic["count"], assignment)
             results.append({"name": name, "error_code": 0})
         except TopicError as exc:
             results.append({"name": name, "error_code": exc.code, "error_message": str(exc)})

@@ -2,10 +2,16 @@
 
 Creates each topic with its partition count (-1: ``num.partitions``, v4) and
 config overrides, which are validated like any topic config. The only
-replication factor a standalone broker offers is 1 (-1 means the default);
-explicit assignments must name this node, one replica per partition. A
-cluster member forwards the topic to the active controller, which places
+replication factor a standalone broker offers is 1 (-1 means the default).
+A cluster member forwards the topic to the active controller, which places
 its replicas round-robin, and answers once the topic has reached it.
+
+An explicit assignment (with partition count and replication factor -1)
+lays the partitions out instead, as Kafka checks it: partitions numbered
+0..n-1, each once; registered brokers only (on a standalone broker, this
+node), none twice in a partition; every partition the same replica count;
+and on a cluster at least one live replica per partition, the first live
+one its leader. Anything else is INVALID_REPLICA_ASSIGNMENT.
 ``validate_only`` (v1+) checks everything and creates nothing. Errors per
 topic: TOPIC_ALREADY_EXISTS, INVALID_TOPIC_EXCEPTION, INVALID_PARTITIONS,
 INVALID_REPLICATION_FACTOR, INVALID_REPLICA_ASSIGNMENT, INVALID_CONFIG,
@@ -48,26 +54,14 @@ async def _create(context: RequestContext, topic: Body, *, validate_only: bool) 
     broker = context.broker
     partitions = topic["num_partitions"]
     replication_factor = topic["replication_factor"]
-    assignments = topic["assignments"]
-    if assignments:
+    assignment = _assignment(topic["assignments"])
+    if assignment:
         if partitions != -1 or replication_factor != -1:
             raise TopicError(
                 ErrorCode.INVALID_REQUEST,
                 "give either assignments or a partition count and replication factor",
             )
-        if broker.member is not None:
-            raise TopicError(
-                ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-                "a cluster places replicas itself; give a replication factor",
-            )
-        for assignment in assignments:
-            if assignment["broker_ids"] != [broker.node_id]:
-                raise TopicError(
-                    ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-                    f"partition {assignment['partition_index']} must be assigned to "
-                    f"node {broker.node_id} alone",
-                )
-        partitions = len(assignments)
+        partitions = len(assignment)
     if partitions == -1:
         partitions = broker.config.num_partitions
     configs = {entry["name"]: entry["value"] for entry in topic["configs"]}
@@ -75,10 +69,29 @@ async def _create(context: RequestContext, topic: Body, *, validate_only: bool) 
         raise TopicError(ErrorCode.INVALID_CONFIG, "config values may not be null")
     if validate_only:
         broker.topics.check_new_topic(topic["name"], partitions, configs)
+        if assignment:
+            broker.check_assignment(assignment)
         if broker.member is None and replication_factor not in (-1, 1):
             raise TopicError(
                 ErrorCode.INVALID_REPLICATION_FACTOR,
                 f"replication factor {replication_factor} is larger than the 1 available broker",
             )
     else:
-        await broker.create_topic(topic["name"], partitions, replication_factor, configs)
+        await broker.create_topic(
+            topic["name"], partitions, replication_factor, configs, assignment
+        )
+
+
+def _assignment(entries: list[Body]) -> list[list[int]] | None:
+    """The request's assignments as one replica list per partition, in partition order;
+    their partition indexes must be 0..n-1, each once (INVALID_REPLICA_ASSIGNMENT)."""
+    if not entries:
+        return None
+    indexes = sorted(entry["partition_index"] for entry in entries)
+    if indexes != list(range(len(entries))):
+        raise TopicError(
+            ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+            f"the assigned partitions {indexes} are not 0 to {len(entries) - 1}, each once",
+        )
+    ordered = sorted(entries, key=lambda entry: int(entry["partition_index"]))
+    return [list(entry["broker_ids"]) for entry in ordered]

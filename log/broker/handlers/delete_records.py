@@ -4,6 +4,9 @@ Moves a partition's log start offset forward to ``offset`` (-1: the high
 watermark); segments wholly below it go at the next retention pass, and
 reads below it answer OFFSET_OUT_OF_RANGE at once. An offset past the high
 watermark is OFFSET_OUT_OF_RANGE. The answer carries the new low watermark.
+Only the partition's leader answers (NOT_LEADER_OR_FOLLOWER elsewhere, whether
+or not this broker holds a replica); a partition the cluster does not have is
+UNKNOWN_TOPIC_OR_PARTITION.
 """
 
 from __future__ import annotations
@@ -27,11 +30,11 @@ async def handle(context: RequestContext, request: Body) -> Body:
     return {"topics": topics}
 
 
-def _answer(partition: Partition | None, entry: Body) -> Body:
+def _answer(partition: Partition | ErrorCode, entry: Body) -> Body:
     answer: Body = {"partition_index": entry["partition_index"], "low_watermark": -1}
     offset = entry["offset"]
-    if partition is None:
-        answer["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    if isinstance(partition, ErrorCode):
+        answer["error_code"] = partition
     elif not partition.is_leader:
         answer["error_code"] = ErrorCode.NOT_LEADER_OR_FOLLOWER
     elif offset == HIGH_WATERMARK or 0 <= offset <= partition.high_watermark:

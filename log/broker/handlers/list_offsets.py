@@ -6,7 +6,9 @@ Timestamp -2 answers the log start offset (earliest), -1 the high watermark
 first offset whose record timestamp is at or after it, with that record's
 timestamp, or offset -1 when no record is that late. Other negative
 timestamps are INVALID_REQUEST. From v4 ``current_leader_epoch`` is checked and the leader epoch is
-returned.
+returned. Only the partition's leader answers: a broker that does not hold the
+partition answers NOT_LEADER_OR_FOLLOWER, as for Fetch, so the client looks for
+its leader; a partition the cluster does not have is UNKNOWN_TOPIC_OR_PARTITION.
 """
 
 from __future__ import annotations
@@ -32,10 +34,10 @@ async def handle(context: RequestContext, request: Body) -> Body:
     return {"topics": topics}
 
 
-def _answer(partition: Partition | None, entry: Body) -> Body:
+def _answer(partition: Partition | ErrorCode, entry: Body) -> Body:
     answer: Body = {"partition_index": entry["partition_index"], "timestamp": -1, "offset": -1}
-    if partition is None:
-        answer["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    if isinstance(partition, ErrorCode):
+        answer["error_code"] = partition
         return answer
     answer["error_code"] = partition.check_leader(entry["current_leader_epoch"])
     if answer["error_code"] != ErrorCode.NONE:

@@ -8,8 +8,9 @@ a rebalance REBALANCE_IN_PROGRESS. A commit with generation -1 and an empty
 member id (no group management) is accepted while the group is Empty or
 does not exist. v6 adds the committed leader epoch. The retention time of
 v2-4 is ignored: ``offsets.retention.minutes`` applies. Per partition:
-UNKNOWN_TOPIC_OR_PARTITION for a partition the broker does not have,
-OFFSET_METADATA_TOO_LARGE for metadata over 4096 bytes.
+UNKNOWN_TOPIC_OR_PARTITION for a partition the cluster does not have (a
+partition whose replicas all live on other brokers is committed all the
+same, as Kafka does), OFFSET_METADATA_TOO_LARGE for metadata over 4096 bytes.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ async def handle(context: RequestContext, request: Body) -> Body:
     for topic in request["topics"]:
         for entry in topic["partitions"]:
             partition = TopicPartition(topic["name"], entry["partition_index"])
-            if broker.topics.partition(partition.topic, partition.partition) is None:
+            if not broker.topics.exists(partition.topic, partition.partition):
                 results[partition] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 continue
             commits[partition] = OffsetCommit(

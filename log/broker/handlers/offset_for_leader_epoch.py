@@ -34,10 +34,10 @@ async def handle(context: RequestContext, request: Body) -> Body:
     return {"topics": topics}
 
 
-def _answer(partition: Partition | None, entry: Body) -> Body:
+def _answer(partition: Partition | ErrorCode, entry: Body) -> Body:
     answer: Body = {"partition": entry["partition"], "leader_epoch": -1, "end_offset": -1}
-    if partition is None:
-        answer["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    if isinstance(partition, ErrorCode):
+        answer["error_code"] = partition
         return answer
     answer["error_code"] = partition.check_leader(entry["current_leader_epoch"])
     if answer["error_code"] != ErrorCode.NONE:

@@ -130,6 +130,22 @@ async def test_duplicates_and_existing_topics(tmp_path: Path, wire: Any) -> None
             new_topic("t", 2, 1, assignments=[{"partition_index": 0, "broker_ids": [1]}]),
             ErrorCode.INVALID_REQUEST,
         ),
+        (
+            new_topic(
+                "t",
+                -1,
+                -1,
+                assignments=[
+                    {"partition_index": 0, "broker_ids": [1]},
+                    {"partition_index": 2, "broker_ids": [1]},
+                ],
+            ),
+            ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+        ),
+        (
+            new_topic("t", -1, -1, assignments=[{"partition_index": 0, "broker_ids": []}]),
+            ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+        ),
     ],
 )
 async def test_bad_topic_settings_are_refused(

@@ -3,6 +3,8 @@ contradictions, and the controller's decisions (placement, election, fencing).""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from eventplatform.log.cluster.metadata import (
@@ -16,6 +18,8 @@ from eventplatform.log.cluster.metadata import (
     PartitionState,
     RegisterBroker,
     UnfenceBroker,
+    assign_replicas,
+    check_replica_assignment,
     decode,
     elect_leader,
     encode,
@@ -119,3 +123,38 @@ def test_an_unclean_election_makes_the_new_leader_the_isr() -> None:
     image.apply(FenceBroker(1, 1))
     [change, *_] = fence_changes(image, 1)
     assert change == PartitionChange("orders", 0, leader=2, isr=(2,))
+
+
+# ---------------------------------------------------------------- explicit replica assignments
+
+
+@pytest.mark.parametrize(
+    ("assignment", "refusal"),
+    [
+        ([[1], []], "replica list is empty"),
+        ([[1, 1]], "repeat a broker"),
+        ([[1, 9]], "brokers [9] are not registered"),
+        ([[1, 2], [3]], "partition 1 has 1 replicas"),
+    ],
+)
+def test_an_explicit_assignment_kafka_refuses_is_refused(
+    assignment: list[list[int]], refusal: str
+) -> None:
+    with pytest.raises(MetadataError, match=re.escape(refusal)):
+        check_replica_assignment(assignment, [1, 2, 3])
+
+
+def test_new_partitions_must_have_as_many_replicas_as_the_topic_has() -> None:
+    check_replica_assignment([[3, 1]], [1, 2, 3], replicas_per_partition=2, first=4)
+    with pytest.raises(MetadataError, match=re.escape("partition 4 has 1 replicas")):
+        check_replica_assignment([[3]], [1, 2, 3], replicas_per_partition=2, first=4)
+
+
+def test_an_assignment_leads_with_its_first_live_replica_and_refuses_one_with_none_live() -> None:
+    assigned = assign_replicas([[2, 1, 3], [3, 2]], live={1, 3})
+    assert assigned == (
+        PartitionAssignment((2, 1, 3), (1, 3), 1),
+        PartitionAssignment((3, 2), (3,), 3),
+    )
+    with pytest.raises(MetadataError, match="none of the brokers"):
+        assign_replicas([[2]], live={1, 3})

@@ -346,3 +346,66 @@ def test_a_dropped_tombstone_clears_the_horizon(tmp_path: Path, clock) -> None:
     assert [(r.key, r.value) for r in log.iter_records()] == [(b"live", b"v")]
     assert Cleaner().compact(log) is None
     assert Cleaner().needs_compaction(log) is False
+
+
+# ---------------------------------------------------------------- compaction lags
+
+
+def append_keys(
+    log: PartitionLog, keys: range, now_ms: int, tag: str, *, distinct_keys: int = 5
+) -> None:
+    for number in keys:
+        key = f"key-{number % distinct_keys}".encode()
+        log.append(keyed_batch([(key, f"{tag}-{number}".encode())], now_ms))
+
+
+def test_a_dirty_segment_older_than_max_compaction_lag_is_compacted_below_the_dirty_ratio(
+    tmp_path: Path, clock
+) -> None:
+    config = compacted_config(**{"segment.bytes": 2000, "max.compaction.lag.ms": HOUR_MS})
+    log = PartitionLog.open(tmp_path, config, clock_ms=clock)
+    cleaner = Cleaner()
+    append_keys(log, range(200), clock.now_ms, "old", distinct_keys=200)
+    assert cleaner.compact(log) is not None
+    append_keys(log, range(200, 220), clock.now_ms, "new")
+    log.roll()
+    assert cleaner.dirty_ratio(log) < config.min_cleanable_dirty_ratio
+    assert not cleaner.needs_compaction(log)
+    clock.advance(HOUR_MS)
+    assert cleaner.needs_compaction(log)
+    stats = cleaner.compact(log)
+    assert stats is not None and stats.records_removed > 0
+    assert not cleaner.needs_compaction(log)
+
+
+def test_records_younger_than_min_compaction_lag_are_not_compacted(tmp_path: Path, clock) -> None:
+    config = compacted_config(**{"min.compaction.lag.ms": HOUR_MS})
+    log = PartitionLog.open(tmp_path, config, clock_ms=clock)
+    cleaner = Cleaner()
+    append_keys(log, range(100), clock.now_ms, "young")
+    log.roll()
+    assert not cleaner.needs_compaction(log)
+    assert cleaner.compact(log) is None
+    assert len(list(log.iter_records())) == 100
+    clock.advance(HOUR_MS + 1)
+    assert cleaner.needs_compaction(log)
+    stats = cleaner.compact(log)
+    assert stats is not None and stats.records_removed == 95
+    assert sorted(record.value for record in log.iter_records()) == sorted(
+        f"young-{number}".encode() for number in range(95, 100)
+    )
+
+
+def test_a_compacted_topic_rolls_its_active_segment_at_max_compaction_lag(
+    tmp_path: Path, clock
+) -> None:
+    config = compacted_config(**{"segment.bytes": 1 << 20, "max.compaction.lag.ms": 1000})
+    log = PartitionLog.open(tmp_path, config, clock_ms=clock)
+    append_keys(log, range(3), clock.now_ms, "first")
+    clock.advance(999)
+    append_keys(log, range(3, 4), clock.now_ms, "second")
+    assert len(log.segments) == 1
+    clock.advance(1)
+    append_keys(log, range(4, 5), clock.now_ms, "third")
+    assert len(log.segments) == 2
+    assert log.active_segment.base_offset == 4

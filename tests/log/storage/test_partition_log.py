@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import stat
 from pathlib import Path
@@ -16,6 +17,7 @@ from eventplatform.log.storage import (
     PartitionLog,
     Record,
     RecordTooLargeError,
+    StorageError,
 )
 from eventplatform.log.storage.files import CHECKPOINT_FILE, CLEAN_SHUTDOWN_FILE
 from eventplatform.log.storage.partition_log import run_flush_jobs
@@ -148,6 +150,27 @@ def test_log_append_time_overrides_record_timestamps(tmp_path: Path, clock, make
     info = log.append(make_batch(3, timestamp=5))
     assert info.append_time_ms == clock.now_ms
     assert {record.timestamp for record in log.iter_records()} == {clock.now_ms}
+
+
+def test_create_time_timestamps_outside_the_topic_bounds_are_refused_as_invalid_timestamp(
+    tmp_path: Path, clock, make_batch
+) -> None:
+    hour_ms = 3_600_000
+    config = LogConfig(
+        message_timestamp_before_max_ms=hour_ms, message_timestamp_after_max_ms=hour_ms
+    )
+    log = PartitionLog.open(tmp_path, config, clock_ms=clock)
+    for timestamp in (clock.now_ms - hour_ms - 10, clock.now_ms + hour_ms + 1):
+        with pytest.raises(StorageError, match=r"message\.timestamp") as raised:
+            log.append(make_batch(3, timestamp=timestamp))
+        assert raised.value.kafka_error_code == 32  # INVALID_TIMESTAMP
+    assert log.log_end_offset == 0
+    log.append(make_batch(3, timestamp=clock.now_ms - hour_ms))
+    log.append(make_batch(1, timestamp=clock.now_ms + hour_ms))
+    assert log.log_end_offset == 4
+    log.update_config(dataclasses.replace(config, message_timestamp_type="LogAppendTime"))
+    log.append(make_batch(1, timestamp=5))
+    assert log.log_end_offset == 5
 
 
 def test_batches_over_max_message_bytes_are_refused(tmp_path: Path, make_batch) -> None:
