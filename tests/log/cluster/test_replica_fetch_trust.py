@@ -156,6 +156,7 @@ async def test_a_spoofed_replica_fetch_does_not_move_the_high_watermark(tmp_path
         assert partition.replicas is not None and partition.replicas.isr == {1, 2}
         topic_id = leader.broker.topics.topics[TOPIC].topic_id  # type: ignore[union-attr]
         follower_epoch = controller.image.brokers[2].epoch
+        recorded_end = partition.replicas.followers[2].log_end_offset
 
         spoofs = {
             "v11, a follower's id, offset 2^40": (11, fetch_body(2**40, 2, -1, topic_id)),
@@ -166,6 +167,7 @@ async def test_a_spoofed_replica_fetch_does_not_move_the_high_watermark(tmp_path
         }
         codes = {name: await spoof(first_port, *request) for name, request in spoofs.items()}
         assert partition.high_watermark == 1, codes
+        assert partition.replicas.followers[2].log_end_offset == recorded_end == 1
         assert codes == {
             "v11, a follower's id, offset 2^40": ErrorCode.STALE_BROKER_EPOCH,
             "v11, a follower's id, offset at the end": ErrorCode.STALE_BROKER_EPOCH,
