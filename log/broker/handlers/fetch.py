@@ -122,11 +122,11 @@ def _note_replica_fetch(
                 continue  # a standalone broker has no followers to believe
             if partition.check_leader(entry["current_leader_epoch"]) != ErrorCode.NONE:
                 continue  # the read answers that
-            error = ErrorCode.STALE_BROKER_EPOCH
-            if replica == partition.node_id or replica not in partition.replica_set:
-                error = ErrorCode.NOT_LEADER_OR_FOLLOWER
-            elif current:
-                error = partition.on_replica_fetch(replica, entry["fetch_offset"], now_ms)
+            error = partition.check_follower(replica)
+            if error == ErrorCode.NONE:
+                error = ErrorCode.STALE_BROKER_EPOCH
+                if current:
+                    error = partition.on_replica_fetch(replica, entry["fetch_offset"], now_ms)
             if error != ErrorCode.NONE:
                 refused[key] = error
     return refused
