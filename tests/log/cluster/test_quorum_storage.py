@@ -98,6 +98,18 @@ def test_the_largest_epoch_reads_back(tmp_path: Path) -> None:
     storage.close()
 
 
+def test_a_voter_at_the_last_epoch_stays_up_and_does_not_stand_again(tmp_path: Path) -> None:
+    storage = SegmentQuorumStorage(tmp_path)
+    storage.save_state(2**31 - 1, None)  # where an in-range forged vote can bring a voter
+    node = RaftNode(1, [1, 2, 3], storage, 0)
+    for now_ms in range(0, 60_000, 500):
+        assert node.tick(now_ms) == []
+    assert node.epoch == 2**31 - 1 and node.role is Role.UNATTACHED
+    storage = reopened(tmp_path, storage)
+    assert storage.load_state() == (2**31 - 1, None)
+    storage.close()
+
+
 def test_an_entry_of_an_epoch_past_int32_is_never_appended(tmp_path: Path) -> None:
     storage = SegmentQuorumStorage(tmp_path)
     storage.append([Entry(1, b"a")])
