@@ -189,7 +189,7 @@ class Connection:
         if api is None:
             raise ProtocolError(f"unknown API key {header.api_key}")
         handler = self.handlers.get(header.api_key)
-        if handler is None or header.api_version not in handler.versions:
+        if handler is None or not handler.accepts(header.api_version):
             return self._unsupported(header.api_key, header.api_version, header.correlation_id)
         request = decode_request_body(api, header.api_version, frame, position)
         context = RequestContext(self.broker, header, self.peer, self.id)

@@ -43,12 +43,19 @@ class Handler:
     """One API as the broker serves it: its table, the versions it accepts, its function.
 
     ``handle`` returns the response body, a :class:`Deferred` one, or None when no
-    response is sent (Produce with acks=0).
+    response is sent (Produce with acks=0). ``inter_broker_versions`` are accepted too
+    but not advertised: versions only brokers send one another (Fetch v15, whose
+    ReplicaState carries a follower's broker epoch), which clients never pick.
     """
 
     api: Api
     versions: Versions
     handle: HandleFunction
+    inter_broker_versions: Versions | None = None
+
+    def accepts(self, version: int) -> bool:
+        inter_broker = self.inter_broker_versions
+        return version in self.versions or (inter_broker is not None and version in inter_broker)
 
 
 def answer_partitions(

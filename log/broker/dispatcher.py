@@ -73,7 +73,8 @@ HANDLER_MODULES: list[ModuleType] = [
 def build_handlers(modules: list[ModuleType]) -> dict[int, Handler]:
     handlers = {}
     for module in modules:
-        handler = Handler(module.API, module.VERSIONS, module.handle)
+        inter_broker = getattr(module, "INTER_BROKER_VERSIONS", None)
+        handler = Handler(module.API, module.VERSIONS, module.handle, inter_broker)
         handlers[handler.api.key] = handler
     return handlers
 

@@ -251,13 +251,28 @@ class Partition:
         self.follower_high_watermark = offset
         self._wake_replicated()
 
-    def on_replica_fetch(self, replica: int, fetch_offset: int, now_ms: int) -> None:
-        """A follower fetched from ``fetch_offset``: it has everything before."""
+    def check_follower(self, replica: int) -> ErrorCode:
+        """Whether ``replica`` is another replica of this partition, whose fetches count."""
+        if replica == self.node_id or replica not in self.replica_set:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
+        return ErrorCode.NONE
+
+    def on_replica_fetch(self, replica: int, fetch_offset: int, now_ms: int) -> ErrorCode:
+        """A follower fetched from ``fetch_offset``: it has everything before. Believed only
+        from another replica of this partition (NOT_LEADER_OR_FOLLOWER) and never past the
+        log end (OFFSET_OUT_OF_RANGE: a follower cannot hold what was never written here);
+        a refused fetch changes nothing. The caller has checked the broker's epoch."""
+        error = self.check_follower(replica)
+        if error != ErrorCode.NONE:
+            return error
+        if fetch_offset > self.log.log_end_offset:
+            return ErrorCode.OFFSET_OUT_OF_RANGE
         if self.replicas is not None and self.replicas.on_fetch(
             replica, fetch_offset, self.log.log_end_offset, now_ms
         ):
             self._wake_replicated()
             self._wake()
+        return ErrorCode.NONE
 
     def _wake_replicated(self) -> None:
         self._replicated.set()

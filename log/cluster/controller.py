@@ -95,7 +95,7 @@ from eventplatform.log.cluster.metadata import (
 )
 from eventplatform.log.cluster.quorum import QuorumServer
 from eventplatform.log.cluster.raft import LEADER_CHANGE, Entry, NotLeaderError
-from eventplatform.log.cluster.rpc import NOT_CONTROLLER, Method, Params, RpcError
+from eventplatform.log.cluster.rpc import INVALID_REQUEST, NOT_CONTROLLER, Method, Params, RpcError
 
 log = logging.getLogger(__name__)
 
@@ -580,6 +580,11 @@ class Controller:
         waiting up to ``wait_ms`` for some when there are none yet."""
         broker, epoch, offset = int(params["broker"]), int(params["epoch"]), int(params["offset"])
         with _refusals():
+            self._require_active()
+            if offset > self.quorum.applied:  # brokers only ever apply what was committed
+                raise RpcError(
+                    INVALID_REQUEST, f"offset {offset} is past the committed {self.quorum.applied}"
+                )
             try:
                 self.heartbeat(broker, epoch)
             except MetadataError as exc:

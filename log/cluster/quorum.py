@@ -5,9 +5,12 @@ A :class:`QuorumServer` runs one voter over a :class:`Transport`. Over TCP
 a JSON body (:func:`encode_message` / :func:`decode_message`): every Raft
 message is one-way, and an answer is a message of its own, so each voter
 keeps one outgoing connection per peer (reconnecting with a delay) and
-accepts the peers' connections. A frame over :data:`FRAME_BYTES_MAX` or one
-that does not decode closes that connection; nothing else notices. A
-simulation plugs in a network of its own.
+accepts the peers' connections. A frame over :data:`FRAME_BYTES_MAX`, one
+that does not decode, or one that breaks its message's table
+(:data:`TABLES`: an epoch or offset out of its range, an id that is not
+another voter's, a field missing or unexpected) closes that connection
+before the node sees it, so nothing from it is persisted; nothing else
+notices. A simulation plugs in a network of its own.
 
 One task owns the node: it takes inbound messages from a channel, ticks
 every :data:`TICK_MS`, and queues what the node sends. :meth:`propose`
@@ -27,14 +30,34 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import asdict
 from typing import Any, Protocol
 
-import orjson
 import trio
 
-from eventplatform.log.cluster.frames import FrameError, frame, split_frames
+from eventplatform.log.cluster.frames import (
+    EPOCH,
+    INT64_MAX,
+    OFFSET,
+    VOTER,
+    Body,
+    Boolean,
+    Field,
+    FrameError,
+    Hex,
+    Integer,
+    ListOf,
+    Record,
+    Table,
+    Text,
+    Tuple,
+    check,
+    check_kind,
+    frame,
+    parse,
+    split_frames,
+)
 from eventplatform.log.cluster.network import TCP, Network
 from eventplatform.log.cluster.raft import (
     BeginQuorumEpoch,
@@ -54,6 +77,7 @@ from eventplatform.log.cluster.raft import (
     VoteRequest,
     VoteResponse,
 )
+from eventplatform.log.invariants import require
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +96,49 @@ BODIES: dict[str, type[Any]] = {
     "fetch_snapshot_response": FetchSnapshotResponse,
 }
 BODY_NAMES = {body: name for name, body in BODIES.items()}
+
+SNAPSHOT_ID = Record(Field("end_offset", OFFSET), Field("epoch", EPOCH))
+ENVELOPE: Table = (
+    Field("sender", VOTER),
+    Field("receiver", VOTER),
+    Field("type", Text(64)),
+    Field("body", Body()),
+)
+TABLES: dict[str, Table] = {
+    "vote_request": (
+        Field("epoch", EPOCH),
+        Field("candidate", VOTER),
+        Field("last_epoch", EPOCH),
+        Field("end_offset", OFFSET),
+    ),
+    "vote_response": (Field("epoch", EPOCH), Field("granted", Boolean())),
+    "begin_quorum_epoch": (Field("epoch", EPOCH), Field("leader", VOTER)),
+    "fetch_request": (Field("epoch", EPOCH), Field("offset", OFFSET), Field("last_epoch", EPOCH)),
+    "fetch_response": (
+        Field("epoch", EPOCH),
+        Field("leader", VOTER, nullable=True),
+        Field("offset", OFFSET),
+        Field("entries", ListOf(Tuple(EPOCH, Hex()))),
+        Field("high_watermark", OFFSET),
+        Field("diverging", Record(Field("epoch", EPOCH), Field("end_offset", OFFSET)), True),
+        Field("snapshot", SNAPSHOT_ID, nullable=True),
+    ),
+    "fetch_snapshot_request": (
+        Field("epoch", EPOCH),
+        Field("snapshot", SNAPSHOT_ID),
+        Field("position", OFFSET),
+    ),
+    "fetch_snapshot_response": (
+        Field("epoch", EPOCH),
+        Field("leader", VOTER, nullable=True),
+        Field("snapshot", SNAPSHOT_ID),
+        Field("position", OFFSET),
+        Field("data", Hex()),
+        Field("size", Integer(-1, INT64_MAX)),
+    ),
+}
+"""What each quorum message holds, by its ``type`` (:func:`~.frames.check`)."""
+require(TABLES.keys() == BODIES.keys(), "every quorum message kind has a table")
 
 
 RequestHandler = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
@@ -95,31 +162,34 @@ def encode_message(message: Message) -> bytes:
     return frame(document)
 
 
-def decode_message(payload: bytes) -> Message:
-    try:
-        document = orjson.loads(payload)
-    except orjson.JSONDecodeError as exc:
-        raise FrameError(f"not a quorum message: {exc}") from exc
-    return message_from(document)
+def decode_message(payload: bytes, node: int, voters: Collection[int]) -> Message:
+    """The message in a frame's ``payload`` sent to ``node``; raises FrameError."""
+    return message_from(parse(payload), node, voters)
 
 
-def message_from(document: Any) -> Message:
-    try:
-        body_type = BODIES[document["type"]]
-        fields = dict(document["body"])
-        if body_type is FetchResponse:
-            fields["entries"] = tuple(
-                Entry(epoch, bytes.fromhex(data)) for epoch, data in fields["entries"]
-            )
-            if fields["diverging"] is not None:
-                fields["diverging"] = DivergingEpoch(**fields["diverging"])
-        if fields.get("snapshot") is not None:
-            fields["snapshot"] = SnapshotId(**fields["snapshot"])
-        if body_type is FetchSnapshotResponse:
-            fields["data"] = bytes.fromhex(fields["data"])
-        return Message(int(document["sender"]), int(document["receiver"]), body_type(**fields))
-    except (KeyError, TypeError, ValueError) as exc:
-        raise FrameError(f"not a quorum message: {exc}") from exc
+def message_from(document: dict[str, Any], node: int, voters: Collection[int]) -> Message:
+    """The message a decoded frame holds, once its table (:data:`TABLES`) says it may
+    reach the node: every field of its type and range, sent by another of the ``voters``
+    to ``node``. Raises FrameError for anything else."""
+    check(ENVELOPE, document, voters=voters)
+    fields = document["body"]
+    check_kind(TABLES, document["type"], fields, voters=voters, where="body")
+    body_type = BODIES[document["type"]]
+    sender, receiver = document["sender"], document["receiver"]
+    if receiver != node or sender == node:
+        raise FrameError(f"a message from {sender} to {receiver} reached voter {node}")
+    fields = dict(fields)
+    if body_type is FetchResponse:
+        fields["entries"] = tuple(
+            Entry(epoch, bytes.fromhex(data)) for epoch, data in fields["entries"]
+        )
+        if fields["diverging"] is not None:
+            fields["diverging"] = DivergingEpoch(**fields["diverging"])
+    if fields.get("snapshot") is not None:
+        fields["snapshot"] = SnapshotId(**fields["snapshot"])
+    if body_type is FetchSnapshotResponse:
+        fields["data"] = bytes.fromhex(fields["data"])
+    return Message(sender, receiver, body_type(**fields))
 
 
 class Transport(Protocol):
@@ -206,9 +276,7 @@ class TcpTransport:
                         if "method" in document:
                             await self._answer(stream, document)
                             continue
-                        message = message_from(document)
-                        if message.receiver == node and message.sender in self.peers:
-                            deliver(message)
+                        deliver(message_from(document, node, self.peers))
         except FrameError as exc:
             log.warning("voter %d: closing a connection: %s", node, exc)
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):

@@ -11,7 +11,10 @@ before it returns.
 
 The epoch and the vote live in ``<directory>/quorum-state``, a small JSON
 file replaced atomically (temporary file, ``fsync``, rename, directory
-``fsync``).
+``fsync``). Nothing is written that could not be read back: an epoch or a
+voter id outside Kafka's non-negative int32, in the state or in an entry,
+is a broken invariant (:func:`~eventplatform.log.invariants.require`), and
+a state file holding one refuses to load (:class:`QuorumStateError`).
 
 Snapshots live beside it, one file each (:mod:`.snapshot_file`). Writing one
 keeps the newest :data:`~.raft.SNAPSHOTS_KEPT`, moves the log start to the
@@ -32,6 +35,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from eventplatform.log.cluster import snapshot_file
+from eventplatform.log.cluster.frames import INT32_MAX
 from eventplatform.log.cluster.raft import (
     LOG_START,
     SNAPSHOTS_KEPT,
@@ -83,14 +87,23 @@ class SegmentQuorumStorage:
         path = self.directory / STATE_FILE
         try:
             document = json.loads(path.read_text())
-            require(document["version"] == STATE_VERSION, "unknown quorum-state version")
-            return int(document["epoch"]), document["voted_for"]
         except FileNotFoundError:
             return 0, None
-        except (ValueError, KeyError, TypeError, AssertionError) as exc:
+        except ValueError as exc:
             raise QuorumStateError(f"{path} is unreadable: {exc}") from exc
+        if not isinstance(document, dict) or document.get("version") != STATE_VERSION:
+            raise QuorumStateError(f"{path} is unreadable: not a quorum-state document")
+        epoch, voted_for = document.get("epoch", -1), document.get("voted_for")
+        if not _readable(epoch, voted_for):
+            raise QuorumStateError(f"{path} holds an epoch or vote out of range: {document}")
+        return int(epoch), None if voted_for is None else int(voted_for)
 
     def save_state(self, epoch: int, voted_for: int | None) -> None:
+        """Persist the epoch and vote; one that could not be read back is never written."""
+        require(
+            _readable(epoch, voted_for),
+            f"a quorum state (epoch {epoch}, vote {voted_for}) out of range: not written",
+        )
         document = {"version": STATE_VERSION, "epoch": epoch, "voted_for": voted_for}
         write_atomically(self.directory / STATE_FILE, json.dumps(document).encode())
 
@@ -105,6 +118,8 @@ class SegmentQuorumStorage:
 
     def append(self, entries: Sequence[Entry]) -> None:
         """Append ``entries``, in record sets that each fit a segment, and flush."""
+        for entry in entries:
+            require(_is_int32(entry.epoch), f"an entry of epoch {entry.epoch}: not appended")
         offset = self.log.log_end_offset
         batches = bytearray()
         for number, entry in enumerate(entries):
@@ -224,3 +239,13 @@ class SegmentQuorumStorage:
         if start.end_offset > log_start:
             self.log.advance_log_start_offset(start.end_offset)
         return start
+
+
+def _is_int32(value: object) -> bool:
+    """A non-negative int32: what an epoch or a voter id may be (Kafka's range)."""
+    return type(value) is int and 0 <= value <= INT32_MAX
+
+
+def _readable(epoch: object, voted_for: object) -> bool:
+    """Whether :meth:`SegmentQuorumStorage.load_state` takes this epoch and vote."""
+    return _is_int32(epoch) and (voted_for is None or _is_int32(voted_for))

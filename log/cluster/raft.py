@@ -55,6 +55,10 @@ from eventplatform.log.invariants import require
 
 LEADER_CHANGE = b""
 """The payload of the entry a new leader appends at the start of its epoch."""
+EPOCH_MAX = (1 << 31) - 1
+"""The last epoch (Kafka's int32). A voter there does not stand for election again, as
+its next epoch could not be persisted: it stays up, and follows a leader of this epoch
+if one announces itself. Messages with a later epoch are refused where they are decoded."""
 
 
 @dataclass(frozen=True)
@@ -528,6 +532,9 @@ class RaftNode:
         return timeout + self.random.randrange(timeout)
 
     def _start_election(self, now_ms: int) -> list[Message]:
+        if self.epoch >= EPOCH_MAX:
+            self._election_due_ms = now_ms + self._election_timeout()
+            return []
         self._persist(self.epoch + 1, self.id)
         self.role, self.leader = Role.CANDIDATE, None
         self._votes = {self.id}

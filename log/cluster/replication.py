@@ -16,9 +16,14 @@ per leader broker, over the Kafka protocol (:mod:`.peer`):
   latest epoch, then truncate to where the leader's log and its own agree
   (KIP-101, KIP-279). The high watermark plays no part, so a follower never
   keeps a divergent suffix, and never drops a committed record;
-* then Fetch with its replica id, from its log end, appending what comes
-  back with the leader's offsets and epochs, and taking the leader's high
-  watermark.
+* then Fetch (v15, topics by id) with its replica id and its broker epoch
+  (``ReplicaState``, from its registration with the controller), from its
+  log end, appending what comes back with the leader's offsets and epochs,
+  and taking the leader's high watermark. The leader believes a follower's
+  fetch offset only with the broker's current epoch (see
+  :mod:`~eventplatform.log.broker.handlers.fetch`); a follower that has just
+  registered again is refused (STALE_BROKER_EPOCH) until the leader has the
+  registration, and retries.
 
 A leader learns its followers' positions from their fetches (the fetch
 handler feeds :meth:`~eventplatform.log.broker.partition.Partition.on_replica_fetch`)
@@ -55,7 +60,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-FETCH_VERSION = 11
+FETCH_VERSION = 15
 OFFSET_FOR_LEADER_EPOCH_VERSION = 3
 PARTITION_FETCH_BYTES = 1024 * 1024
 FETCH_BYTES = 16 * 1024 * 1024
@@ -68,6 +73,8 @@ RETRIABLE = {
     ErrorCode.FENCED_LEADER_EPOCH,
     ErrorCode.UNKNOWN_LEADER_EPOCH,
     ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+    ErrorCode.UNKNOWN_TOPIC_ID,
+    ErrorCode.STALE_BROKER_EPOCH,
 }
 
 
@@ -459,12 +466,19 @@ class ReplicaFetcher:
             for f in self.partitions.values()
             if not f.truncate and f.retry_at <= now and self._current(f)
         ]
-        if not asked:
+        link = self.manager.link
+        broker_epoch = link.epoch if link is not None else None
+        if not asked or broker_epoch is None:
             return False
         topics: dict[str, list[dict[str, Any]]] = {}
         offsets = {}
+        names = {}
         for following in asked:
             partition = following.partition
+            topic = self.manager.broker.topics.get(partition.topic)
+            if topic is None:
+                continue
+            names[topic.topic_id] = partition.topic
             offsets[(partition.topic, partition.index)] = partition.log.log_end_offset
             topics.setdefault(partition.topic, []).append(
                 {
@@ -476,24 +490,29 @@ class ReplicaFetcher:
                 }
             )
         config = self.manager.broker.config
+        ids = {name: topic_id for topic_id, name in names.items()}
         body = {
-            "replica_id": self.manager.node_id,
+            "replica_state": {"replica_id": self.manager.node_id, "replica_epoch": broker_epoch},
             "max_wait_ms": config.replica_fetch_wait_max_ms,
             "min_bytes": 1,
             "max_bytes": FETCH_BYTES,
             "isolation_level": 0,
             "session_id": 0,
             "session_epoch": -1,
-            "topics": [{"topic": t, "partitions": p} for t, p in topics.items()],
+            "topics": [{"topic_id": ids[t], "partitions": p} for t, p in topics.items()],
             "forgotten_topics_data": [],
             "rack_id": "",
         }
         response = await connection.request(FETCH, FETCH_VERSION, body, timeout_s=self._timeout_s())
+        for entry in response["responses"]:
+            entry["topic"] = names.get(entry["topic_id"], "")
         answers = _by_partition(response["responses"], "partition_index")
         for following in asked:
             partition = following.partition
             key = (partition.topic, partition.index)
             answer = answers.get(key)
+            if key not in offsets:
+                continue
             if answer is None or not self._current(following):
                 continue
             if partition.log.log_end_offset != offsets[key]:

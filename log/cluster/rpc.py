@@ -7,9 +7,13 @@ A controller that is not active answers :data:`NOT_CONTROLLER` with the
 active one it knows, and :class:`ControllerClient` follows it there, or
 tries the voters in turn while none is known, until its deadline.
 
-:func:`answer` turns a handler's outcome into that answer: an
-:class:`RpcError` becomes its code, any other exception ``internal`` (and
-is logged), so a bad request never takes the controller down.
+:func:`answer` checks the params against the method's table
+(:data:`~.requests.REQUESTS`) before the method sees them: a request that
+breaks it is answered ``invalid_request`` (and logged). It then turns the
+method's outcome into the answer: an :class:`RpcError` becomes its code.
+With the params checked up front, any other exception raised inside the
+controller is the controller's own fault, never the caller's: it is
+answered ``internal`` and logged, and never reported as bad params.
 """
 
 from __future__ import annotations
@@ -20,8 +24,9 @@ from typing import Any
 
 import trio
 
-from eventplatform.log.cluster.frames import FrameError, frame, split_frames
+from eventplatform.log.cluster.frames import FrameError, check_kind, frame, split_frames
 from eventplatform.log.cluster.network import TCP, Network
+from eventplatform.log.cluster.requests import REQUESTS
 
 log = logging.getLogger(__name__)
 
@@ -48,18 +53,19 @@ class RpcError(Exception):
 async def answer(methods: Mapping[str, Method], document: Mapping[str, Any]) -> Params:
     """Run the request ``document`` names against ``methods``; the answer frame's document."""
     name = document.get("method")
-    params = document.get("params")
+    params: Any = document.get("params")  # an object once checked below
     try:
         method = methods.get(name) if isinstance(name, str) else None
         if method is None:
-            raise RpcError(INVALID_REQUEST, f"unknown method {name!r}")
-        if not isinstance(params, dict):
-            raise RpcError(INVALID_REQUEST, "params must be an object")
+            raise RpcError(INVALID_REQUEST, f"unknown method {str(name)[:80]!r}")
+        try:
+            check_kind(REQUESTS, name, params, where="params")
+        except FrameError as exc:
+            log.warning("refusing a %s request: %s", name, exc)
+            raise RpcError(INVALID_REQUEST, f"{name}: {exc}") from exc
         return {"result": await method(params)}
     except RpcError as exc:
         return {"error": exc.code, "message": str(exc), "leader": exc.leader}
-    except (KeyError, TypeError, ValueError) as exc:
-        return {"error": INVALID_REQUEST, "message": f"{name}: bad params: {exc!r}"}
     except Exception as exc:
         log.exception("request %s failed", name)
         return {"error": INTERNAL, "message": f"{name} failed: {exc!r}"}

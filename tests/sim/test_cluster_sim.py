@@ -20,11 +20,15 @@ import trio
 import trio.testing
 from cluster_scenarios import (
     double_failover,
+    epochs_at_the_edge,
     paused_controller,
     reassign_off_the_leader,
     restart_before_high_watermark,
+    spoofed_replica,
 )
 from cluster_simulation import History, run_cluster
+
+from eventplatform.log.protocol import ErrorCode
 
 FIRST = int(os.environ.get("EVENTPLATFORM_CLUSTER_SIM_FIRST", "0"))
 SEEDS = int(os.environ.get("EVENTPLATFORM_CLUSTER_SIM_SEEDS", "200"))
@@ -87,4 +91,22 @@ def test_a_paused_active_controller_fences_no_broker_that_keeps_heartbeating(
     assert watch.successor not in (-1, watch.paused), "no other controller took over"
     assert watch.fenced == set(), f"brokers {watch.fenced} were fenced though they heartbeat"
     assert watch.shrunk == set(), f"(partition, broker) left the ISR: {watch.shrunk}"
+    assert len(sim.history.acked) >= 20
+
+
+def test_a_spoofed_replica_fetch_does_not_acknowledge_what_no_follower_has(
+    tmp_path: Path,
+) -> None:
+    sim, codes = scripted(spoofed_replica, tmp_path / "cluster")
+    assert codes == {ErrorCode.STALE_BROKER_EPOCH}
+    # m2 was never acknowledged: the checker holds every acknowledged record to the log
+    assert b"m2" not in sim.history.acked
+    assert [value for _, value in sim.history.final[0]][:1] == [b"m1"]
+
+
+def test_epochs_at_the_edge_of_their_range_are_refused_and_the_cluster_goes_on(
+    tmp_path: Path,
+) -> None:
+    sim, epochs = scripted(epochs_at_the_edge, tmp_path / "cluster")
+    assert epochs and all(0 < epoch < 100 for epoch in epochs.values()), epochs
     assert len(sim.history.acked) >= 20

@@ -5,14 +5,18 @@ step on a quiet network, then checked."""
 from __future__ import annotations
 
 import contextlib
+import json
 import shutil
+import struct
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import trio
 from cluster_simulation import (
     PRODUCE,
+    QUORUM_PORT,
     TOPIC,
     Acked,
     ClusterSim,
@@ -25,6 +29,7 @@ from eventplatform.log.broker.partition import Partition
 from eventplatform.log.cluster.controller import Controller
 from eventplatform.log.cluster.metadata import PartitionState
 from eventplatform.log.protocol import ErrorCode
+from eventplatform.log.protocol.apis import FETCH
 from eventplatform.log.storage.record_batch import Record, encode_batch
 
 
@@ -297,3 +302,154 @@ async def _watch_fencing(sim: ClusterSim, running: set[int], watch: PauseWatch) 
             for number, state in enumerate(image.topics[TOPIC].partitions):
                 watch.shrunk |= {(number, b) for b in running if b not in state.isr}
         await trio.sleep(0.01)
+
+
+# ---------------------------------------------------------------- forged frames
+
+
+def replica_fetch(replica: int, epoch: int, fetch_offset: int, topic_id: bytes) -> dict[str, Any]:
+    """A Fetch body claiming to come from follower ``replica`` (v11: by its id alone; v15:
+    with ``epoch`` as its broker epoch)."""
+    partition = {
+        "partition": 0,
+        "current_leader_epoch": -1,
+        "fetch_offset": fetch_offset,
+        "log_start_offset": 0,
+        "partition_max_bytes": 1 << 20,
+    }
+    return {
+        "replica_id": replica,
+        "replica_state": {"replica_id": replica, "replica_epoch": epoch},
+        "max_wait_ms": 0,
+        "min_bytes": 1,
+        "max_bytes": 1 << 20,
+        "isolation_level": 0,
+        "session_id": 0,
+        "session_epoch": -1,
+        "topics": [{"topic": TOPIC, "topic_id": topic_id, "partitions": [partition]}],
+        "forgotten_topics_data": [],
+        "rack_id": "",
+    }
+
+
+async def spoofed_replica(seed: int, root: Path) -> tuple[ClusterSim, set[int]]:
+    """A plain client claims to be the follower, fetching from 2^40 (by id alone, and with
+    a stale broker epoch), while the real follower is cut off from the leader. Believed,
+    it would move the high watermark: an acks=all produce would be acknowledged with no
+    follower holding it, and lost when the leader dies. Returns the error codes the
+    spoofed fetches got."""
+    codes: set[int] = set()
+    async with two_replicas(seed, root) as (sim, first, second):
+        assert await produce_once(sim, first, b"m1", -1) == (ErrorCode.NONE, 0)
+        sim.history.acked[b"m1"] = Acked(b"m1", 0, 0)
+        server = sim.nodes[first].server
+        assert server is not None and server.broker is not None
+        topic_id = server.broker.topics.topics[TOPIC].topic_id
+        leader = server.broker.topics.partition(TOPIC, 0)
+        assert leader is not None
+        sim.fabric.cut_link(f"node-{first}", f"node-{second}")
+        stop = trio.Event()
+
+        async def spoof() -> None:
+            while not stop.is_set():
+                for version, epoch in ((11, -1), (15, 1_000_000)):
+                    body = replica_fetch(second, epoch, 2**40, topic_id)
+                    response = await sim.request("spoofer", first, FETCH, version, body)
+                    answers = [p for t in response["responses"] for p in t["partitions"]]
+                    codes.update(a["error_code"] for a in answers or [response])
+                await trio.sleep(0.05)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(spoof)
+            error, offset = await produce_once(sim, first, b"m2", -1)
+            stop.set()
+        if error == ErrorCode.NONE:
+            sim.history.acked[b"m2"] = Acked(b"m2", 0, offset)
+        assert leader.high_watermark == 1, "the spoofed fetches moved the high watermark"
+        await sim.kill(first)
+        sim.fabric.heal()
+        await until(lambda: _leads(sim, second), "the follower leading")
+        await sim.start(first)
+    return sim, codes
+
+
+def quorum_frame(document: object) -> bytes:
+    """A frame built with the standard library's JSON, which writes integers of any size."""
+    payload = json.dumps(document).encode()
+    return struct.pack(">I", len(payload)) + payload
+
+
+EDGE_EPOCHS = (2**31, 2**32, 2**63 - 1, 2**63, 2**64 + 5, -1)
+"""Epochs just past int32 (Kafka's epoch), at and past int64, and below zero."""
+
+
+def edge_frames(receiver: int, sender: int) -> list[bytes]:
+    """Quorum messages and controller requests with epochs and offsets at the edge of their
+    ranges and past them, and ids no voter has."""
+    frames = []
+    for epoch in EDGE_EPOCHS:
+        vote = {"epoch": epoch, "candidate": sender, "last_epoch": epoch, "end_offset": 2**63 - 1}
+        for kind, body in (
+            ("vote_request", vote),
+            ("begin_quorum_epoch", {"epoch": epoch, "leader": sender}),
+            ("fetch_request", {"epoch": epoch, "offset": epoch, "last_epoch": 0}),
+        ):
+            message = {"sender": sender, "receiver": receiver, "type": kind, "body": body}
+            frames.append(quorum_frame(message))
+        heartbeat = {"broker": sender, "epoch": epoch, "offset": epoch, "wait_ms": 0}
+        frames.append(quorum_frame({"method": "heartbeat", "params": heartbeat}))
+    stranger = {"epoch": 2**31 - 1, "candidate": 99, "last_epoch": 0, "end_offset": 0}
+    frames.append(
+        quorum_frame({"sender": 99, "receiver": receiver, "type": "vote_request", "body": stranger})
+    )
+    return frames
+
+
+async def send_frame(sim: ClusterSim, node_id: int, frame: bytes) -> None:
+    """Send ``frame`` to a voter's port and read (bounded) until it closes or answers."""
+    with trio.move_on_after(2.0):
+        stream = await sim.fabric.host("forger").connect(f"node-{node_id}", QUORUM_PORT)
+        try:
+            await stream.send_all(frame)
+            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                await stream.receive_some(65_536)
+        finally:
+            await stream.aclose()
+
+
+def quorum_epochs(sim: ClusterSim) -> dict[int, int]:
+    return {
+        node.node_id: node.server.controller.quorum.raft.epoch
+        for node in sim.brokers()
+        if node.server is not None and node.server.controller is not None
+    }
+
+
+async def epochs_at_the_edge(seed: int, root: Path) -> tuple[ClusterSim, dict[int, int]]:
+    """While idempotent acks=all producers write, every voter gets quorum messages and
+    controller requests with epochs and offsets at the edge of their ranges and past them:
+    all are refused, no voter takes an epoch out of range, and the cluster keeps its
+    promises. Returns the quorum epochs at the end."""
+    seed_trio_scheduler(seed)
+    sim = ClusterSim(seed, root, partitions=1, replication_factor=3)
+    sim.fabric.faulty = False
+    try:
+        async with sim.running():
+            await sim.create_topic()
+            stop = trio.Event()
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(sim.producer, 0, stop)
+                await until(lambda: len(sim.history.acked) >= 10, "records before")
+                for receiver in sorted(sim.nodes):
+                    sender = next(n for n in sorted(sim.nodes) if n != receiver)
+                    for frame in edge_frames(receiver, sender):
+                        await send_frame(sim, receiver, frame)
+                count = len(sim.history.acked)
+                await until(lambda: len(sim.history.acked) >= count + 10, "records after")
+                stop.set()
+            epochs = quorum_epochs(sim)
+            await sim.settle(30.0)
+            sim.check()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    return sim, epochs

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import trio
 
-from eventplatform.log.cluster.quorum import QuorumServer
+from eventplatform.log.cluster.quorum import QuorumServer, RequestHandler
 from eventplatform.log.cluster.quorum_storage import SEGMENT_BYTES_DEFAULT, SegmentQuorumStorage
 from eventplatform.log.cluster.raft import Entry, NotLeaderError, RaftConfig
 
@@ -58,6 +58,7 @@ class Cluster:
             node,
             self.peers,
             storage,
+            self.requests(node),
             config=CONFIG,
             on_commit=lambda offset, entry: self.applied[node].append((offset, entry)),
             snapshot_bytes=self.snapshot_bytes,
@@ -75,6 +76,11 @@ class Cluster:
                     task_status.started()
 
         await nursery.start(run)
+
+    def requests(self, node: int) -> RequestHandler | None:
+        """A hook: what answers the requests (:mod:`~eventplatform.log.cluster.rpc`) that
+        reach ``node``'s port; None: it takes none."""
+        return None
 
     def created(self, node: int, server: QuorumServer) -> None:
         """A hook: ``server`` exists and has not started."""

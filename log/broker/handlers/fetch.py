@@ -1,4 +1,4 @@
-"""Fetch (key 1), v4-11.
+"""Fetch (key 1), v4-11 for clients; v15 between brokers.
 
 Reads whole batches below the high watermark from every requested partition,
 bounded by ``partition_max_bytes`` and the response-wide ``max_bytes``; the
@@ -15,9 +15,17 @@ take as "send full requests". From v9 ``current_leader_epoch`` is checked
 regions that the connection sends with ``os.sendfile``.
 
 Only a partition's leader answers (NOT_LEADER_OR_FOLLOWER). A fetch with a
-``replica_id`` comes from a follower: it reads up to the log end, not the
-high watermark, and its fetch offset tells the leader how far that
-follower has come (which moves the high watermark and the ISR).
+replica id comes from a follower: it reads up to the log end, not the high
+watermark, and its fetch offset tells the leader how far that follower has
+come (which moves the high watermark and the ISR). So on a cluster it is
+believed only when it proves who sent it: v15, not advertised to clients
+(:data:`INTER_BROKER_VERSIONS`), carries ``ReplicaState`` {replica id,
+broker epoch} and names topics by id, and the epoch must be the broker's
+current registration in the metadata. A replica fetch without it (v4-11)
+or with another epoch gets STALE_BROKER_EPOCH, one from a broker that is
+not a replica of the partition NOT_LEADER_OR_FOLLOWER, and one from past
+the leader's log end OFFSET_OUT_OF_RANGE; none of them moves anything. A
+consumer fetch at v15 gets UNSUPPORTED_VERSION.
 """
 
 from __future__ import annotations
@@ -37,8 +45,12 @@ from eventplatform.log.storage import OffsetOutOfRangeError, SegmentSlice
 
 API = FETCH
 VERSIONS = Versions.parse("4-11")
+INTER_BROKER_VERSIONS = Versions.parse("15")
+REPLICA_STATE_VERSION = 15
+TOPIC_ID_VERSION = 13
 READ_COMMITTED = 1
 MAX_WAIT_MS_MAX = 60_000
+NO_EPOCH = -1
 
 
 @dataclass(slots=True)
@@ -53,37 +65,80 @@ class _Read:
 
 
 async def handle(context: RequestContext, request: Body) -> Body:
-    replica = request["replica_id"]
+    version = context.header.api_version
+    replica, replica_epoch = _replica(request)
+    if version >= REPLICA_STATE_VERSION and replica < 0:
+        return {"error_code": ErrorCode.UNSUPPORTED_VERSION, "session_id": 0, "responses": []}
+    if version >= TOPIC_ID_VERSION:
+        _name_topics(context, request)
+    refused: dict[tuple[str, int], ErrorCode] = {}
     if replica >= 0:
-        _note_replica_fetch(context, request, replica)
+        refused = _note_replica_fetch(context, request, replica, replica_epoch)
     max_wait_s = min(max(request["max_wait_ms"], 0), MAX_WAIT_MS_MAX) / 1000
     deadline = trio.current_time() + max_wait_s
     # The checkpoint comes first: between the last read and ``_response`` nothing may
     # yield, or a DeleteTopics could close the segment descriptors the reads point at.
     await trio.lowlevel.checkpoint()
     while True:
-        reads = _read_all(context, request)
+        reads = _read_all(context, request, refused)
         ready = sum(read.data.length for read in reads if read.data is not None)
         failed = any(read.error != ErrorCode.NONE for read in reads)
         if ready >= request["min_bytes"] or failed or trio.current_time() >= deadline:
             break
         await _wait_for_append(reads, deadline)
-    return _response(reads, read_committed=request["isolation_level"] == READ_COMMITTED)
+    return _response(context, reads, read_committed=request["isolation_level"] == READ_COMMITTED)
 
 
-def _note_replica_fetch(context: RequestContext, request: Body, replica: int) -> None:
+def _replica(request: Body) -> tuple[int, int]:
+    """The fetching replica's id and broker epoch; (-1, -1) for a consumer. Before v15 a
+    follower sends its id alone, and no epoch."""
+    state = request["replica_state"]
+    if state["replica_id"] >= 0:
+        return state["replica_id"], state["replica_epoch"]
+    return request["replica_id"], NO_EPOCH
+
+
+def _name_topics(context: RequestContext, request: Body) -> None:
+    """From v13 topics are named by id: fill in each one's name ("" when unknown)."""
+    names = {topic.topic_id: name for name, topic in context.broker.topics.topics.items()}
+    for topic_entry in request["topics"]:
+        topic_entry["topic"] = names.get(topic_entry["topic_id"], "")
+
+
+def _note_replica_fetch(
+    context: RequestContext, request: Body, replica: int, replica_epoch: int
+) -> dict[tuple[str, int], ErrorCode]:
+    """Tell each partition a follower fetched; the partitions that refused to believe it."""
     now_ms = context.broker.clock_ms()
+    member = context.broker.member
+    registered = member.link.image.brokers.get(replica) if member is not None else None
+    current = registered is not None and registered.epoch == replica_epoch
+    refused: dict[tuple[str, int], ErrorCode] = {}
     for topic_entry in request["topics"]:
         for entry in topic_entry["partitions"]:
-            partition = context.broker.topics.partition(topic_entry["topic"], entry["partition"])
-            if partition is not None and partition.check_leader(entry["current_leader_epoch"]) == 0:
-                partition.on_replica_fetch(replica, entry["fetch_offset"], now_ms)
+            key = (topic_entry["topic"], entry["partition"])
+            partition = context.broker.topics.partition(*key)
+            if partition is None or not partition.clustered:
+                continue  # a standalone broker has no followers to believe
+            if partition.check_leader(entry["current_leader_epoch"]) != ErrorCode.NONE:
+                continue  # the read answers that
+            error = partition.check_follower(replica)
+            if error == ErrorCode.NONE:
+                error = ErrorCode.STALE_BROKER_EPOCH
+                if current:
+                    error = partition.on_replica_fetch(replica, entry["fetch_offset"], now_ms)
+            if error != ErrorCode.NONE:
+                refused[key] = error
+    return refused
 
 
-def _read_all(context: RequestContext, request: Body) -> list[_Read]:
+def _read_all(
+    context: RequestContext, request: Body, refused: dict[tuple[str, int], ErrorCode]
+) -> list[_Read]:
     topics = context.broker.topics
     budget = request["max_bytes"]
-    replica = request["replica_id"] >= 0
+    replica = _replica(request)[0] >= 0
+    by_id = context.header.api_version >= TOPIC_ID_VERSION
     reads = []
     for topic_entry in request["topics"]:
         name = topic_entry["topic"]
@@ -91,7 +146,11 @@ def _read_all(context: RequestContext, request: Body) -> list[_Read]:
             partition = topics.partition(name, entry["partition"])
             if partition is None:
                 error = topics.absence_error(name, entry["partition"])
+                if by_id and not name:
+                    error = ErrorCode.UNKNOWN_TOPIC_ID
                 read = _Read(name, entry["partition"], None, error)
+            elif (name, entry["partition"]) in refused:
+                read = _Read(name, entry["partition"], partition, refused[name, entry["partition"]])
             else:
                 read = _read_partition(partition, entry, budget, replica=replica)
                 if read.data is not None:
@@ -135,7 +194,7 @@ async def _wait_for_append(reads: list[_Read], deadline: float) -> None:
             partition.remove_waiter(event)
 
 
-def _response(reads: list[_Read], *, read_committed: bool) -> Body:
+def _response(context: RequestContext, reads: list[_Read], *, read_committed: bool) -> Body:
     """Build the body; record data becomes regions with their own descriptors."""
     topics: dict[str, list[Body]] = {}
     for read in reads:
@@ -156,6 +215,12 @@ def _response(reads: list[_Read], *, read_committed: bool) -> Body:
         "error_code": 0,
         "session_id": 0,
         "responses": [
-            {"topic": name, "partitions": partitions} for name, partitions in topics.items()
+            {"topic": name, "topic_id": _topic_id(context, name), "partitions": partitions}
+            for name, partitions in topics.items()
         ],
     }
+
+
+def _topic_id(context: RequestContext, name: str) -> bytes:
+    topic = context.broker.topics.get(name)
+    return topic.topic_id if topic is not None else bytes(16)

@@ -4,6 +4,8 @@ date from its disk; garbage on a voter's port closes only that connection."""
 
 from __future__ import annotations
 
+import json
+import struct
 from pathlib import Path
 
 import pytest
@@ -48,13 +50,13 @@ from eventplatform.log.cluster.raft import (
 def test_messages_round_trip_through_frames(body: object) -> None:
     message = Message(1, 2, body)  # type: ignore[arg-type]
     frame = encode_message(message)
-    assert decode_message(frame[4:]) == message
+    assert decode_message(frame[4:], 2, (1, 2, 3)) == message
 
 
 @pytest.mark.parametrize("payload", [b"", b"{}", b'{"type": "vote_request", "body": {}}'])
 def test_junk_is_a_frame_error(payload: bytes) -> None:
     with pytest.raises(FrameError):
-        decode_message(payload)
+        decode_message(payload, 2, (1, 2, 3))
 
 
 async def test_three_voters_commit_in_one_order_through_a_leader_s_death(tmp_path: Path) -> None:
@@ -97,6 +99,59 @@ async def test_garbage_on_a_voter_s_port_does_not_disturb_the_quorum(tmp_path: P
             await stream.send_all(junk)
             await stream.aclose()
         await cluster.propose([b"after"])
+        nursery.cancel_scope.cancel()
+    for storage in cluster.storages.values():
+        storage.close()
+
+
+def _forged(document: dict[str, object]) -> bytes:
+    """A frame built with the standard library's JSON, which writes integers of any size."""
+    payload = json.dumps(document).encode()
+    return struct.pack(">I", len(payload)) + payload
+
+
+FORGED_VOTE = {
+    "sender": 2,
+    "receiver": 1,
+    "type": "vote_request",
+    "body": {"epoch": 2**64 + 5, "candidate": 2, "last_epoch": 2**64 + 5, "end_offset": 10**6},
+}
+
+
+async def _send_and_wait_closed(address: tuple[str, int], frame: bytes) -> None:
+    """Send ``frame`` to a voter and wait (bounded) until the voter closes the connection."""
+    stream = await trio.open_tcp_stream(*address)
+    try:
+        await stream.send_all(frame)
+        with trio.fail_after(ELECTION_TIMEOUT_S):
+            while await stream.receive_some(65_536):
+                pass
+    finally:
+        await stream.aclose()
+
+
+async def test_a_forged_vote_with_an_epoch_past_64_bits_is_refused_and_persists_nothing(
+    tmp_path: Path,
+) -> None:
+    cluster = Cluster(tmp_path)
+    frame = _forged(FORGED_VOTE)
+    async with trio.open_nursery() as nursery:
+        for node in cluster.peers:
+            await cluster.start(nursery, node)
+        await cluster.propose([b"before"])
+        epochs = {node: server.raft.epoch for node, server in cluster.servers.items()}
+        for node in cluster.peers:
+            await _send_and_wait_closed(cluster.peers[node], frame)
+        await cluster.propose([b"after"])
+        for node, server in cluster.servers.items():
+            assert server.raft.epoch < 2**31, f"voter {node} took the forged epoch"
+            assert server.raft.epoch == epochs[node]
+        cluster.stop(1)
+        for node in cluster.peers:
+            state = json.loads((tmp_path / f"voter-{node}" / "quorum-state").read_text())
+            assert state["epoch"] < 2**31
+        await cluster.start(nursery, 1)  # restarts cleanly from what it persisted
+        await cluster.propose([b"after the restart"])
         nursery.cancel_scope.cancel()
     for storage in cluster.storages.values():
         storage.close()
