@@ -37,6 +37,7 @@ from eventplatform.log.cluster.quorum_storage import SegmentQuorumStorage
 from eventplatform.log.cluster.raft import RaftConfig
 from eventplatform.log.cluster.replication import ReplicaManager, topic_id_bytes
 from eventplatform.log.cluster.rpc import NOT_CONTROLLER, RpcError, answer
+from eventplatform.log.invariants import find_invariant_error
 from eventplatform.log.protocol import ErrorCode
 
 if TYPE_CHECKING:
@@ -97,8 +98,11 @@ class ControllerNode:
                 nursery.start_soon(self.controller.run)
                 log.info("controller %d: quorum port %s", self.config.node_id, port)
                 task_status.started(port)
-        finally:
-            self.storage.close()
+        except BaseException as error:
+            if find_invariant_error(error) is None:  # after a broken one, recovery runs
+                self.storage.close()
+            raise
+        self.storage.close()
 
 
 class BrokerMember:

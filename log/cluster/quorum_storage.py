@@ -83,11 +83,12 @@ class SegmentQuorumStorage:
         path = self.directory / STATE_FILE
         try:
             document = json.loads(path.read_text())
-            require(document["version"] == STATE_VERSION, "unknown quorum-state version")
+            if document["version"] != STATE_VERSION:
+                raise ValueError("unknown quorum-state version")
             return int(document["epoch"]), document["voted_for"]
         except FileNotFoundError:
             return 0, None
-        except (ValueError, KeyError, TypeError, AssertionError) as exc:
+        except (ValueError, KeyError, TypeError) as exc:
             raise QuorumStateError(f"{path} is unreadable: {exc}") from exc
 
     def save_state(self, epoch: int, voted_for: int | None) -> None:

@@ -9,7 +9,9 @@ tries the voters in turn while none is known, until its deadline.
 
 :func:`answer` turns a handler's outcome into that answer: an
 :class:`RpcError` becomes its code, any other exception ``internal`` (and
-is logged), so a bad request never takes the controller down.
+is logged), so a bad request never takes the controller down. A broken
+invariant (:class:`~eventplatform.log.invariants.InvariantError`, not an
+``Exception``) is never answered: it stops the node.
 """
 
 from __future__ import annotations
@@ -58,8 +60,6 @@ async def answer(methods: Mapping[str, Method], document: Mapping[str, Any]) -> 
         return {"result": await method(params)}
     except RpcError as exc:
         return {"error": exc.code, "message": str(exc), "leader": exc.leader}
-    except (KeyError, TypeError, ValueError) as exc:
-        return {"error": INVALID_REQUEST, "message": f"{name}: bad params: {exc!r}"}
     except Exception as exc:
         log.exception("request %s failed", name)
         return {"error": INTERNAL, "message": f"{name} failed: {exc!r}"}
