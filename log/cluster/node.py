@@ -121,7 +121,22 @@ class BrokerMember:
         async with trio.open_nursery() as nursery:
             self.replicas.start(nursery)
             await nursery.start(self.link.run)
+            nursery.start_soon(self._leave_on_storage_failure)
             task_status.started()
+
+    async def _leave_on_storage_failure(self) -> None:
+        """Once a storage error has taken a partition offline (the broker's one log
+        directory is failing), move every leadership of this broker away and leave every
+        ISR, as a controlled shutdown does, so its partitions are served by the other
+        replicas. The broker stays fenced while it heartbeats, answering metadata and
+        KAFKA_STORAGE_ERROR, until it restarts (which recovers its logs)."""
+        await self.broker.storage_failed.wait()
+        log.error(
+            "broker %d: a storage error took %s offline; moving its leaderships away",
+            self.broker.node_id,
+            sorted(self.broker.offline_partitions),
+        )
+        await self.link.controlled_shutdown()
 
     async def allocate_producer_id(self) -> int:
         """The next producer id of this broker's block, fetching a new block when it is

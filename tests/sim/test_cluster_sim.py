@@ -20,6 +20,7 @@ import trio
 import trio.testing
 from cluster_scenarios import (
     double_failover,
+    full_disk_on_the_leader,
     reassign_off_the_leader,
     restart_before_high_watermark,
 )
@@ -76,4 +77,13 @@ def test_a_partition_moves_off_its_leader_and_back_across_a_controller_failover(
     sim = scripted(reassign_off_the_leader, tmp_path / "cluster")
     assert len(sim.history.acked) >= 40
     # the checker found every acknowledged record once on the final replicas
+    assert {value for _, value in sim.history.final[0]} >= set(sim.history.acked)
+
+
+def test_a_full_disk_on_the_leader_moves_leadership_and_loses_nothing_acknowledged(
+    tmp_path: Path,
+) -> None:
+    sim = scripted(full_disk_on_the_leader, tmp_path / "cluster")
+    assert len(sim.history.acked) >= 40
+    # the checker found every acknowledged record on every replica, the healed one too
     assert {value for _, value in sim.history.final[0]} >= set(sim.history.acked)
