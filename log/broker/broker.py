@@ -279,7 +279,11 @@ class Broker:
     def close(self) -> None:
         """Close every log cleanly and leave the broker's clean-shutdown marker."""
         self.topics.close()
-        write_atomically(self.config.data_dir / CLEAN_SHUTDOWN_FILE, b"")
+        try:
+            write_atomically(self.config.data_dir / CLEAN_SHUTDOWN_FILE, b"")
+        except OSError as exc:  # a full or failing disk: the next start is an unclean one
+            log.error("broker %d: cannot mark the shutdown clean: %s", self.node_id, exc)
+            return
         log.info("broker %d shut down cleanly", self.node_id)
 
 

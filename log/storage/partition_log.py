@@ -673,18 +673,24 @@ class PartitionLog:
     def close(self) -> None:
         """Flush, trim the indexes, write the checkpoint and the clean-shutdown marker.
 
-        An offline log only releases its files: the next open recovers it."""
+        An offline log only releases its files: the next open recovers it. A storage
+        error on the way takes the log offline and releases it the same way, so a
+        shutdown goes on with the other logs."""
         if self._closed:
             return
+        if self._failure is None:
+            try:
+                self.flush()
+                self.delete_expired_files(force=True)
+                for segment in self.segments:
+                    segment.close()
+                self.write_checkpoint()
+                write_atomically(self.directory / CLEAN_SHUTDOWN_FILE, b"")
+            except (OSError, KafkaStorageError) as exc:
+                self.take_offline(exc)
         if self._failure is not None:
             self._release()
             return
-        self.flush()
-        self.delete_expired_files(force=True)
-        for segment in self.segments:
-            segment.close()
-        self.write_checkpoint()
-        write_atomically(self.directory / CLEAN_SHUTDOWN_FILE, b"")
         os.close(self._lock_descriptor)
         self._closed = True
 

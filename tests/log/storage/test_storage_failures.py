@@ -92,3 +92,19 @@ def test_a_failed_fsync_in_the_flusher_takes_the_log_offline_and_is_never_retrie
             log.start_flush()  # no second fsync: the page cache state is unknown now
         log.close()
     assert not (tmp_path / ".clean_shutdown").exists(), "an offline log was closed as clean"
+
+
+def test_a_close_whose_fsync_fails_releases_the_log_without_marking_it_clean(
+    tmp_path: Path, make_batch
+) -> None:
+    disk = FakeDisk(random.Random(4))
+    with fake_disk(disk):
+        log = PartitionLog.open(tmp_path, LogConfig(flush_ms=60_000))
+        log.append(make_batch(3))
+        disk.fail_fsyncs(tmp_path)
+        log.close()  # a shutdown goes on with the other logs
+        assert log.closed and log.offline
+    assert not (tmp_path / ".clean_shutdown").exists()
+    reopened = PartitionLog.open(tmp_path)  # the lock was released; recovery runs
+    assert [offset for offset, _ in values(reopened)] == [0, 1, 2]
+    reopened.close()
