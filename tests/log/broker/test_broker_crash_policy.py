@@ -8,6 +8,7 @@ in its log, without the clean-shutdown marker (the next start recovers).
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ from typing import Any
 import pytest
 import trio
 from broker_process import BrokerProcess
-from invariant_broker import PLANTED_MESSAGE, PROBE_TOPIC
+from invariant_broker import EMBEDDED_WAIT_S, KEPT_RUNNING, PLANTED_MESSAGE, PROBE_TOPIC
 
 from eventplatform.log.invariants import (
     CRASH_EXIT_STATUS,
@@ -73,3 +74,18 @@ def test_a_broken_invariant_inside_a_request_stops_the_broker_process_with_its_m
     assert status == CRASH_EXIT_STATUS, broker.log_text()
     assert "CRITICAL" in broker.log_text() and PLANTED_MESSAGE in broker.log_text()
     assert not (tmp_path / CLEAN_SHUTDOWN_FILE).exists()
+
+
+def test_a_broken_invariant_in_the_embedded_broker_stops_the_whole_process(
+    tmp_path: Path,
+) -> None:
+    """``platform demo`` runs the broker in a thread: a broken invariant there must not
+    leave the rest of the process running on a dead broker."""
+    command = [sys.executable, str(LAUNCHER), "embedded", str(tmp_path)]
+    done = subprocess.run(
+        command, capture_output=True, text=True, timeout=EXIT_WAIT_S + EMBEDDED_WAIT_S + 30
+    )
+    output = done.stdout + done.stderr
+    assert KEPT_RUNNING not in output, output
+    assert done.returncode == CRASH_EXIT_STATUS, output
+    assert PLANTED_MESSAGE in output
