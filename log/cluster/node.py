@@ -47,6 +47,7 @@ log = logging.getLogger(__name__)
 
 METADATA_DIRECTORY = "__cluster_metadata-0"
 APPLY_WAIT_S = 10.0
+LEAVE_RETRY_DELAY_S = 1.0
 
 
 def raft_config(config: BrokerConfig) -> RaftConfig:
@@ -129,7 +130,8 @@ class BrokerMember:
         directory is failing), move every leadership of this broker away and leave every
         ISR, as a controlled shutdown does, so its partitions are served by the other
         replicas. The broker stays fenced while it heartbeats, answering metadata and
-        KAFKA_STORAGE_ERROR, until it restarts (which recovers its logs)."""
+        KAFKA_STORAGE_ERROR, until it restarts (which recovers its logs); should it lead
+        again meanwhile, it asks again."""
         await self.broker.storage_failed.wait()
         log.error(
             "broker %d: a storage error took %s offline; moving its leaderships away",
@@ -137,6 +139,10 @@ class BrokerMember:
             sorted(self.broker.offline_partitions),
         )
         await self.link.controlled_shutdown()
+        while True:  # again if refused, unanswered, or a new controller gave leadership back
+            await trio.sleep(LEAVE_RETRY_DELAY_S)
+            if self.link.leads_with_followers():
+                await self.link.controlled_shutdown()
 
     async def allocate_producer_id(self) -> int:
         """The next producer id of this broker's block, fetching a new block when it is
