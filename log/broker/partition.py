@@ -235,12 +235,16 @@ class Partition:
         self._wake()
 
     def append_replicated(self, record_set: bytes, leader_high_watermark: int) -> None:
-        """Append batches fetched from the leader, with its offsets and epochs."""
+        """Append batches fetched from the leader, with its offsets and epochs; a storage
+        error (of the log or of the epoch checkpoint) raises KafkaStorageError."""
         if record_set:
             self.log.append_as_follower(record_set)
-            for header in split_batches(record_set, check_crc=False):
-                self._note_epoch(header)
-                self.producers.update(header)
+            try:
+                for header in split_batches(record_set, check_crc=False):
+                    self._note_epoch(header)
+                    self.producers.update(header)
+            except OSError as exc:
+                raise self.log.take_offline(exc) from exc
         self.follower_high_watermark = min(leader_high_watermark, self.log.log_end_offset)
         self._wake()
 
@@ -249,15 +253,21 @@ class Partition:
         if offset >= self.log.log_end_offset:
             return
         self.log.truncate_to(offset)
-        self.epochs.truncate_from_end(self.log.log_end_offset)
-        self.producers = ProducerStates.load(self.directory, self.log)
+        try:
+            self.epochs.truncate_from_end(self.log.log_end_offset)
+            self.producers = ProducerStates.load(self.directory, self.log)
+        except OSError as exc:
+            raise self.log.take_offline(exc) from exc
         self.follower_high_watermark = min(self.follower_high_watermark, self.log.log_end_offset)
 
     def restart_at(self, offset: int) -> None:
         """Empty the log and start it at ``offset`` (the leader's log start is past ours)."""
         self.log.truncate_fully_and_start_at(offset)
-        self.epochs.truncate_from_end(0)
-        self.producers = ProducerStates.load(self.directory, self.log)
+        try:
+            self.epochs.truncate_from_end(0)
+            self.producers = ProducerStates.load(self.directory, self.log)
+        except OSError as exc:
+            raise self.log.take_offline(exc) from exc
         self.follower_high_watermark = offset
 
     def on_replica_fetch(self, replica: int, fetch_offset: int, now_ms: int) -> None:

@@ -15,11 +15,14 @@ import random
 from pathlib import Path
 from typing import Any
 
+import pytest
 import trio
 from sim_disk import FakeDisk, fake_disk
 
+from eventplatform.log.broker.partition import Partition
 from eventplatform.log.protocol import ErrorCode
 from eventplatform.log.protocol.apis import LIST_OFFSETS
+from eventplatform.log.storage import KafkaStorageError, LogConfig, PartitionLog
 
 TOPIC = "orders"
 OFFLINE_WAIT_S = 5.0
@@ -103,3 +106,27 @@ async def test_a_failed_fsync_of_the_flusher_takes_the_partition_offline(
             disk.free(tmp_path / f"{TOPIC}-0")
             await _assert_offline(client, wire)
     await _restart_and_check(tmp_path, wire, acknowledged)
+
+
+def test_a_follower_whose_epoch_checkpoint_cannot_be_written_goes_offline(
+    tmp_path: Path, wire: Any
+) -> None:
+    """A follower appending the first batch of a new leader epoch writes its epoch
+    checkpoint; a failing disk there is a storage error of that partition (the replica
+    fetcher goes on with the others), not an OSError that ends the fetcher."""
+    leader_log = PartitionLog.open(tmp_path / "leader")
+    leader_log.append(wire.batch([b"a", b"b"]), leader_epoch=3)
+    record_set = leader_log.read(0, 1 << 20)
+    assert record_set is not None
+    follower = Partition.open(TOPIC, 0, tmp_path / "follower", LogConfig())
+    follower.join_cluster(2)
+    follower.become_follower(1, 3, 0, (1, 2))
+    disk = FakeDisk(random.Random(7))
+    with fake_disk(disk):
+        disk.fail_fsyncs(tmp_path / "follower")
+        with pytest.raises(KafkaStorageError):
+            follower.append_replicated(record_set.read_bytes(), 2)
+    assert follower.offline
+    assert follower.check_leader() == ErrorCode.KAFKA_STORAGE_ERROR
+    follower.close()
+    leader_log.close()
