@@ -8,6 +8,7 @@ projections run`` would run them.
 
 from __future__ import annotations
 
+import logging
 import queue
 import threading
 from collections.abc import Iterator, Sequence
@@ -19,9 +20,12 @@ import trio
 from eventplatform.events import Position
 from eventplatform.log.broker.config import BrokerConfig
 from eventplatform.log.broker.server import BrokerServer
+from eventplatform.log.invariants import crash_on_invariant_error
 from eventplatform.projections.apps import App
 from eventplatform.projections.kafka import log_ends
 from eventplatform.projections.operations import run_projection, wait_until_applied
+
+log = logging.getLogger("eventplatform.broker")
 
 BROKER_START_TIMEOUT_S = 60.0
 BROKER_STOP_TIMEOUT_S = 30.0
@@ -46,7 +50,8 @@ def embedded_broker(config: BrokerConfig) -> Iterator[str]:
 
     def run() -> None:
         try:
-            trio.run(main)
+            with crash_on_invariant_error(log):  # ends the whole process, as platform serve
+                trio.run(main)
         except BaseException as exc:  # reported to the caller's thread
             reports.put(("failed", exc))
 

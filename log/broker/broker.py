@@ -32,7 +32,7 @@ from eventplatform.log.broker.topics import META_FILE, Topic, TopicError, TopicR
 from eventplatform.log.cluster.metadata import MetadataError, check_replica_assignment
 from eventplatform.log.cluster.network import TCP, Network
 from eventplatform.log.protocol import ErrorCode
-from eventplatform.log.storage import Cleaner
+from eventplatform.log.storage import Cleaner, KafkaStorageError
 from eventplatform.log.storage.files import CLEAN_SHUTDOWN_FILE, write_atomically
 from eventplatform.log.storage.partition_log import run_flush_jobs, wall_clock_ms
 
@@ -98,6 +98,9 @@ class Broker:
         self.was_clean_shutdown = False
         self.network: Network = TCP
         """How this broker reaches other nodes (replica fetches, the controller)."""
+        self.offline_partitions: set[tuple[str, int]] = set()
+        """The partitions a storage error took offline (see :meth:`check_storage`)."""
+        self.storage_failed = trio.Event()
         self._topic_changes = trio.Lock()
         """A standalone broker's topic changes, one at a time (their disk work runs in a
         worker thread, while requests go on)."""
@@ -257,22 +260,46 @@ class Broker:
         return await trio.to_thread.run_sync(work, *arguments)
 
     async def run_flusher(self) -> None:
-        """Every 100 ms, fsync the logs whose ``flush.ms`` has passed, off the event loop."""
+        """Every 100 ms, fsync the logs whose ``flush.ms`` has passed, off the event loop,
+        and note the partitions a storage error took offline."""
         while True:
             await trio.sleep(FLUSH_CHECK_INTERVAL_S)
             await self.flush_due_logs()
+            self.check_storage()
 
     async def flush_due_logs(self) -> None:
         jobs = []
         for partition in list(self.topics.partitions()):
-            partition.log.background_flush = True
-            if not partition.log.closed and (job := partition.log.start_flush()) is not None:
-                jobs.append((partition.log, job))
+            partition_log = partition.log
+            partition_log.background_flush = True
+            if partition_log.closed or partition_log.offline:
+                continue
+            try:
+                job = partition_log.start_flush()
+            except KafkaStorageError:
+                continue  # offline now; check_storage reports it
+            if job is not None:
+                jobs.append((partition_log, job))
         if not jobs:
             return
-        await self.off_loop(run_flush_jobs, [job for _, job in jobs])
-        for partition_log, job in jobs:
-            partition_log.finish_flush(job)
+        errors = await self.off_loop(run_flush_jobs, [job for _, job in jobs])
+        for (partition_log, job), error in zip(jobs, errors, strict=True):
+            partition_log.finish_flush(job, error)  # a failed fsync: offline, never retried
+
+    def check_storage(self) -> None:
+        """Report each partition a storage error has taken offline, once: logged, and
+        ``storage_failed`` set (a cluster member then moves its leaderships away)."""
+        for partition in self.topics.partitions():
+            key = (partition.topic, partition.index)
+            if partition.offline and key not in self.offline_partitions:
+                self.offline_partitions.add(key)
+                log.error(
+                    "%s-%d is offline until restart (KAFKA_STORAGE_ERROR): %s",
+                    partition.topic,
+                    partition.index,
+                    partition.log.failure,
+                )
+                self.storage_failed.set()
 
     async def run_background(self) -> None:
         """Delete expired files every second; run retention and compaction on their interval."""
@@ -298,17 +325,25 @@ class Broker:
         for partition in list(self.topics.partitions()):
             await trio.lowlevel.checkpoint()
             log_ = partition.log
+            if log_.offline:
+                continue
             try:
                 self.cleaner.apply_retention(log_, upper_bound_offset=partition.high_watermark)
                 if log_.config.compact and self.cleaner.needs_compaction(log_):
                     self.cleaner.compact(log_, upper_bound_offset=partition.high_watermark)
+            except (OSError, KafkaStorageError) as exc:
+                log_.take_offline(exc)  # the cleaner's own writes failed: the disk did
             except Exception:
                 log.exception("cleaning %s-%d failed", partition.topic, partition.index)
 
     def close(self) -> None:
         """Close every log cleanly and leave the broker's clean-shutdown marker."""
         self.topics.close()
-        write_atomically(self.config.data_dir / CLEAN_SHUTDOWN_FILE, b"")
+        try:
+            write_atomically(self.config.data_dir / CLEAN_SHUTDOWN_FILE, b"")
+        except OSError as exc:  # a full or failing disk: the next start is an unclean one
+            log.error("broker %d: cannot mark the shutdown clean: %s", self.node_id, exc)
+            return
         log.info("broker %d shut down cleanly", self.node_id)
 
 

@@ -20,6 +20,12 @@ each replica a leader or a follower:
 
 Consumers read below the high watermark only. With no transactions the last
 stable offset equals it.
+
+A storage error takes the partition's log offline (see
+:mod:`eventplatform.log.storage.partition_log`): from then on produce, fetch,
+ListOffsets and OffsetForLeaderEpoch answer ``KAFKA_STORAGE_ERROR`` for it,
+until the broker restarts. The broker notices (:meth:`Broker.check_storage`)
+and, on a cluster, moves its leaderships away.
 """
 
 from __future__ import annotations
@@ -127,8 +133,15 @@ class Partition:
             return ErrorCode.FENCED_LEADER_EPOCH
         return ErrorCode.UNKNOWN_LEADER_EPOCH
 
+    @property
+    def offline(self) -> bool:
+        """A storage error took the log offline."""
+        return self.log.offline
+
     def check_leader(self, epoch: int = -1) -> ErrorCode:
         """Whether this replica may serve clients as the leader at ``epoch``."""
+        if self.log.offline:
+            return ErrorCode.KAFKA_STORAGE_ERROR
         if not self.is_leader:
             return ErrorCode.NOT_LEADER_OR_FOLLOWER
         return self.check_leader_epoch(epoch)
@@ -223,12 +236,16 @@ class Partition:
         self._wake()
 
     def append_replicated(self, record_set: bytes, leader_high_watermark: int) -> None:
-        """Append batches fetched from the leader, with its offsets and epochs."""
+        """Append batches fetched from the leader, with its offsets and epochs; a storage
+        error (of the log or of the epoch checkpoint) raises KafkaStorageError."""
         if record_set:
             self.log.append_as_follower(record_set)
-            for header in split_batches(record_set, check_crc=False):
-                self._note_epoch(header)
-                self.producers.update(header)
+            try:
+                for header in split_batches(record_set, check_crc=False):
+                    self._note_epoch(header)
+                    self.producers.update(header)
+            except OSError as exc:
+                raise self.log.take_offline(exc) from exc
         self.follower_high_watermark = min(leader_high_watermark, self.log.log_end_offset)
         self._wake_replicated()
         self._wake()
@@ -238,16 +255,22 @@ class Partition:
         if offset >= self.log.log_end_offset:
             return
         self.log.truncate_to(offset)
-        self.epochs.truncate_from_end(self.log.log_end_offset)
-        self.producers = ProducerStates.load(self.directory, self.log)
+        try:
+            self.epochs.truncate_from_end(self.log.log_end_offset)
+            self.producers = ProducerStates.load(self.directory, self.log)
+        except OSError as exc:
+            raise self.log.take_offline(exc) from exc
         self.follower_high_watermark = min(self.follower_high_watermark, self.log.log_end_offset)
         self._wake_replicated()
 
     def restart_at(self, offset: int) -> None:
         """Empty the log and start it at ``offset`` (the leader's log start is past ours)."""
         self.log.truncate_fully_and_start_at(offset)
-        self.epochs.truncate_from_end(0)
-        self.producers = ProducerStates.load(self.directory, self.log)
+        try:
+            self.epochs.truncate_from_end(0)
+            self.producers = ProducerStates.load(self.directory, self.log)
+        except OSError as exc:
+            raise self.log.take_offline(exc) from exc
         self.follower_high_watermark = offset
         self._wake_replicated()
 
@@ -327,6 +350,8 @@ class Partition:
 
     def append(self, record_set: bytes | bytearray, *, acks: int = 1) -> ProduceResult:
         """Validate and append one produced batch; errors are answered, not raised."""
+        if self.log.offline:
+            return ProduceResult(ErrorCode.KAFKA_STORAGE_ERROR, message=str(self.log.failure))
         if not self.is_leader:
             return ProduceResult(ErrorCode.NOT_LEADER_OR_FOLLOWER)
         if acks == ACKS_ALL and self.replicas is not None and not self.replicas.enough_replicas():
@@ -372,7 +397,11 @@ class Partition:
             stamped = stamped._replace(max_timestamp=info.append_time_ms)
         self.producers.update(stamped)
         if self.log.active_segment.base_offset != active_base:
-            self.producers.write_snapshot(self.directory, self.log.log_end_offset)
+            try:
+                self.producers.write_snapshot(self.directory, self.log.log_end_offset)
+            except OSError as exc:
+                error = self.log.take_offline(exc)
+                return ProduceResult(ErrorCode.KAFKA_STORAGE_ERROR, message=str(error))
         if self.replicas is not None and self.replicas.advance(self.log.log_end_offset):
             self._wake_replicated()
         self._wake()
@@ -414,7 +443,11 @@ class Partition:
     # ------------------------------------------------------------ lifecycle
 
     def close(self) -> None:
-        self.producers.write_snapshot(self.directory, self.log.log_end_offset)
+        if not self.log.offline:  # an offline log's state is rebuilt by the next start
+            try:
+                self.producers.write_snapshot(self.directory, self.log.log_end_offset)
+            except OSError as exc:
+                self.log.take_offline(exc)
         self.log.close()
         self.closed = True
         self.is_leader = False

@@ -1,4 +1,9 @@
-"""``platform serve``: build the broker config from the command line and run it."""
+"""``platform serve``: build the broker config from the command line and run it.
+
+Every role of a node (a standalone broker, a cluster member, a controller) runs
+here, so this is the one place a broken invariant ends the process (see
+:func:`~eventplatform.log.invariants.crash_on_invariant_error`).
+"""
 
 from __future__ import annotations
 
@@ -13,6 +18,9 @@ import trio
 
 from eventplatform.log.broker.config import BrokerConfig, BrokerConfigError
 from eventplatform.log.broker.server import serve_until_signalled
+from eventplatform.log.invariants import crash_on_invariant_error
+
+log = logging.getLogger("eventplatform.broker")
 
 
 def parse_listen(listen: str) -> tuple[str, int]:
@@ -45,5 +53,6 @@ def run_broker(
         config = BrokerConfig.load(config_file, overrides, **fields)
     except BrokerConfigError as exc:
         raise click.UsageError(str(exc)) from exc
-    trio.run(partial(serve_until_signalled, config))
+    with crash_on_invariant_error(log):
+        trio.run(partial(serve_until_signalled, config))
     echo("broker stopped")

@@ -25,6 +25,7 @@ from eventplatform.log.broker.dispatcher import HANDLER_MODULES, build_handlers
 from eventplatform.log.cluster.network import TCP, Network
 from eventplatform.log.cluster.node import BrokerMember, ControllerNode
 from eventplatform.log.groups.coordinator import GroupCoordinator
+from eventplatform.log.invariants import find_invariant_error
 from eventplatform.log.storage.partition_log import wall_clock_ms
 
 log = logging.getLogger("eventplatform.broker")
@@ -82,11 +83,20 @@ class BrokerServer:
                                 self._serve_connection, listeners, handler_nursery=connections
                             )
                 nursery.cancel_scope.cancel()
-        finally:
-            with trio.CancelScope(shield=True):
-                await self._stop_services(broker)
-                broker.close()
-                self._stopped.set()
+        except BaseException as error:
+            if find_invariant_error(error) is not None:
+                # No clean close: the next start recovers the logs as after a kill.
+                log.critical("a broken invariant stops broker %d", self.config.node_id)
+                raise
+            await self._close(broker)
+            raise
+        await self._close(broker)
+
+    async def _close(self, broker: Broker) -> None:
+        with trio.CancelScope(shield=True):
+            await self._stop_services(broker)
+            broker.close()
+            self._stopped.set()
 
     async def _start_services(self, nursery: trio.Nursery, broker: Broker) -> None:
         nursery.start_soon(broker.run_background)

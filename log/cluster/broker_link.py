@@ -175,10 +175,16 @@ class BrokerLink:
             except (RpcError, trio.TooSlowError) as exc:
                 log.warning("controlled shutdown was refused: %s", exc)
                 return
-            while any(
-                state.leader == me and len(state.isr) > 1
-                for topic in self.image.topics.values()
-                for state in topic.partitions
-            ):
+            while self.leads_with_followers():
                 await self.replicas.applied.wait()
         log.info("broker %d: controlled shutdown done", me)
+
+    def leads_with_followers(self) -> bool:
+        """Whether the metadata still makes this broker the leader of a partition that has
+        another ISR member to take over."""
+        me = self.broker.node_id
+        return any(
+            state.leader == me and len(state.isr) > 1
+            for topic in self.image.topics.values()
+            for state in topic.partitions
+        )

@@ -38,6 +38,7 @@ from eventplatform.log.cluster.quorum_storage import SegmentQuorumStorage
 from eventplatform.log.cluster.raft import RaftConfig
 from eventplatform.log.cluster.replication import ReplicaManager, topic_id_bytes
 from eventplatform.log.cluster.rpc import NOT_CONTROLLER, RpcError, answer
+from eventplatform.log.invariants import find_invariant_error
 from eventplatform.log.protocol import ErrorCode
 
 if TYPE_CHECKING:
@@ -47,6 +48,7 @@ log = logging.getLogger(__name__)
 
 METADATA_DIRECTORY = "__cluster_metadata-0"
 APPLY_WAIT_S = 10.0
+LEAVE_RETRY_DELAY_S = 1.0
 
 
 def raft_config(config: BrokerConfig) -> RaftConfig:
@@ -98,8 +100,11 @@ class ControllerNode:
                 nursery.start_soon(self.controller.run)
                 log.info("controller %d: quorum port %s", self.config.node_id, port)
                 task_status.started(port)
-        finally:
-            self.storage.close()
+        except BaseException as error:
+            if find_invariant_error(error) is None:  # after a broken one, recovery runs
+                self.storage.close()
+            raise
+        self.storage.close()
 
 
 class BrokerMember:
@@ -118,7 +123,27 @@ class BrokerMember:
         async with trio.open_nursery() as nursery:
             self.replicas.start(nursery)
             await nursery.start(self.link.run)
+            nursery.start_soon(self._leave_on_storage_failure)
             task_status.started()
+
+    async def _leave_on_storage_failure(self) -> None:
+        """Once a storage error has taken a partition offline (the broker's one log
+        directory is failing), move every leadership of this broker away and leave every
+        ISR, as a controlled shutdown does, so its partitions are served by the other
+        replicas. The broker stays fenced while it heartbeats, answering metadata and
+        KAFKA_STORAGE_ERROR, until it restarts (which recovers its logs); should it lead
+        again meanwhile, it asks again."""
+        await self.broker.storage_failed.wait()
+        log.error(
+            "broker %d: a storage error took %s offline; moving its leaderships away",
+            self.broker.node_id,
+            sorted(self.broker.offline_partitions),
+        )
+        await self.link.controlled_shutdown()
+        while True:  # again if refused, unanswered, or a new controller gave leadership back
+            await trio.sleep(LEAVE_RETRY_DELAY_S)
+            if self.link.leads_with_followers():
+                await self.link.controlled_shutdown()
 
     async def allocate_producer_id(self) -> int:
         """The next producer id of this broker's block, fetching a new block when it is

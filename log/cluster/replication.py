@@ -25,6 +25,10 @@ per leader broker, over the Kafka protocol (:mod:`.peer`):
   registered again is refused (STALE_BROKER_EPOCH) until the leader has the
   registration, and retries.
 
+A partition a storage error took offline takes no role and is not fetched
+for; the broker moves its leaderships away (see
+:class:`~eventplatform.log.cluster.node.BrokerMember`).
+
 A leader learns its followers' positions from their fetches (the fetch
 handler feeds :meth:`~eventplatform.log.broker.partition.Partition.on_replica_fetch`)
 and :meth:`ReplicaManager.maintain_isr` asks the controller to shrink or
@@ -52,7 +56,7 @@ from eventplatform.log.cluster.peer import PeerConnection, PeerError
 from eventplatform.log.cluster.rpc import RpcError
 from eventplatform.log.protocol import ErrorCode
 from eventplatform.log.protocol.apis import FETCH, OFFSET_FOR_LEADER_EPOCH
-from eventplatform.log.storage import StorageError
+from eventplatform.log.storage import KafkaStorageError, StorageError
 
 if TYPE_CHECKING:
     from eventplatform.log.broker.broker import Broker
@@ -118,7 +122,12 @@ class ReplicaManager:
             if topic is None:
                 continue
             for number, partition_state in enumerate(state.partitions):
-                self._reconcile(topic, number, partition_state)
+                try:
+                    self._reconcile(topic, number, partition_state)
+                except (OSError, StorageError) as exc:  # the epoch cache's disk failed
+                    partition = topic.partitions[number]
+                    if partition is not None:
+                        partition.log.take_offline(exc)
         for name in [name for name in registry.topics if name not in image.topics]:
             self._delete_topic(name)
         for leader, fetcher in list(self.fetchers.items()):
@@ -199,6 +208,13 @@ class ReplicaManager:
                 return
             log.info("%s-%d: a new replica; following the leader", topic.name, number)
             partition.join_cluster(self.node_id)
+        if partition.offline:  # it serves nothing until the broker restarts
+            self._stop_fetching(partition)
+            if partition.is_leader:
+                partition.become_follower(
+                    NO_LEADER, state.leader_epoch, state.partition_epoch, state.replicas
+                )
+            return
         if self.node_id not in state.replicas:
             if partition.is_leader or partition.leader_id != NO_LEADER:
                 self._stop_fetching(partition)
@@ -270,7 +286,12 @@ class ReplicaManager:
             for partition in list(self.broker.topics.partitions()):
                 replicas = partition.replicas
                 key = (partition.topic, partition.index)
-                if replicas is None or key in self._altering or self.link is None:
+                if (
+                    replicas is None
+                    or key in self._altering
+                    or self.link is None
+                    or partition.offline
+                ):
                     continue
                 shrink, expand = replicas.to_shrink(now), replicas.to_expand()
                 if not shrink and not expand:
@@ -354,6 +375,7 @@ class ReplicaFetcher:
             and not partition.is_leader
             and partition.leader_id == self.leader
             and partition.leader_epoch == following.epoch
+            and not partition.offline
         )
 
     async def run(self) -> None:
@@ -375,6 +397,10 @@ class ReplicaFetcher:
                     except PeerError as exc:
                         log.info("fetching from %d: %s", self.leader, exc)
                         await trio.sleep(RETRY_DELAY_S)
+                    except KafkaStorageError as exc:
+                        # that partition is offline now and no longer fetched for (the
+                        # broker moves its leaderships away); the others go on next round
+                        log.error("fetching from %d: %s", self.leader, exc)
             finally:
                 if self._connection is not None:
                     with trio.CancelScope(shield=True):

@@ -14,6 +14,8 @@ method's outcome into the answer: an :class:`RpcError` becomes its code.
 With the params checked up front, any other exception raised inside the
 controller is the controller's own fault, never the caller's: it is
 answered ``internal`` and logged, and never reported as bad params.
+A broken invariant (:class:`~eventplatform.log.invariants.InvariantError`,
+not an ``Exception``) is never answered: it stops the node.
 """
 
 from __future__ import annotations

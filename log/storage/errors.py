@@ -12,6 +12,9 @@ Hierarchy::
     ├── RecordTooLargeError         a batch over ``max.message.bytes``
     │   └── RecordBatchTooLargeError  a record set over ``segment.bytes``
     ├── OffsetOutOfRangeError       a read or truncation outside [log start, log end]
+    ├── KafkaStorageError           the log's files failed (an OSError from a write, fsync,
+    │                               open, truncate or mapping, or a short write): the log is
+    │                               offline until the process restarts
     ├── LogClosedError              the log was closed
     └── LogLockedError              another log holds the directory
 
@@ -22,7 +25,7 @@ from __future__ import annotations
 
 
 class StorageError(Exception):
-    """Base of every error the storage engine raises on bad input."""
+    """Base of every error the storage engine raises on bad input or a failing disk."""
 
     kafka_error_code = -1
 
@@ -57,6 +60,12 @@ class RecordBatchTooLargeError(RecordTooLargeError):
 
 class OffsetOutOfRangeError(StorageError):
     kafka_error_code = 1  # OFFSET_OUT_OF_RANGE
+
+
+class KafkaStorageError(StorageError):
+    """Not bad input but a failing disk: after it the log takes no more writes or reads."""
+
+    kafka_error_code = 56  # KAFKA_STORAGE_ERROR
 
 
 class LogClosedError(StorageError):

@@ -54,10 +54,11 @@ class EpochCache:
             return cls(directory)
         try:
             version, count = int(lines[0]), int(lines[1])
-            require(version == CHECKPOINT_VERSION, f"version {version}")
+            if version != CHECKPOINT_VERSION:
+                raise ValueError(f"version {version}")
             pairs = [line.split() for line in lines[2 : 2 + count]]
             entries = [EpochEntry(int(epoch), int(start)) for epoch, start in pairs]
-        except (ValueError, IndexError, AssertionError) as exc:
+        except (ValueError, IndexError) as exc:
             raise EpochCacheError(f"{path} is unreadable: {exc}") from exc
         return cls(directory, entries)
 

@@ -7,6 +7,14 @@ under a policy; close cleanly. Retention and compaction live in
 :class:`eventplatform.log.storage.cleaner.Cleaner`, which changes segments only
 through :meth:`delete_segments` and :meth:`replace_segments`.
 
+A storage I/O error (an ``OSError`` from a write, fsync, open, truncate or
+mapping, or a write the disk could only take part of) takes the log offline,
+as Kafka takes a failed log directory offline: the method raises
+:class:`KafkaStorageError`, and so does every later append, read or flush,
+until the process restarts and recovery checks the files. The bytes of a torn
+append are cut back first (or, failing that, by recovery). A failed fsync is
+never retried: after one the page cache's state is unknown (fsyncgate).
+
 Concurrency: one owner calls every method (the partition's task in the broker).
 Slices returned by :meth:`read` may be consumed later by the same thread:
 removed segment files stay open for ``file.delete.delay.ms``.
@@ -15,18 +23,20 @@ removed segment files stay open for ``file.delete.delay.ms``.
 from __future__ import annotations
 
 import fcntl
+import functools
 import itertools
 import os
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, ParamSpec, TypeVar
 
 from eventplatform.log.invariants import require
 from eventplatform.log.storage.config import INT64_MAX, LogConfig
 from eventplatform.log.storage.errors import (
     InvalidRecordError,
     InvalidTimestampError,
+    KafkaStorageError,
     LogClosedError,
     LogLockedError,
     OffsetOutOfRangeError,
@@ -60,6 +70,8 @@ from eventplatform.log.storage.segment import Segment, SegmentSlice
 from eventplatform.log.storage.segment_map import SegmentMap
 
 READ_CHUNK_BYTES = 1024 * 1024
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 def wall_clock_ms() -> int:
@@ -92,10 +104,14 @@ class FlushJob(NamedTuple):
     descriptors: tuple[int, ...]
 
 
-def run_flush_jobs(jobs: list[FlushJob]) -> None:
-    """fsync every file of the jobs and close the duplicated descriptors (any thread)."""
-    error: OSError | None = None
+def run_flush_jobs(jobs: list[FlushJob]) -> list[OSError | None]:
+    """fsync every file of the jobs and close the duplicated descriptors (any thread).
+
+    Returns each job's error (None when every fsync of it succeeded), for
+    :meth:`PartitionLog.finish_flush`; a job stops at its first failed fsync."""
+    errors: list[OSError | None] = []
     for job in jobs:
+        error: OSError | None = None
         for descriptor in job.descriptors:
             try:
                 if error is None:
@@ -104,8 +120,31 @@ def run_flush_jobs(jobs: list[FlushJob]) -> None:
                 error = exc
             finally:
                 os.close(descriptor)
-    if error is not None:
-        raise error
+        errors.append(error)
+    return errors
+
+
+def _owner(arguments: tuple[object, ...]) -> PartitionLog:
+    owner = arguments[0]
+    assert isinstance(owner, PartitionLog)
+    return owner
+
+
+def _offline_on_io_error(method: Callable[P, R]) -> Callable[P, R]:
+    """Wrap a :class:`PartitionLog` method: an ``OSError`` (or a torn write's
+    :class:`KafkaStorageError`) takes the log offline and raises KafkaStorageError."""
+
+    @functools.wraps(method)
+    def guarded(*arguments: P.args, **options: P.kwargs) -> R:
+        try:
+            return method(*arguments, **options)
+        except KafkaStorageError as exc:
+            _owner(arguments).take_offline(exc)
+            raise
+        except OSError as exc:
+            raise _owner(arguments).take_offline(exc) from exc
+
+    return guarded
 
 
 class PartitionLog:
@@ -142,6 +181,7 @@ class PartitionLog:
         self._truncations = 0
         self._pending_deletes: list[tuple[int, Segment]] = []
         self._closed = False
+        self._failure: KafkaStorageError | None = None
         # A new log's checkpoint would say what its absence says (start, recovery point and
         # cleaner offset 0), at the cost of two more fsyncs.
         if not new:
@@ -196,9 +236,33 @@ class PartitionLog:
     def closed(self) -> bool:
         return self._closed
 
+    @property
+    def offline(self) -> bool:
+        """A storage error took the log offline (see the module docstring)."""
+        return self._failure is not None
+
+    @property
+    def failure(self) -> KafkaStorageError | None:
+        """The error that took the log offline, or None."""
+        return self._failure
+
+    def take_offline(self, cause: BaseException) -> KafkaStorageError:
+        """Stop every later append, read and flush; the error to raise for ``cause``."""
+        if self._failure is None:
+            self._failure = (
+                cause
+                if isinstance(cause, KafkaStorageError)
+                else KafkaStorageError(f"{self.directory}: {cause}")
+            )
+        return self._failure
+
     def _check_open(self) -> None:
         if self._closed:
             raise LogClosedError(f"{self.directory} is closed")
+        if self._failure is not None:
+            raise KafkaStorageError(
+                f"{self.directory} is offline after a storage error: {self._failure}"
+            )
 
     # ------------------------------------------------------------ appends
 
@@ -212,6 +276,7 @@ class PartitionLog:
         buffer = record_set if isinstance(record_set, bytearray) else bytearray(record_set)
         return buffer, self._validate(buffer)
 
+    @_offline_on_io_error
     def append(
         self,
         record_set: bytes | bytearray,
@@ -253,6 +318,7 @@ class PartitionLog:
             records,
         )
 
+    @_offline_on_io_error
     def append_as_follower(self, record_set: bytes | bytearray) -> AppendInfo:
         """Append batches that already carry the leader's offsets and epochs."""
         self._check_open()
@@ -300,6 +366,7 @@ class PartitionLog:
         self._active.append(buffer, headers, now_ms)
         self._maybe_flush(now_ms)
 
+    @_offline_on_io_error
     def roll(self, *, base_offset: int | None = None) -> Segment:
         """Seal the active segment and start a new one at ``base_offset`` (default: the log end)."""
         self._check_open()
@@ -330,6 +397,7 @@ class PartitionLog:
         ):
             self.flush()
 
+    @_offline_on_io_error
     def start_flush(self) -> FlushJob | None:
         """The periodic fsync, if ``flush.ms`` has passed, prepared for another thread.
 
@@ -350,9 +418,13 @@ class PartitionLog:
             descriptors.append(os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY))
         return FlushJob(self.log_end_offset, self._truncations, tuple(descriptors))
 
-    def finish_flush(self, job: FlushJob) -> None:
-        """Advance the recovery point to what ``job`` made durable (unless truncated since)."""
-        if self._closed:
+    def finish_flush(self, job: FlushJob, error: OSError | None = None) -> None:
+        """Advance the recovery point to what ``job`` made durable (unless truncated since);
+        ``error``, the job's failed fsync, takes the log offline instead."""
+        if self._closed or self._failure is not None:
+            return
+        if error is not None:
+            self.take_offline(error)
             return
         self._directory_unsynced = False
         if job.truncations != self._truncations:
@@ -362,12 +434,14 @@ class PartitionLog:
             if self.clock_ms() - self._last_checkpoint_ms >= self.config.flush_interval_ms:
                 self.write_checkpoint()
 
+    @_offline_on_io_error
     def flush_if_due(self) -> None:
         """Run the periodic fsync if ``flush.ms`` (or the default interval) has passed."""
         self._check_open()
         self._maybe_flush(self.clock_ms())
         self.delete_expired_files()
 
+    @_offline_on_io_error
     def flush(self) -> None:
         """fsync every segment from the recovery point on, then advance the recovery point."""
         self._check_open()
@@ -384,6 +458,7 @@ class PartitionLog:
                 self.write_checkpoint()
         self._last_flush_ms = now_ms
 
+    @_offline_on_io_error
     def write_checkpoint(self) -> None:
         self._last_checkpoint_ms = self.clock_ms()
         self._directory_unsynced = False  # writing the file fsyncs its directory
@@ -398,6 +473,7 @@ class PartitionLog:
 
     # ------------------------------------------------------------ reads
 
+    @_offline_on_io_error
     def read(
         self, offset: int, max_bytes: int, *, max_offset: int | None = None
     ) -> SegmentSlice | None:
@@ -447,6 +523,7 @@ class PartitionLog:
                 if record.offset >= low and (end_offset is None or record.offset < end_offset):
                     yield record
 
+    @_offline_on_io_error
     def offset_for_timestamp(self, timestamp: int) -> TimestampOffset | None:
         """The first offset whose record timestamp is at or after ``timestamp``, or None."""
         self._check_open()
@@ -458,6 +535,7 @@ class PartitionLog:
                 return TimestampOffset(*found)
         return None
 
+    @_offline_on_io_error
     def max_timestamp_offset(self) -> TimestampOffset | None:
         """The first record carrying the log's largest timestamp, or None when it has none."""
         self._check_open()
@@ -477,6 +555,7 @@ class PartitionLog:
 
     # ------------------------------------------------------------ truncation and deletion
 
+    @_offline_on_io_error
     def truncate_to(self, offset: int) -> None:
         """Remove every batch holding an offset >= ``offset``; for followers.
 
@@ -506,6 +585,7 @@ class PartitionLog:
         self._truncations += 1
         self.write_checkpoint()
 
+    @_offline_on_io_error
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Drop every segment and restart the log, empty, at ``offset``."""
         self._check_open()
@@ -521,6 +601,7 @@ class PartitionLog:
         self._truncations += 1
         self.write_checkpoint()
 
+    @_offline_on_io_error
     def advance_log_start_offset(self, offset: int) -> None:
         """Move the log start forward (retention, DeleteRecords); never backwards."""
         self._check_open()
@@ -533,6 +614,7 @@ class PartitionLog:
             self.cleaner_offset = max(self.cleaner_offset, offset)
             self.write_checkpoint()
 
+    @_offline_on_io_error
     def delete_segments(self, doomed: list[Segment]) -> None:
         """Remove closed segments from the front of the log and advance the log start."""
         self._check_open()
@@ -544,6 +626,7 @@ class PartitionLog:
         fsync_directory(self.directory)
         self.advance_log_start_offset(max(self.log_start_offset, self.segments.first.base_offset))
 
+    @_offline_on_io_error
     def replace_segments(
         self, new: Segment, old: list[Segment], on_step: Callable[[str], None]
     ) -> None:
@@ -583,25 +666,52 @@ class PartitionLog:
         self._pending_deletes.append((self.clock_ms() + self.config.file_delete_delay_ms, segment))
 
     def delete_expired_files(self, *, force: bool = False) -> None:
+        """Remove the removed segments' files whose delete delay has passed (background
+        work: a storage error takes the log offline and is not raised)."""
+        if self._failure is not None:
+            return
         now_ms = self.clock_ms()
         keep = []
-        for deadline, segment in self._pending_deletes:
-            if force or deadline <= now_ms:
-                segment.delete_files()
-            else:
-                keep.append((deadline, segment))
+        try:
+            for deadline, segment in self._pending_deletes:
+                if force or deadline <= now_ms:
+                    segment.delete_files()
+                else:
+                    keep.append((deadline, segment))
+        except OSError as exc:
+            self.take_offline(exc)
+            return
         self._pending_deletes = keep
 
     def close(self) -> None:
-        """Flush, trim the indexes, write the checkpoint and the clean-shutdown marker."""
+        """Flush, trim the indexes, write the checkpoint and the clean-shutdown marker.
+
+        An offline log only releases its files: the next open recovers it. A storage
+        error on the way takes the log offline and releases it the same way, so a
+        shutdown goes on with the other logs."""
         if self._closed:
             return
-        self.flush()
-        self.delete_expired_files(force=True)
+        if self._failure is None:
+            try:
+                self.flush()
+                self.delete_expired_files(force=True)
+                for segment in self.segments:
+                    segment.close()
+                self.write_checkpoint()
+                write_atomically(self.directory / CLEAN_SHUTDOWN_FILE, b"")
+            except (OSError, KafkaStorageError) as exc:
+                self.take_offline(exc)
+        if self._failure is not None:
+            self._release()
+            return
+        os.close(self._lock_descriptor)
+        self._closed = True
+
+    def _release(self) -> None:
+        for _, segment in self._pending_deletes:
+            segment.release()
         for segment in self.segments:
-            segment.close()
-        self.write_checkpoint()
-        write_atomically(self.directory / CLEAN_SHUTDOWN_FILE, b"")
+            segment.release()
         os.close(self._lock_descriptor)
         self._closed = True
 

@@ -14,6 +14,7 @@ slice returned by :meth:`read` stays valid while the file is open.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -21,7 +22,7 @@ from pathlib import Path
 
 from eventplatform.log.invariants import InvariantError
 from eventplatform.log.storage.config import INT32_MAX, LogConfig
-from eventplatform.log.storage.errors import CorruptRecordError
+from eventplatform.log.storage.errors import CorruptRecordError, KafkaStorageError
 from eventplatform.log.storage.files import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
@@ -123,7 +124,7 @@ class Segment:
             raise InvariantError("segment offsets must increase")
         written = os.write(self.descriptor, buffer)
         if written != len(buffer):  # formatting the message on every append costs more
-            raise InvariantError(f"short write to {self.log_path}")
+            written += self._write_rest(memoryview(buffer)[written:])
         position = self.size_bytes
         if self.rolling_base_ms is None:
             self.rolling_base_ms = now_ms
@@ -131,6 +132,28 @@ class Segment:
             self._index_batch(header, position + header.position)
         self.size_bytes += written
         self.next_offset = headers[-1].next_offset
+
+    def _write_rest(self, rest: memoryview) -> int:
+        """After a short write: write the rest, or cut the file back to ``size_bytes`` and
+        raise KafkaStorageError (a full disk). The file is append-only, so a torn batch
+        left at its end would sit under the next append's index positions."""
+        written = 0
+        try:
+            while written < len(rest):
+                count = os.write(self.descriptor, rest[written:])
+                if count == 0:
+                    raise OSError(f"a write of {len(rest) - written} bytes wrote nothing")
+                written += count
+        except OSError as exc:
+            self._cut_torn_tail()
+            raise KafkaStorageError(f"{self.log_path}: a write failed part-way: {exc}") from exc
+        return written
+
+    def _cut_torn_tail(self) -> None:
+        """Drop the bytes past ``size_bytes``; when even that fails, the log stays offline
+        and recovery at the next start truncates them (they fail the batch checks)."""
+        with contextlib.suppress(OSError):
+            os.ftruncate(self.descriptor, self.size_bytes)
 
     def _index_batch(self, header: BatchHeader, position: int) -> None:
         if header.max_timestamp > self.max_timestamp:
@@ -169,6 +192,18 @@ class Segment:
         self.seal()
         self.offset_index.close()
         self.time_index.close()
+        os.close(self.descriptor)
+        self.descriptor = -1
+
+    def release(self) -> None:
+        """Close the files as they are, after a storage error: the indexes are trimmed
+        if the disk allows, and nothing else is written. Recovery at the next open
+        rebuilds what is missing."""
+        if self.descriptor < 0:
+            return
+        for index in (self.offset_index, self.time_index):
+            with contextlib.suppress(OSError):
+                index.close()
         os.close(self.descriptor)
         self.descriptor = -1
 

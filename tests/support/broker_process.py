@@ -26,8 +26,17 @@ PLATFORM = Path(sys.executable).with_name("platform")
 
 
 class BrokerProcess:
-    def __init__(self, data_dir: Path, overrides: Sequence[str] = (), port: int = 0) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        overrides: Sequence[str] = (),
+        port: int = 0,
+        launcher: Sequence[str] = (str(PLATFORM),),
+    ) -> None:
+        """``launcher`` is the command before ``serve``: the ``platform`` script, or a
+        test's own entry point that calls the same command line."""
         self.data_dir = data_dir
+        self.launcher = list(launcher)
         self.overrides = list(overrides)
         self.port = port
         self.process: subprocess.Popen[str] | None = None
@@ -39,7 +48,7 @@ class BrokerProcess:
 
     def start(self) -> BrokerProcess:
         command = [
-            str(PLATFORM),
+            *self.launcher,
             "serve",
             "--data-dir",
             str(self.data_dir),

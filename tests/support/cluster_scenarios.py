@@ -1,6 +1,6 @@
 """Scripted cluster runs in the whole-cluster simulation (:mod:`cluster_simulation`): the
-historical failure modes, and a reassignment across a controller failover, replayed step by
-step on a quiet network, then checked."""
+historical failure modes, a reassignment across a controller failover, and a leader's full
+disk, replayed step by step on a quiet network, then checked."""
 
 from __future__ import annotations
 
@@ -453,3 +453,41 @@ async def epochs_at_the_edge(seed: int, root: Path) -> tuple[ClusterSim, dict[in
     finally:
         shutil.rmtree(root, ignore_errors=True)
     return sim, epochs
+
+
+async def full_disk_on_the_leader(seed: int, root: Path) -> ClusterSim:
+    """The disk under the leader's partition fills while an idempotent acks=all producer
+    writes (RF 3, min.insync.replicas 2): the write that did not fit takes the partition
+    offline there, leadership moves to another in-sync replica and the producer goes on
+    there; once space returns and the node restarts, it catches up and rejoins the ISR."""
+    seed_trio_scheduler(seed)
+    sim = ClusterSim(seed, root, partitions=1)
+    sim.fabric.faulty = False
+    try:
+        async with sim.running() as nursery:
+            await sim.create_topic()
+            await until(lambda: leader_of(sim)[0] > 0, "a first leader")
+            await until(sim.in_sync, "the replicas in sync")
+            nursery.start_soon(sim.consumer, 0)
+            stop = trio.Event()
+            async with trio.open_nursery() as clients:
+                clients.start_soon(sim.producer, 0, stop)
+                await until(lambda: len(sim.history.acked) >= 20, "records before the disk fills")
+                full, _ = leader_of(sim)
+                partition_directory = sim.nodes[full].data_dir / f"{TOPIC}-0"
+                sim.disk.fill(partition_directory, space_bytes=0)
+                await until(lambda: leader_of(sim)[0] not in (-1, full), "leadership moved")
+                held = _held(sim, full)
+                assert held is not None and held.offline, "the full replica is not offline"
+                assert sim.disk.refused_writes > 0
+                moved = len(sim.history.acked)
+                await until(lambda: len(sim.history.acked) >= moved + 20, "records after")
+                stop.set()
+            sim.disk.free(partition_directory)
+            await sim.kill(full)
+            await sim.start(full)
+            await sim.settle(30.0)
+            sim.check()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    return sim

@@ -93,6 +93,7 @@ RETRIABLE = {
     ErrorCode.REQUEST_TIMED_OUT,
     ErrorCode.LEADER_NOT_AVAILABLE,
     ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+    ErrorCode.KAFKA_STORAGE_ERROR,  # a replica's disk failed: Kafka's clients retry elsewhere
 }
 LOST_PRODUCER = {
     ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,

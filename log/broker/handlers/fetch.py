@@ -41,7 +41,7 @@ from eventplatform.log.broker.regions import OwnedRegion
 from eventplatform.log.protocol import ErrorCode
 from eventplatform.log.protocol.apis import FETCH
 from eventplatform.log.protocol.schema import Versions
-from eventplatform.log.storage import OffsetOutOfRangeError, SegmentSlice
+from eventplatform.log.storage import KafkaStorageError, OffsetOutOfRangeError, SegmentSlice
 
 API = FETCH
 VERSIONS = Versions.parse("4-11")
@@ -178,6 +178,8 @@ def _read_partition(partition: Partition, entry: Body, budget: int, *, replica: 
             read.data = partition.read(entry["fetch_offset"], limit)
     except OffsetOutOfRangeError:
         read.error = ErrorCode.OFFSET_OUT_OF_RANGE
+    except KafkaStorageError:
+        read.error = ErrorCode.KAFKA_STORAGE_ERROR
     return read
 
 
