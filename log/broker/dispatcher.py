@@ -22,6 +22,7 @@ from eventplatform.log.broker.handlers import (
     delete_groups,
     delete_records,
     delete_topics,
+    describe_cluster,
     describe_configs,
     describe_groups,
     fetch,
@@ -67,6 +68,7 @@ HANDLER_MODULES: list[ModuleType] = [
     describe_groups,
     list_groups,
     delete_groups,
+    describe_cluster,
 ]
 
 
