@@ -25,6 +25,7 @@ from eventplatform.log.broker.handlers import (
     describe_cluster,
     describe_configs,
     describe_groups,
+    describe_topic_partitions,
     fetch,
     find_coordinator,
     heartbeat,
@@ -36,6 +37,7 @@ from eventplatform.log.broker.handlers import (
     list_offsets,
     metadata,
     offset_commit,
+    offset_delete,
     offset_fetch,
     offset_for_leader_epoch,
     produce,
@@ -69,6 +71,8 @@ HANDLER_MODULES: list[ModuleType] = [
     list_groups,
     delete_groups,
     describe_cluster,
+    offset_delete,
+    describe_topic_partitions,
 ]
 
 

@@ -21,6 +21,7 @@ from eventplatform.log.protocol.apis.admin import (
     DESCRIBE_ACLS,
     DESCRIBE_CLUSTER,
     DESCRIBE_CONFIGS,
+    DESCRIBE_TOPIC_PARTITIONS,
     INCREMENTAL_ALTER_CONFIGS,
     SASL_AUTHENTICATE,
     SASL_HANDSHAKE,
@@ -95,6 +96,7 @@ APIS: dict[int, Api] = {
         DESCRIBE_QUORUM,
         FETCH_SNAPSHOT,
         DESCRIBE_CLUSTER,
+        DESCRIBE_TOPIC_PARTITIONS,
     )
 }
 """Every table by API key."""
@@ -116,6 +118,7 @@ __all__ = [
     "DESCRIBE_CONFIGS",
     "DESCRIBE_GROUPS",
     "DESCRIBE_QUORUM",
+    "DESCRIBE_TOPIC_PARTITIONS",
     "END_QUORUM_EPOCH",
     "FETCH",
     "FETCH_SNAPSHOT",

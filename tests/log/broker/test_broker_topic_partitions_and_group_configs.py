@@ -1,0 +1,102 @@
+"""DescribeTopicPartitions pagination and group config resources, through the codec."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from eventplatform.log.protocol import ErrorCode
+from eventplatform.log.protocol.apis import DESCRIBE_CONFIGS, DESCRIBE_TOPIC_PARTITIONS
+
+GROUP_RESOURCE = 32
+SOURCE_DEFAULT = 5
+TOPIC_OPERATIONS_BITS = sum(1 << code for code in (3, 4, 5, 6, 7, 8, 10, 11))
+
+
+def _body(topics: list[str], limit: int, cursor: tuple[str, int] | None = None) -> dict[str, Any]:
+    return {
+        "topics": [{"name": name} for name in topics],
+        "response_partition_limit": limit,
+        "cursor": None
+        if cursor is None
+        else {"topic_name": cursor[0], "partition_index": cursor[1]},
+    }
+
+
+def _pages(answer: dict[str, Any]) -> list[tuple[str, list[int]]]:
+    return [
+        (topic["name"], [p["partition_index"] for p in topic["partitions"]])
+        for topic in answer["topics"]
+    ]
+
+
+async def test_describe_topic_partitions_pages_through_topics_in_name_order(
+    tmp_path: Path, wire: Any
+) -> None:
+    async with wire.open_broker(tmp_path) as running:
+        client = await running.connect()
+        await client.create_topic("b", partitions=3)
+        await client.create_topic("a", partitions=2)
+        first = await client.request(DESCRIBE_TOPIC_PARTITIONS, 0, _body(["b", "a"], 3))
+        assert _pages(first) == [("a", [0, 1]), ("b", [0])]
+        assert first["next_cursor"] == {"topic_name": "b", "partition_index": 1}
+        assert first["topics"][0]["topic_authorized_operations"] == TOPIC_OPERATIONS_BITS
+        second = await client.request(DESCRIBE_TOPIC_PARTITIONS, 0, _body(["a", "b"], 3, ("b", 1)))
+        assert _pages(second) == [("b", [1, 2])]
+        assert second["next_cursor"] is None
+
+        exact = await client.request(DESCRIBE_TOPIC_PARTITIONS, 0, _body(["a", "b"], 2))
+        assert _pages(exact) == [("a", [0, 1])]
+        assert exact["next_cursor"] == {"topic_name": "b", "partition_index": 0}
+
+
+async def test_describe_topic_partitions_of_every_topic_and_of_missing_ones(
+    tmp_path: Path, wire: Any
+) -> None:
+    async with wire.open_broker(tmp_path) as running:
+        client = await running.connect()
+        await client.create_topic("only", partitions=2)
+        every = await client.request(DESCRIBE_TOPIC_PARTITIONS, 0, _body([], 2000))
+        assert ("only", [0, 1]) in _pages(every)
+        named = await client.request(DESCRIBE_TOPIC_PARTITIONS, 0, _body(["missing", "only"], 0))
+        missing, only = named["topics"]
+        assert (missing["name"], missing["error_code"]) == (
+            "missing",
+            ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        )
+        assert (only["name"], len(only["partitions"])) == ("only", 1)  # a limit of 0 still moves
+        assert named["next_cursor"] == {"topic_name": "only", "partition_index": 1}
+        stray = await client.request(DESCRIBE_TOPIC_PARTITIONS, 0, _body(["only"], 10, ("z", 0)))
+        assert [t["error_code"] for t in stray["topics"]] == [ErrorCode.INVALID_REQUEST]
+
+
+async def test_describe_configs_of_a_group_lists_the_group_configs_with_their_defaults(
+    tmp_path: Path, wire: Any
+) -> None:
+    async with wire.open_broker(tmp_path) as running:
+        client = await running.connect()
+        body = {
+            "resources": [
+                {
+                    "resource_type": GROUP_RESOURCE,
+                    "resource_name": "any",
+                    "configuration_keys": None,
+                },
+                {
+                    "resource_type": GROUP_RESOURCE,
+                    "resource_name": "any",
+                    "configuration_keys": ["consumer.heartbeat.interval.ms", "unknown"],
+                },
+                {"resource_type": GROUP_RESOURCE, "resource_name": "", "configuration_keys": None},
+            ],
+            "include_synonyms": True,
+        }
+        every, some, nameless = (await client.request(DESCRIBE_CONFIGS, 3, body))["results"]
+        values = {entry["name"]: entry["value"] for entry in every["configs"]}
+        assert values["consumer.session.timeout.ms"] == "45000"
+        assert values["consumer.heartbeat.interval.ms"] == "5000"
+        assert {entry["config_source"] for entry in every["configs"]} == {SOURCE_DEFAULT}
+        assert [(e["name"], e["value"]) for e in some["configs"]] == [
+            ("consumer.heartbeat.interval.ms", "5000")
+        ]
+        assert nameless["error_code"] == ErrorCode.INVALID_REQUEST
