@@ -1,4 +1,4 @@
-"""Produce (key 0), v0-8.
+"""Produce (key 0), v0-9 (v9 is the first flexible version).
 
 v0-2 carry the old message formats and are answered with UNSUPPORTED_VERSION
 per partition (the range is still advertised from 0: librdkafka disables
@@ -41,7 +41,7 @@ from eventplatform.log.protocol.apis import PRODUCE
 from eventplatform.log.protocol.schema import Versions
 
 API = PRODUCE
-VERSIONS = Versions.parse("0-8")
+VERSIONS = Versions.parse("0-9")
 FIRST_RECORD_BATCH_VERSION = 3
 ACKS = (0, 1, -1)
 

@@ -144,3 +144,20 @@ async def test_describe_cluster_names_this_broker_and_its_operations(
         assert plain["cluster_authorized_operations"] == OPERATIONS_NOT_REQUESTED
         controllers = await client.request(DESCRIBE_CLUSTER, 1, {"endpoint_type": 2})
         assert controllers["error_code"] == ErrorCode.UNSUPPORTED_ENDPOINT_TYPE
+
+
+async def test_produce_v9_appends_and_names_refused_records_in_the_flexible_layout(
+    tmp_path: Path, wire: Any
+) -> None:
+    async with wire.open_broker(tmp_path) as running:
+        client = await running.connect()
+        await client.create_topic(TOPIC, configs={"cleanup.policy": "compact"})
+        keyed = await client.produce(TOPIC, wire.batch([b"1", b"2"], keys=[b"a", b"b"]), version=9)
+        assert (keyed["error_code"], keyed["base_offset"]) == (ErrorCode.NONE, 0)
+        refused = await client.produce(
+            TOPIC, wire.batch([b"3", b"4"], keys=[b"c", None]), version=9
+        )
+        assert refused["error_code"] == ErrorCode.INVALID_RECORD
+        assert [entry["batch_index"] for entry in refused["record_errors"]] == [1]
+        fetched = await client.fetch(TOPIC, 0)
+        assert [record.value for record in wire.records_of(fetched["records"])] == [b"1", b"2"]

@@ -358,3 +358,87 @@ def test_describe_topic_partitions_v0_response_with_a_next_cursor() -> None:
     )
     assert flatten(encode_response(DESCRIBE_TOPIC_PARTITIONS, 0, 8, body)) == expected
     assert decode_response(DESCRIBE_TOPIC_PARTITIONS, 0, expected) == (8, body)
+
+
+# ---------------------------------------------------------------- Produce v9 (flexible)
+
+RECORDS_BLOB = bytes(range(70))
+"""Opaque record-set bytes; the codec carries them without looking inside."""
+
+
+def test_produce_v9_request_uses_compact_records_and_tagged_fields() -> None:
+    body = {
+        "transactional_id": None,
+        "acks": -1,
+        "timeout_ms": 1500,
+        "topic_data": [{"name": "t", "partition_data": [{"index": 2, "records": RECORDS_BLOB}]}],
+    }
+    expected = _framed(
+        _int16(0),  # api_key: Produce
+        _int16(9),  # api_version: the first flexible one
+        _int32(10),  # correlation_id
+        _int16(1) + b"c",  # client_id (int16 length even in header v2)
+        NO_TAGS,  # header tagged fields
+        b"\x00",  # transactional_id: compact null
+        _int16(-1),  # acks: all
+        _int32(1500),  # timeout_ms
+        b"\x02",  # topic_data: compact array of 1
+        _compact("t"),  # topic_data[0].name
+        b"\x02",  # partition_data: compact array of 1
+        _int32(2),  # index
+        bytes([len(RECORDS_BLOB) + 1]),  # records: compact length 70 + 1
+        RECORDS_BLOB,  # records
+        NO_TAGS,  # partition_data[0] tagged fields
+        NO_TAGS,  # topic_data[0] tagged fields
+        NO_TAGS,  # body tagged fields
+    )
+    assert encode_request(PRODUCE, 9, body, correlation_id=10, client_id="c") == expected
+    decoded = _decoded_request(expected)
+    records = decoded["topic_data"][0]["partition_data"][0]["records"]  # type: ignore[index]
+    assert bytes(records) == RECORDS_BLOB
+
+
+def test_produce_v9_response_with_record_errors_and_header_v1() -> None:
+    body = {
+        "responses": [
+            {
+                "name": "t",
+                "partition_responses": [
+                    {
+                        "index": 2,
+                        "error_code": 87,
+                        "base_offset": -1,
+                        "log_append_time_ms": -1,
+                        "log_start_offset": -1,
+                        "record_errors": [{"batch_index": 0, "batch_index_error_message": "k"}],
+                        "error_message": None,
+                    }
+                ],
+            }
+        ],
+        "throttle_time_ms": 0,
+    }
+    expected = b"".join(
+        [
+            _int32(10),  # correlation_id
+            NO_TAGS,  # response header v1 tagged fields
+            b"\x02",  # responses: compact array of 1
+            _compact("t"),  # name
+            b"\x02",  # partition_responses: compact array of 1
+            _int32(2),  # index
+            _int16(87),  # error_code: INVALID_RECORD
+            _int64(-1),  # base_offset
+            _int64(-1),  # log_append_time_ms
+            _int64(-1),  # log_start_offset
+            b"\x02",  # record_errors: compact array of 1
+            _int32(0),  # batch_index
+            _compact("k"),  # batch_index_error_message
+            NO_TAGS,  # record_errors[0] tagged fields
+            b"\x00",  # error_message: compact null
+            NO_TAGS,  # partition_responses[0] tagged fields (current_leader is v10+)
+            NO_TAGS,  # responses[0] tagged fields
+            _int32(0),  # throttle_time_ms
+            NO_TAGS,  # body tagged fields
+        ]
+    )
+    assert flatten(encode_response(PRODUCE, 9, 10, body)) == expected
