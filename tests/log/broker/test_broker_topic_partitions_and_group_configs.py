@@ -6,7 +6,11 @@ from pathlib import Path
 from typing import Any
 
 from eventplatform.log.protocol import ErrorCode
-from eventplatform.log.protocol.apis import DESCRIBE_CONFIGS, DESCRIBE_TOPIC_PARTITIONS
+from eventplatform.log.protocol.apis import (
+    DESCRIBE_CONFIGS,
+    DESCRIBE_TOPIC_PARTITIONS,
+    INCREMENTAL_ALTER_CONFIGS,
+)
 
 GROUP_RESOURCE = 32
 SOURCE_DEFAULT = 5
@@ -100,3 +104,16 @@ async def test_describe_configs_of_a_group_lists_the_group_configs_with_their_de
             ("consumer.heartbeat.interval.ms", "5000")
         ]
         assert nameless["error_code"] == ErrorCode.INVALID_REQUEST
+
+
+async def test_altering_a_group_config_is_refused_with_a_clear_error(
+    tmp_path: Path, wire: Any
+) -> None:
+    async with wire.open_broker(tmp_path) as running:
+        client = await running.connect()
+        config = {"name": "consumer.session.timeout.ms", "config_operation": 0, "value": "30000"}
+        resource = {"resource_type": GROUP_RESOURCE, "resource_name": "g", "configs": [config]}
+        body = {"resources": [resource], "validate_only": False}
+        (answer,) = (await client.request(INCREMENTAL_ALTER_CONFIGS, 0, body))["responses"]
+        assert answer["error_code"] == ErrorCode.INVALID_REQUEST
+        assert "topic configs" in answer["error_message"]
