@@ -25,6 +25,7 @@ from eventplatform.log.broker.handlers import (
     describe_cluster,
     describe_configs,
     describe_groups,
+    describe_log_dirs,
     describe_topic_partitions,
     fetch,
     find_coordinator,
@@ -73,6 +74,7 @@ HANDLER_MODULES: list[ModuleType] = [
     describe_cluster,
     offset_delete,
     describe_topic_partitions,
+    describe_log_dirs,
 ]
 
 

@@ -2,8 +2,8 @@
 
 OffsetDelete (kafka-python's ``delete_group_offsets``; confluent-kafka has no
 binding for it), ListGroups with state and type filters, DescribeConfigs of
-a group, and DescribeTopicPartitions (kafka-python's
-``describe_topic_partitions``), against a real broker process and a cluster.
+a group, DescribeTopicPartitions (kafka-python's ``describe_topic_partitions``)
+and DescribeLogDirs, against a real broker process and a cluster.
 """
 
 from __future__ import annotations
@@ -126,3 +126,20 @@ def test_kafka_python_describe_topic_partitions_pages_with_a_cursor(
     rest = kafka_python_admin.describe_topic_partitions([topic], cursor=cursor)
     assert [p["partition_index"] for p in rest["topics"][0]["partitions"]] == [2]
     assert rest["next_cursor"] is None
+
+
+def test_kafka_python_describe_log_dirs_reports_partition_sizes(
+    new_topic: Any, kafka_python_admin: KafkaAdminClient
+) -> None:
+    topic = new_topic(2)
+    answers = kafka_python_admin.describe_log_dirs({topic: [0, 1]})
+    held: dict[int, int] = {}
+    for answer in answers:
+        for log_dir in answer["log_dirs"]:
+            assert log_dir["error_code"] == 0
+            for entry in log_dir["topics"]:
+                assert entry["name"] == topic
+                held.update(
+                    {p["partition_index"]: p["partition_size"] for p in entry["partitions"]}
+                )
+    assert sorted(held) == [0, 1]

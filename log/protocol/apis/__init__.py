@@ -21,6 +21,7 @@ from eventplatform.log.protocol.apis.admin import (
     DESCRIBE_ACLS,
     DESCRIBE_CLUSTER,
     DESCRIBE_CONFIGS,
+    DESCRIBE_LOG_DIRS,
     DESCRIBE_TOPIC_PARTITIONS,
     INCREMENTAL_ALTER_CONFIGS,
     SASL_AUTHENTICATE,
@@ -97,6 +98,7 @@ APIS: dict[int, Api] = {
         FETCH_SNAPSHOT,
         DESCRIBE_CLUSTER,
         DESCRIBE_TOPIC_PARTITIONS,
+        DESCRIBE_LOG_DIRS,
     )
 }
 """Every table by API key."""
@@ -117,6 +119,7 @@ __all__ = [
     "DESCRIBE_CLUSTER",
     "DESCRIBE_CONFIGS",
     "DESCRIBE_GROUPS",
+    "DESCRIBE_LOG_DIRS",
     "DESCRIBE_QUORUM",
     "DESCRIBE_TOPIC_PARTITIONS",
     "END_QUORUM_EPOCH",

@@ -555,3 +555,49 @@ DESCRIBE_TOPIC_PARTITIONS = Api(
         ),
     ),
 )
+
+
+DESCRIBE_LOG_DIRS = Api(
+    35,
+    "DescribeLogDirs",
+    "1-4",
+    flexible="2+",
+    request=(
+        F(
+            "topics",
+            [
+                F("topic", STRING),
+                F("partitions", Array(INT32)),
+            ],
+            nullable="1+",
+        ),
+    ),
+    response=(
+        F("throttle_time_ms", INT32),
+        F("error_code", INT16, "3+"),
+        F(
+            "results",
+            [
+                F("error_code", INT16),
+                F("log_dir", STRING),
+                F(
+                    "topics",
+                    [
+                        F("name", STRING),
+                        F(
+                            "partitions",
+                            [
+                                F("partition_index", INT32),
+                                F("partition_size", INT64),
+                                F("offset_lag", INT64),
+                                F("is_future_key", BOOL),
+                            ],
+                        ),
+                    ],
+                ),
+                F("total_bytes", INT64, "4+", default=-1),
+                F("usable_bytes", INT64, "4+", default=-1),
+            ],
+        ),
+    ),
+)

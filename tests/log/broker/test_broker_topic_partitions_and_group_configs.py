@@ -8,6 +8,7 @@ from typing import Any
 from eventplatform.log.protocol import ErrorCode
 from eventplatform.log.protocol.apis import (
     DESCRIBE_CONFIGS,
+    DESCRIBE_LOG_DIRS,
     DESCRIBE_TOPIC_PARTITIONS,
     INCREMENTAL_ALTER_CONFIGS,
 )
@@ -117,3 +118,34 @@ async def test_altering_a_group_config_is_refused_with_a_clear_error(
         (answer,) = (await client.request(INCREMENTAL_ALTER_CONFIGS, 0, body))["responses"]
         assert answer["error_code"] == ErrorCode.INVALID_REQUEST
         assert "topic configs" in answer["error_message"]
+
+
+async def test_describe_log_dirs_reports_the_size_of_each_partition_held(
+    tmp_path: Path, wire: Any
+) -> None:
+    async with wire.open_broker(tmp_path) as running:
+        client = await running.connect()
+        await client.create_topic("sized", partitions=2)
+        appended = await client.produce("sized", wire.batch([b"x" * 100]), partition=1)
+        assert appended["error_code"] == ErrorCode.NONE
+        body = {
+            "topics": [
+                {"topic": "sized", "partitions": [1, 7]},
+                {"topic": "nope", "partitions": [0]},
+            ]
+        }
+        (result,) = (await client.request(DESCRIBE_LOG_DIRS, 4, body))["results"]
+        assert result["error_code"] == ErrorCode.NONE
+        assert Path(result["log_dir"]).is_absolute()
+        assert result["total_bytes"] >= result["usable_bytes"] > 0
+        ((name, sizes),) = [
+            (
+                topic["name"],
+                {p["partition_index"]: p["partition_size"] for p in topic["partitions"]},
+            )
+            for topic in result["topics"]
+        ]
+        assert name == "sized" and list(sizes) == [1] and sizes[1] > 100
+        every = (await client.request(DESCRIBE_LOG_DIRS, 1, {"topics": None}))["results"][0]
+        sized = next(topic for topic in every["topics"] if topic["name"] == "sized")
+        assert sorted(p["partition_index"] for p in sized["partitions"]) == [0, 1]

@@ -24,6 +24,7 @@ from eventplatform.log.protocol import (
 PRODUCE = APIS[0]
 LIST_GROUPS = APIS[16]
 OFFSET_DELETE = APIS[47]
+DESCRIBE_LOG_DIRS = APIS[35]
 DESCRIBE_CLUSTER = APIS[60]
 DESCRIBE_TOPIC_PARTITIONS = APIS[75]
 TOPIC_ID = uuid.UUID("0123456789abcdef0123456789abcdef").bytes
@@ -442,3 +443,60 @@ def test_produce_v9_response_with_record_errors_and_header_v1() -> None:
         ]
     )
     assert flatten(encode_response(PRODUCE, 9, 10, body)) == expected
+
+
+# ---------------------------------------------------------------- DescribeLogDirs v4
+
+
+def test_describe_log_dirs_v4_response() -> None:
+    body = {
+        "throttle_time_ms": 0,
+        "error_code": 0,
+        "results": [
+            {
+                "error_code": 0,
+                "log_dir": "/d",
+                "topics": [
+                    {
+                        "name": "t",
+                        "partitions": [
+                            {
+                                "partition_index": 1,
+                                "partition_size": 171,
+                                "offset_lag": 0,
+                                "is_future_key": False,
+                            }
+                        ],
+                    }
+                ],
+                "total_bytes": 1000,
+                "usable_bytes": 400,
+            }
+        ],
+    }
+    expected = b"".join(
+        [
+            _int32(11),  # correlation_id
+            NO_TAGS,  # response header v1 tagged fields
+            _int32(0),  # throttle_time_ms
+            _int16(0),  # error_code (v3+)
+            b"\x02",  # results: compact array of 1
+            _int16(0),  # results[0].error_code
+            _compact("/d"),  # log_dir
+            b"\x02",  # topics: compact array of 1
+            _compact("t"),  # name
+            b"\x02",  # partitions: compact array of 1
+            _int32(1),  # partition_index
+            _int64(171),  # partition_size
+            _int64(0),  # offset_lag
+            _int8(0),  # is_future_key: false
+            NO_TAGS,  # partitions[0] tagged fields
+            NO_TAGS,  # topics[0] tagged fields
+            _int64(1000),  # total_bytes (v4+)
+            _int64(400),  # usable_bytes (v4+)
+            NO_TAGS,  # results[0] tagged fields
+            NO_TAGS,  # body tagged fields
+        ]
+    )
+    assert flatten(encode_response(DESCRIBE_LOG_DIRS, 4, 11, body)) == expected
+    assert decode_response(DESCRIBE_LOG_DIRS, 4, expected) == (11, body)
