@@ -22,8 +22,11 @@ from eventplatform.log.broker.handlers import (
     delete_groups,
     delete_records,
     delete_topics,
+    describe_cluster,
     describe_configs,
     describe_groups,
+    describe_log_dirs,
+    describe_topic_partitions,
     fetch,
     find_coordinator,
     heartbeat,
@@ -35,6 +38,7 @@ from eventplatform.log.broker.handlers import (
     list_offsets,
     metadata,
     offset_commit,
+    offset_delete,
     offset_fetch,
     offset_for_leader_epoch,
     produce,
@@ -67,6 +71,10 @@ HANDLER_MODULES: list[ModuleType] = [
     describe_groups,
     list_groups,
     delete_groups,
+    describe_cluster,
+    offset_delete,
+    describe_topic_partitions,
+    describe_log_dirs,
 ]
 
 

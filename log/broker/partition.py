@@ -42,12 +42,12 @@ from eventplatform.log.invariants import require
 from eventplatform.log.protocol import ErrorCode
 from eventplatform.log.storage import (
     BatchHeader,
-    InvalidRecordError,
     LogConfig,
     PartitionLog,
     SegmentSlice,
     StorageError,
 )
+from eventplatform.log.storage.errors import RecordError
 from eventplatform.log.storage.leader_epochs import UNDEFINED_EPOCH, EpochCache, EpochCacheError
 from eventplatform.log.storage.partition_log import wall_clock_ms
 from eventplatform.log.storage.record_batch import split_batches
@@ -66,12 +66,23 @@ class ReplicaSettings:
 
 @dataclass(frozen=True, slots=True)
 class ProduceResult:
+    """One partition's produce outcome; ``record_errors`` names the refused records of a
+    batch refused for some of its records (Produce v8+ answers them per record)."""
+
     error: ErrorCode
     base_offset: int = -1
     log_append_time_ms: int = -1
     log_start_offset: int = -1
     message: str | None = None
     last_offset: int = -1
+    record_errors: tuple[RecordError, ...] = ()
+
+    @classmethod
+    def refused(cls, exc: StorageError) -> ProduceResult:
+        """The answer to a batch the log refused, with the records it named."""
+        return cls(
+            ErrorCode(exc.kafka_error_code), message=str(exc), record_errors=exc.record_errors
+        )
 
 
 class Partition:
@@ -363,7 +374,7 @@ class Partition:
         try:
             buffer, headers = self.log.validate(record_set)
         except StorageError as exc:
-            return ProduceResult(ErrorCode(exc.kafka_error_code), message=str(exc))
+            return ProduceResult.refused(exc)
         if len(headers) != 1:
             message = "a produce request carries exactly one record batch per partition"
             return ProduceResult(ErrorCode.INVALID_RECORD, message=message)
@@ -388,10 +399,8 @@ class Partition:
         active_base = self.log.active_segment.base_offset
         try:
             info = self.log.append(buffer, leader_epoch=self.leader_epoch, validated=headers)
-        except InvalidRecordError as exc:
-            return ProduceResult(ErrorCode.INVALID_RECORD, message=str(exc))
         except StorageError as exc:
-            return ProduceResult(ErrorCode(exc.kafka_error_code), message=str(exc))
+            return ProduceResult.refused(exc)
         stamped = header._replace(base_offset=info.base_offset)
         if info.append_time_ms >= 0:
             stamped = stamped._replace(max_timestamp=info.append_time_ms)

@@ -1,6 +1,7 @@
 """Describing, listing and removing groups and their offsets, outside the membership protocol.
 
-``GroupAdmin`` answers DescribeGroups, ListGroups and DeleteGroups, expires
+``GroupAdmin`` answers DescribeGroups, ListGroups, DeleteGroups and
+OffsetDelete, expires
 committed offsets past retention, and drops the offsets of deleted topics
 (Kafka's ``handleDeletedPartitions``). None of it joins, fences or times a
 member: it reads the groups, and removes offsets and whole groups once the
@@ -24,9 +25,13 @@ from eventplatform.log.groups.group import Group, GroupState
 from eventplatform.log.groups.messages import GroupDescription, GroupOverview, MemberDescription
 from eventplatform.log.groups.records import TopicPartition
 from eventplatform.log.groups.store import GroupStore
+from eventplatform.log.groups.subscriptions import CONSUMER_PROTOCOL_TYPE, subscribed_topics
 from eventplatform.log.protocol import ErrorCode
 
 log = logging.getLogger("eventplatform.groups")
+
+CLASSIC_GROUP_TYPE = "classic"
+"""The type of every group this coordinator runs, as ListGroups v5 names it."""
 
 
 class GroupAdmin:
@@ -55,10 +60,20 @@ class GroupAdmin:
         )
         return GroupDescription(group_id, group.state, group.protocol_type or "", protocol, members)
 
-    def list_groups(self) -> list[GroupOverview]:
+    def list_groups(
+        self, states: Sequence[str] = (), types: Sequence[str] = ()
+    ) -> list[GroupOverview]:
+        """Every group, or those whose state and type are among ``states`` and ``types``
+        (ListGroups v4/v5). Names match case-insensitively, as Kafka's; an empty filter
+        takes every group. Every group here is a classic one (the JoinGroup protocol)."""
+        wanted_states = {state.lower() for state in states}
+        wanted_types = {kind.lower() for kind in types}
+        if wanted_types and CLASSIC_GROUP_TYPE not in wanted_types:
+            return []
         return [
             GroupOverview(group.group_id, group.protocol_type or "", group.state)
             for group in self.groups.values()
+            if not wanted_states or str(group.state).lower() in wanted_states
         ]
 
     def delete_groups(self, group_ids: Sequence[str]) -> dict[str, ErrorCode]:
@@ -77,6 +92,44 @@ class GroupAdmin:
                     log.info("group %s deleted", group_id)
                 results[group_id] = error
         return results
+
+    def delete_offsets(
+        self, group_id: str, partitions: Sequence[TopicPartition]
+    ) -> tuple[ErrorCode, dict[TopicPartition, ErrorCode]]:
+        """Delete a group's committed offsets of topics no member subscribes to (KIP-496).
+
+        The group error is GROUP_ID_NOT_FOUND for an unknown group, and
+        NON_EMPTY_GROUP for an active group whose subscriptions cannot be known
+        (its protocol type is not ``consumer``). Otherwise each partition of a
+        subscribed topic gets GROUP_SUBSCRIBED_TO_TOPIC and keeps its offset;
+        the others' offsets are deleted through tombstones (a partition with
+        no offset committed is answered NONE, as in Kafka). A failed tombstone
+        write answers its error for those partitions and deletes nothing.
+        """
+        group = self.groups.get(group_id)
+        if group is None or group.is_(GroupState.DEAD):
+            return ErrorCode.GROUP_ID_NOT_FOUND, {}
+        if not group.is_(GroupState.EMPTY) and group.protocol_type != CONSUMER_PROTOCOL_TYPE:
+            return ErrorCode.NON_EMPTY_GROUP, {}
+        subscribed = subscribed_topics(group)
+        errors: dict[TopicPartition, ErrorCode] = {}
+        doomed: list[TopicPartition] = []
+        for partition in partitions:
+            if subscribed is None or partition.topic in subscribed:
+                errors[partition] = ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC
+            else:
+                errors[partition] = ErrorCode.NONE
+                if partition in group.offsets:
+                    doomed.append(partition)
+        if doomed:
+            error = self.store.write_tombstones(group, doomed, group_record=False)
+            if error is not ErrorCode.NONE:
+                errors.update(dict.fromkeys(doomed, error))
+                return ErrorCode.NONE, errors
+            for partition in doomed:
+                del group.offsets[partition]
+            log.info("group %s: %d committed offsets deleted", group_id, len(doomed))
+        return ErrorCode.NONE, errors
 
     def _forget(self, group: Group) -> None:
         group.transition_to(GroupState.DEAD, self.store.wall_clock_ms())

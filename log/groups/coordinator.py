@@ -485,13 +485,29 @@ class GroupCoordinator:
             described.append((ErrorCode.NONE, self.core.admin.describe_group(group_id)))
         return described
 
-    async def list_groups(self) -> tuple[ErrorCode, list[GroupOverview]]:
+    async def list_groups(
+        self, states: Sequence[str] = (), types: Sequence[str] = ()
+    ) -> tuple[ErrorCode, list[GroupOverview]]:
         await trio.lowlevel.checkpoint()
         if self.status is Status.LOADING:
-            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, self.core.admin.list_groups()
+            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, self.core.admin.list_groups(
+                states, types
+            )
         if self.status is not Status.ACTIVE:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE, []
-        return ErrorCode.NONE, self.core.admin.list_groups()
+        return ErrorCode.NONE, self.core.admin.list_groups(states, types)
+
+    async def delete_offsets(
+        self, group_id: str, partitions: Sequence[TopicPartition]
+    ) -> tuple[ErrorCode, dict[TopicPartition, ErrorCode]]:
+        """OffsetDelete: the group error, and each partition's (see ``GroupAdmin``)."""
+        await trio.lowlevel.checkpoint()
+        error = self._status_error(group_id, allow_empty_id=False)
+        if error is not ErrorCode.NONE:
+            return error, {}
+        result = self.core.admin.delete_offsets(group_id, partitions)
+        self._poke()
+        return result
 
     async def delete_groups(self, group_ids: Sequence[str]) -> dict[str, ErrorCode]:
         await trio.lowlevel.checkpoint()

@@ -30,6 +30,8 @@ from eventplatform.log.protocol.errors import ProtocolError
 from eventplatform.log.protocol.schema import Array, F, Primitive, Struct
 
 ARRAY_ITEMS_MAX = 1 << 24
+NULL_STRUCT_MARKER = -1
+PRESENT_STRUCT_MARKER = 1
 VARINT_BYTES_MAX = 5
 
 _INT8 = struct.Struct(">b")
@@ -272,6 +274,8 @@ def _minimum_bytes(field: F, version: int, *, flexible: bool) -> int:
     if isinstance(kind, Primitive):
         return _FIXED_BYTES.get(kind.name, 1 if flexible else (2 if kind.name == "string" else 4))
     if isinstance(kind, Struct):
+        if field.nullable is not None and version in field.nullable:
+            return 1
         return _struct_minimum(kind.fields, version, flexible=flexible)
     return 1 if flexible else 4
 
@@ -314,6 +318,8 @@ def _field_codec(field: F, version: int, *, flexible: bool) -> tuple[Read, Write
         return _primitive(kind, compact=flexible, nullable=nullable)
     if isinstance(kind, Struct):
         inner = compile_struct(kind.fields, version, flexible=flexible)
+        if nullable:
+            return _nullable_struct_codec(inner)
         return inner.read, inner.write
     if isinstance(kind, Array):
         item_read, item_write = _primitive(kind.item, compact=flexible, nullable=False)
@@ -323,6 +329,28 @@ def _field_codec(field: F, version: int, *, flexible: bool) -> tuple[Read, Write
         item_read, item_write = inner.read, inner.write
         item_bytes = max(1, _struct_minimum(field.fields, version, flexible=flexible))
     return _array_codec(item_read, item_write, item_bytes, flexible=flexible, nullable=nullable)
+
+
+def _nullable_struct_codec(inner: StructCodec) -> tuple[Read, Write]:
+    """A struct that may be null: an int8 marker, -1 for null or 1 before the struct."""
+
+    def read(reader: Reader) -> dict[str, Any] | None:
+        marker = reader.unpack(_INT8)
+        if marker == NULL_STRUCT_MARKER:
+            return None
+        if marker != PRESENT_STRUCT_MARKER:
+            raise ProtocolError(f"nullable struct marker {marker} is neither -1 nor 1")
+        value: dict[str, Any] = inner.read(reader)
+        return value
+
+    def write(writer: Writer, value: Any) -> None:
+        if value is None:
+            writer.buffer += _INT8.pack(NULL_STRUCT_MARKER)
+            return
+        writer.buffer += _INT8.pack(PRESENT_STRUCT_MARKER)
+        inner.write(writer, value)
+
+    return read, write
 
 
 def _array_codec(

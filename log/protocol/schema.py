@@ -3,7 +3,8 @@
 A table is a tuple of ``F`` fields. Each field names its type and the
 versions it exists in, as Kafka's message definitions do: ``"0+"``, ``"3-5"``
 or ``"7"``. A list of fields is an array of structs, ``Array(T)`` is an array
-of a primitive type, and ``Struct(...)`` is a nested single struct. Tagged
+of a primitive type, and ``Struct(...)`` is a nested single struct (nullable
+ones, default None, are written after an int8 marker: -1 null, 1 present). Tagged
 fields (``tag=N``) exist only in flexible versions and are written only when
 their value differs from the default.
 
@@ -127,6 +128,8 @@ class F:
         if isinstance(self.type, (list, Array)):
             return None if self.default is None else list(self.default)
         if isinstance(self.type, Struct):
+            if self.default is None:
+                return None
             return {item.name: item.default_value() for item in self.fields}
         return self.default
 

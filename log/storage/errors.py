@@ -19,15 +19,30 @@ Hierarchy::
     └── LogLockedError              another log holds the directory
 
 Each maps to one Kafka error code in the broker; ``kafka_error_code`` names it.
+A validation error may name the records of the batch it refused
+(``record_errors``: their indexes in the batch and why), which Produce v8+
+answers per record as Kafka does; an error about the batch as a whole names
+none.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class RecordError:
+    """One refused record of a batch: its index in the batch (0 first) and why."""
+
+    batch_index: int
+    message: str
 
 
 class StorageError(Exception):
     """Base of every error the storage engine raises on bad input or a failing disk."""
 
     kafka_error_code = -1
+    record_errors: tuple[RecordError, ...] = ()
 
 
 class InvalidConfigError(StorageError):
@@ -44,6 +59,10 @@ class UnsupportedCompressionError(CorruptRecordError):
 
 class InvalidRecordError(StorageError):
     kafka_error_code = 87  # INVALID_RECORD
+
+    def __init__(self, message: str, record_errors: tuple[RecordError, ...] = ()) -> None:
+        super().__init__(message)
+        self.record_errors = record_errors
 
 
 class InvalidTimestampError(StorageError):

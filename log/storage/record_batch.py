@@ -42,6 +42,7 @@ from eventplatform.log.storage.compression import Compression, compress, decompr
 from eventplatform.log.storage.errors import (
     CorruptRecordError,
     InvalidRecordError,
+    RecordError,
     UnsupportedCompressionError,
 )
 
@@ -54,6 +55,7 @@ NO_PRODUCER_EPOCH = -1
 NO_SEQUENCE = -1
 NO_PARTITION_LEADER_EPOCH = -1
 NO_TIMESTAMP = -1
+KEYLESS_RECORD_MESSAGE = "a compacted topic only accepts records with a key"
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 _STAMP = struct.Struct(">qii")  # baseOffset, batchLength, partitionLeaderEpoch
@@ -434,8 +436,12 @@ def check_keys_present(buffer: bytes | bytearray | memoryview, header: BatchHead
 
     Walks the records without building them: per record only the length, the
     offset delta (which must count 0, 1, 2, ...) and the key length are read,
-    so a batch of many tiny records costs integers, not objects.
+    so a batch of many tiny records costs integers, not objects. Every keyless
+    record is named in the ``InvalidRecordError``'s ``record_errors``, so the
+    producer learns which records were refused; a framing error refuses the
+    whole batch (``CorruptRecordError``) before any record is named.
     """
+    keyless: list[int] = []
     payload = memoryview(buffer)[
         header.position + HEADER_BYTES : header.position + header.size_bytes
     ]
@@ -454,10 +460,16 @@ def check_keys_present(buffer: bytes | bytearray | memoryview, header: BatchHead
             raise InvalidRecordError(f"record {index} has offset delta {offset_delta}")
         key_length, _ = decode_varint(body, field, record_end)
         if key_length < 0:
-            raise InvalidRecordError("a compacted topic only accepts records with a key")
+            keyless.append(index)
         position = record_end
     if position != end:
         raise CorruptRecordError(f"record batch has {end - position} bytes after its last record")
+    if keyless:
+        raise InvalidRecordError(
+            f"{len(keyless)} of {header.records_count} records have no key, "
+            f"and a compacted topic only accepts records with a key (first: record {keyless[0]})",
+            tuple(RecordError(index, KEYLESS_RECORD_MESSAGE) for index in keyless),
+        )
 
 
 def _decode_records(body: memoryview, header: BatchHeader) -> list[Record]:

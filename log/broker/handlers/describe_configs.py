@@ -4,15 +4,16 @@ Topic resources (type 2) list every topic-level config with its effective
 value and where it came from (v1+ ``config_source`` and, when asked,
 ``synonyms``: the topic override, the broker's ``log.*`` setting, the
 default). Broker resources (type 4) list the broker's static settings; the
-resource name must be this node's id or empty. Other types get
-INVALID_REQUEST.
+resource name must be this node's id or empty. Group resources (type 32)
+list Kafka 4's group configs with their defaults (:mod:`..group_configs`).
+Other types get INVALID_REQUEST.
 """
 
 from __future__ import annotations
 
 import trio
 
-from eventplatform.log.broker import config_resources
+from eventplatform.log.broker import config_resources, group_configs
 from eventplatform.log.broker.config_resources import ResourceType
 from eventplatform.log.broker.context import Body, RequestContext
 from eventplatform.log.broker.topics import TopicError
@@ -44,6 +45,8 @@ async def handle(context: RequestContext, request: Body) -> Body:
                 result["configs"] = config_resources.describe_broker(
                     broker.config, keys, synonyms=synonyms
                 )
+            elif kind == group_configs.GROUP_RESOURCE_TYPE:
+                result["configs"] = group_configs.describe_group(name, keys, synonyms=synonyms)
             else:
                 raise TopicError(ErrorCode.INVALID_REQUEST, f"no config resource {kind}/{name!r}")
         except TopicError as exc:

@@ -5,14 +5,19 @@ PreparingRebalance, CompletingRebalance, Stable, Dead), protocol type, and
 its members with client id and host. The selected protocol and each
 member's metadata and assignment are filled in only when the group is
 Stable, as in Kafka. A group that does not exist is reported Dead with no
-error. v3 adds authorized operations (this broker has no ACLs: every group
-operation, when asked for), v4 members' ``group_instance_id``.
+error. v3 adds authorized operations (from :mod:`..authorizer`, when asked
+for), v4 members' ``group_instance_id``.
 """
 
 from __future__ import annotations
 
 import trio
 
+from eventplatform.log.broker.authorizer import (
+    OPERATIONS_NOT_REQUESTED,
+    AclResourceType,
+    authorized_operations,
+)
 from eventplatform.log.broker.context import Body, RequestContext
 from eventplatform.log.groups.messages import GroupDescription
 from eventplatform.log.protocol import ErrorCode
@@ -21,11 +26,6 @@ from eventplatform.log.protocol.schema import Versions
 
 API = DESCRIBE_GROUPS
 VERSIONS = Versions.parse("0-4")
-OPERATIONS_NOT_REQUESTED = -(2**31)
-READ_OPERATION = 3
-DELETE_OPERATION = 6
-DESCRIBE_OPERATION = 8
-GROUP_OPERATIONS = (1 << READ_OPERATION) | (1 << DELETE_OPERATION) | (1 << DESCRIBE_OPERATION)
 
 
 async def handle(context: RequestContext, request: Body) -> Body:
@@ -40,10 +40,14 @@ async def handle(context: RequestContext, request: Body) -> Body:
             group_ids, await coordinator.describe_groups(group_ids), strict=True
         ):
             answers.append(_error(group_id, error) if error else _describe(description))
-    operations = GROUP_OPERATIONS if request["include_authorized_operations"] else None
+    requested = bool(request["include_authorized_operations"])
     for answer in answers:
         answer["authorized_operations"] = (
-            OPERATIONS_NOT_REQUESTED if operations is None or answer["error_code"] else operations
+            OPERATIONS_NOT_REQUESTED
+            if answer["error_code"]
+            else authorized_operations(
+                context, AclResourceType.GROUP, answer["group_id"], requested=requested
+            )
         )
     return {"throttle_time_ms": 0, "groups": answers}
 

@@ -1,8 +1,13 @@
-"""ListGroups (key 16), v0-2.
+"""ListGroups (key 16), v0-5.
 
 Lists every group the coordinator knows, with its protocol type (empty for
 groups that only store offsets). While ``__consumer_offsets`` loads, the
-groups loaded so far come with COORDINATOR_LOAD_IN_PROGRESS.
+groups loaded so far come with COORDINATOR_LOAD_IN_PROGRESS. v3 is the
+first flexible version. v4 adds ``states_filter`` (state names such as
+``Stable`` or ``Empty``, matched case-insensitively; empty lists every
+group) and each group's state; v5 adds ``types_filter`` and each group's
+type, which is ``classic`` for every group here (the JoinGroup protocol:
+the consumer protocol of KIP-848 is not served).
 """
 
 from __future__ import annotations
@@ -10,12 +15,13 @@ from __future__ import annotations
 import trio
 
 from eventplatform.log.broker.context import Body, RequestContext
+from eventplatform.log.groups.admin import CLASSIC_GROUP_TYPE
 from eventplatform.log.protocol import ErrorCode
 from eventplatform.log.protocol.apis import LIST_GROUPS
 from eventplatform.log.protocol.schema import Versions
 
 API = LIST_GROUPS
-VERSIONS = Versions.parse("0-2")
+VERSIONS = Versions.parse("0-5")
 
 
 async def handle(context: RequestContext, request: Body) -> Body:
@@ -23,7 +29,7 @@ async def handle(context: RequestContext, request: Body) -> Body:
     if coordinator is None:
         await trio.lowlevel.checkpoint()
         return {"throttle_time_ms": 0, "error_code": ErrorCode.COORDINATOR_NOT_AVAILABLE}
-    error, groups = await coordinator.list_groups()
+    error, groups = await coordinator.list_groups(request["states_filter"], request["types_filter"])
     return {
         "throttle_time_ms": 0,
         "error_code": error,
@@ -32,6 +38,7 @@ async def handle(context: RequestContext, request: Body) -> Body:
                 "group_id": group.group_id,
                 "protocol_type": group.protocol_type,
                 "group_state": str(group.state),
+                "group_type": CLASSIC_GROUP_TYPE,
             }
             for group in groups
         ],

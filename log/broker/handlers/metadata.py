@@ -13,7 +13,10 @@ defaults when ``auto.create.topics.enable`` is on and the request allows it
 (``allow_auto_topic_creation``, v4+; always allowed before); a cluster
 member answers once the new topic has reached it. From v7
 each partition carries its leader epoch, and clients validate positions with
-OffsetForLeaderEpoch.
+OffsetForLeaderEpoch. From v8 a client may ask for the operations it is
+authorized to perform on each topic (``include_topic_authorized_operations``)
+and, up to v10, on the cluster; the answer comes from :mod:`..authorizer`,
+and is ``-2147483648`` when not asked for.
 """
 
 from __future__ import annotations
@@ -22,6 +25,11 @@ from typing import Any
 
 import trio
 
+from eventplatform.log.broker.authorizer import (
+    CLUSTER_NAME,
+    AclResourceType,
+    authorized_operations,
+)
 from eventplatform.log.broker.context import Body, RequestContext
 from eventplatform.log.broker.topics import Topic, TopicError, validate_topic_name
 from eventplatform.log.cluster.metadata import NO_LEADER, MetadataImage
@@ -41,21 +49,39 @@ async def handle(context: RequestContext, request: Body) -> Body:
     else:
         allow = context.version < 4 or request["allow_auto_topic_creation"]
         topics = [await _requested_topic(context, entry["name"], allow) for entry in requested]
+    include_topic_operations = bool(request["include_topic_authorized_operations"])
+    for topic in topics:
+        if topic["error_code"] == ErrorCode.NONE:
+            topic["topic_authorized_operations"] = authorized_operations(
+                context, AclResourceType.TOPIC, topic["name"], requested=include_topic_operations
+            )
     await trio.lowlevel.checkpoint()
-    brokers = [{"node_id": broker.node_id, "host": broker.advertised_host, "port": broker.port}]
-    if broker.member is not None:
-        image = broker.member.replicas.image
-        brokers = [
-            {"node_id": b.broker, "host": b.host, "port": b.port, "rack": b.rack}
-            for b in sorted(image.brokers.values(), key=lambda b: b.broker)
-            if not b.fenced
-        ]
     return {
-        "brokers": brokers,
+        "brokers": live_brokers(context),
         "cluster_id": broker.cluster_id,
         "controller_id": broker.node_id,
         "topics": topics,
+        "cluster_authorized_operations": authorized_operations(
+            context,
+            AclResourceType.CLUSTER,
+            CLUSTER_NAME,
+            requested=bool(request["include_cluster_authorized_operations"]),
+        ),
     }
+
+
+def live_brokers(context: RequestContext) -> list[Body]:
+    """The brokers clients may connect to (``node_id``, ``host``, ``port``, ``rack``): this
+    one alone when standalone, every unfenced broker of the applied metadata on a cluster."""
+    broker = context.broker
+    if broker.member is None:
+        return [{"node_id": broker.node_id, "host": broker.advertised_host, "port": broker.port}]
+    image = broker.member.replicas.image
+    return [
+        {"node_id": b.broker, "host": b.host, "port": b.port, "rack": b.rack}
+        for b in sorted(image.brokers.values(), key=lambda b: b.broker)
+        if not b.fenced
+    ]
 
 
 async def _requested_topic(context: RequestContext, name: str | None, allow_create: bool) -> Body:
@@ -90,6 +116,7 @@ def describe_topic(context: RequestContext, topic: Topic) -> Body:
         if partition is not None
     ]
     return {
+        "error_code": ErrorCode.NONE,
         "name": topic.name,
         "topic_id": topic.topic_id,
         "is_internal": topic.internal,
@@ -115,6 +142,7 @@ def _describe_replicated(image: MetadataImage, topic: Topic) -> Body:
             }
         )
     return {
+        "error_code": ErrorCode.NONE,
         "name": topic.name,
         "topic_id": topic.topic_id,
         "is_internal": topic.internal,

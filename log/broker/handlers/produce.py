@@ -1,4 +1,4 @@
-"""Produce (key 0), v0-8.
+"""Produce (key 0), v0-9 (v9 is the first flexible version).
 
 v0-2 carry the old message formats and are answered with UNSUPPORTED_VERSION
 per partition (the range is still advertised from 0: librdkafka disables
@@ -12,7 +12,12 @@ magic, framing), MESSAGE_TOO_LARGE (``max.message.bytes``), INVALID_RECORD
 topic), INVALID_TOPIC_EXCEPTION (internal topics such as
 ``__consumer_offsets``), UNSUPPORTED_COMPRESSION_TYPE, OUT_OF_ORDER_SEQUENCE_NUMBER and
 INVALID_PRODUCER_EPOCH (idempotence). A retried batch already in the log is
-answered with its original offset. acks=0 gets no response at all; acks=1
+answered with its original offset. A batch refused for some of its records
+(keyless records on a compacted topic: the only check that looks inside a
+batch, and only on compacted topics) names them from v8 in ``record_errors``
+(index in the batch, reason), as Kafka does (KIP-467); clients then fail
+those records with the partition's error and the others of the batch as
+refused with them. acks=0 gets no response at all; acks=1
 is answered after the leader's append. acks=-1 is refused with
 NOT_ENOUGH_REPLICAS while the ISR is smaller than ``min.insync.replicas``,
 and is answered once the whole ISR has the batch (the high watermark passed
@@ -40,7 +45,7 @@ from eventplatform.log.protocol.apis import PRODUCE
 from eventplatform.log.protocol.schema import Versions
 
 API = PRODUCE
-VERSIONS = Versions.parse("0-8")
+VERSIONS = Versions.parse("0-9")
 FIRST_RECORD_BATCH_VERSION = 3
 ACKS = (0, 1, -1)
 
@@ -140,11 +145,17 @@ def _answer_all(request: Body, error: ProduceResult) -> list[Body]:
 
 
 def _partition_response(index: int, result: ProduceResult) -> Body:
+    """One partition's answer; the records a validation named become ``record_errors``
+    (v8+), here and nowhere else, so every per-record refusal reads the same."""
     return {
         "index": index,
         "error_code": result.error,
         "base_offset": result.base_offset,
         "log_append_time_ms": result.log_append_time_ms,
         "log_start_offset": result.log_start_offset,
+        "record_errors": [
+            {"batch_index": error.batch_index, "batch_index_error_message": error.message}
+            for error in result.record_errors
+        ],
         "error_message": result.message if result.error else None,
     }

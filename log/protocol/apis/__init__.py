@@ -21,6 +21,8 @@ from eventplatform.log.protocol.apis.admin import (
     DESCRIBE_ACLS,
     DESCRIBE_CLUSTER,
     DESCRIBE_CONFIGS,
+    DESCRIBE_LOG_DIRS,
+    DESCRIBE_TOPIC_PARTITIONS,
     INCREMENTAL_ALTER_CONFIGS,
     SASL_AUTHENTICATE,
     SASL_HANDSHAKE,
@@ -95,6 +97,8 @@ APIS: dict[int, Api] = {
         DESCRIBE_QUORUM,
         FETCH_SNAPSHOT,
         DESCRIBE_CLUSTER,
+        DESCRIBE_TOPIC_PARTITIONS,
+        DESCRIBE_LOG_DIRS,
     )
 }
 """Every table by API key."""
@@ -115,7 +119,9 @@ __all__ = [
     "DESCRIBE_CLUSTER",
     "DESCRIBE_CONFIGS",
     "DESCRIBE_GROUPS",
+    "DESCRIBE_LOG_DIRS",
     "DESCRIBE_QUORUM",
+    "DESCRIBE_TOPIC_PARTITIONS",
     "END_QUORUM_EPOCH",
     "FETCH",
     "FETCH_SNAPSHOT",

@@ -17,6 +17,7 @@ from eventplatform.log.protocol.schema import (
     Api,
     Array,
     F,
+    Struct,
 )
 
 API_VERSIONS = Api(
@@ -495,5 +496,108 @@ DESCRIBE_CLUSTER = Api(
             ],
         ),
         F("cluster_authorized_operations", INT32, default=-2147483648),
+    ),
+)
+
+
+DESCRIBE_TOPIC_PARTITIONS = Api(
+    75,
+    "DescribeTopicPartitions",
+    "0",
+    flexible="0+",
+    request=(
+        F("topics", [F("name", STRING)]),
+        F("response_partition_limit", INT32, default=2000),
+        F(
+            "cursor",
+            Struct(
+                F("topic_name", STRING),
+                F("partition_index", INT32),
+            ),
+            nullable="0+",
+            default=None,
+        ),
+    ),
+    response=(
+        F("throttle_time_ms", INT32),
+        F(
+            "topics",
+            [
+                F("error_code", INT16),
+                F("name", STRING, nullable="0+"),
+                F("topic_id", UUID),
+                F("is_internal", BOOL),
+                F(
+                    "partitions",
+                    [
+                        F("error_code", INT16),
+                        F("partition_index", INT32),
+                        F("leader_id", INT32),
+                        F("leader_epoch", INT32, default=-1),
+                        F("replica_nodes", Array(INT32)),
+                        F("isr_nodes", Array(INT32)),
+                        F("eligible_leader_replicas", Array(INT32), nullable="0+", default=None),
+                        F("last_known_elr", Array(INT32), nullable="0+", default=None),
+                        F("offline_replicas", Array(INT32)),
+                    ],
+                ),
+                F("topic_authorized_operations", INT32, default=-2147483648),
+            ],
+        ),
+        F(
+            "next_cursor",
+            Struct(
+                F("topic_name", STRING),
+                F("partition_index", INT32),
+            ),
+            nullable="0+",
+            default=None,
+        ),
+    ),
+)
+
+
+DESCRIBE_LOG_DIRS = Api(
+    35,
+    "DescribeLogDirs",
+    "1-4",
+    flexible="2+",
+    request=(
+        F(
+            "topics",
+            [
+                F("topic", STRING),
+                F("partitions", Array(INT32)),
+            ],
+            nullable="1+",
+        ),
+    ),
+    response=(
+        F("throttle_time_ms", INT32),
+        F("error_code", INT16, "3+"),
+        F(
+            "results",
+            [
+                F("error_code", INT16),
+                F("log_dir", STRING),
+                F(
+                    "topics",
+                    [
+                        F("name", STRING),
+                        F(
+                            "partitions",
+                            [
+                                F("partition_index", INT32),
+                                F("partition_size", INT64),
+                                F("offset_lag", INT64),
+                                F("is_future_key", BOOL),
+                            ],
+                        ),
+                    ],
+                ),
+                F("total_bytes", INT64, "4+", default=-1),
+                F("usable_bytes", INT64, "4+", default=-1),
+            ],
+        ),
     ),
 )

@@ -287,7 +287,7 @@ async def test_an_unserved_version_without_an_error_field_closes_the_connection(
         client = await running.connect()
         await client.create_topic(TOPIC)
         body = {"acks": 1, "timeout_ms": 1000, "topic_data": []}
-        await client.send(PRODUCE, 9, body, answered=False)
+        await client.send(PRODUCE, 10, body, answered=False)
         with trio.fail_after(10):
             assert await client.read_frame() is None
         other = await running.connect()

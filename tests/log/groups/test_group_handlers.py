@@ -8,6 +8,7 @@ version lacks or a wrong type fails here before any client sees it.
 from __future__ import annotations
 
 import itertools
+import struct
 from collections.abc import AsyncIterator
 from pathlib import Path
 from types import ModuleType
@@ -30,6 +31,7 @@ from eventplatform.log.broker.handlers import (
     leave_group,
     list_groups,
     offset_commit,
+    offset_delete,
     offset_fetch,
     produce,
     sync_group,
@@ -58,6 +60,7 @@ GROUP_MODULES = [
     describe_groups,
     list_groups,
     delete_groups,
+    offset_delete,
 ]
 ADVERTISED = {
     8: (2, 7),
@@ -68,8 +71,9 @@ ADVERTISED = {
     13: (0, 3),
     14: (0, 3),
     15: (0, 4),
-    16: (0, 2),
+    16: (0, 5),
     42: (0, 1),
+    47: (0, 0),
 }
 _correlation = itertools.count(1)
 
@@ -330,6 +334,10 @@ async def test_every_group_api_answers_coordinator_not_available_without_a_coord
             describe_groups: {"groups": ["g"]},
             list_groups: {},
             delete_groups: {"groups_names": ["g"]},
+            offset_delete: {
+                "group_id": "g",
+                "topics": [{"name": "events", "partitions": [{"partition_index": 0}]}],
+            },
         }
         answer = await call(broker, module, version, bodies[module])
         errors = _error_codes(answer)
@@ -347,3 +355,143 @@ def _error_codes(value: Any) -> list[int]:
                     found.extend(_error_codes(entry))
         return found
     return []
+
+
+# ---------------------------------------------------------------- OffsetDelete, ListGroups v4/v5
+
+
+def _subscription(*topics: str) -> bytes:
+    """A ConsumerProtocolSubscription v0: version, topic names, null user data."""
+    parts = [struct.pack(">hi", 0, len(topics))]
+    parts += [struct.pack(">h", len(topic)) + topic.encode() for topic in topics]
+    return b"".join(parts) + struct.pack(">i", -1)
+
+
+async def _stable_member(broker: Broker, group: str, protocol_type: str, metadata: bytes) -> Any:
+    """One member joined and synced: the group is Stable; its identity for commits."""
+    body = {
+        "group_id": group,
+        "session_timeout_ms": 10_000,
+        "rebalance_timeout_ms": 20_000,
+        "member_id": "",
+        "protocol_type": protocol_type,
+        "protocols": [{"name": "range", "metadata": metadata}],
+    }
+    joined = await call(broker, join_group, 3, body)
+    assert joined["error_code"] == ErrorCode.NONE
+    identity = {
+        "group_id": group,
+        "generation_id": joined["generation_id"],
+        "member_id": joined["member_id"],
+    }
+    assignment = [{"member_id": joined["member_id"], "assignment": b""}]
+    synced = await call(broker, sync_group, 3, {**identity, "assignments": assignment})
+    assert synced["error_code"] == ErrorCode.NONE
+    return identity
+
+
+async def _commit(
+    broker: Broker, group: str, offsets: dict[tuple[str, int], int], **who: Any
+) -> None:
+    topics: dict[str, list[dict[str, Any]]] = {}
+    for (topic, index), offset in offsets.items():
+        topics.setdefault(topic, []).append(
+            {"partition_index": index, "committed_offset": offset, "committed_metadata": ""}
+        )
+    body = {
+        "group_id": group,
+        "generation_id_or_member_epoch": who.get("generation_id", -1),
+        "member_id": who.get("member_id", ""),
+        "topics": [{"name": name, "partitions": entries} for name, entries in topics.items()],
+    }
+    committed = await call(broker, offset_commit, 7, body)
+    codes = [p["error_code"] for t in committed["topics"] for p in t["partitions"]]
+    assert set(codes) == {ErrorCode.NONE}
+
+
+async def _committed(broker: Broker, group: str, topic: str, indexes: list[int]) -> list[int]:
+    body = {"group_id": group, "topics": [{"name": topic, "partition_indexes": indexes}]}
+    fetched = await call(broker, offset_fetch, 5, body)
+    return [p["committed_offset"] for p in fetched["topics"][0]["partitions"]]
+
+
+def _delete_body(group: str, partitions: dict[str, list[int]]) -> dict[str, Any]:
+    return {
+        "group_id": group,
+        "topics": [
+            {"name": name, "partitions": [{"partition_index": index} for index in indexes]}
+            for name, indexes in partitions.items()
+        ],
+    }
+
+
+def _answers(answer: Any) -> dict[tuple[str, int], int]:
+    return {
+        (topic["name"], p["partition_index"]): p["error_code"]
+        for topic in answer["topics"]
+        for p in topic["partitions"]
+    }
+
+
+async def test_offset_delete_removes_an_empty_groups_offsets_and_names_unknown_partitions(
+    broker: Broker,
+) -> None:
+    await _commit(broker, "empty", {("events", 0): 5, ("events", 1): 7})
+    body = _delete_body("empty", {"events": [0, 9], "nowhere": [0]})
+    answer = await call(broker, offset_delete, 0, body)
+    assert answer["error_code"] == ErrorCode.NONE
+    assert _answers(answer) == {
+        ("events", 0): ErrorCode.NONE,
+        ("events", 9): ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        ("nowhere", 0): ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+    }
+    assert await _committed(broker, "empty", "events", [0, 1]) == [-1, 7]
+    missing = await call(broker, offset_delete, 0, _delete_body("nobody", {"events": [0]}))
+    assert (missing["error_code"], missing["topics"]) == (ErrorCode.GROUP_ID_NOT_FOUND, [])
+
+
+async def test_offset_delete_keeps_the_offsets_of_topics_a_member_subscribes_to(
+    broker: Broker,
+) -> None:
+    broker.topics.create("other", 1, {})
+    identity = await _stable_member(broker, "active", "consumer", _subscription("events"))
+    await _commit(broker, "active", {("events", 0): 3, ("other", 0): 4}, **identity)
+    answer = await call(
+        broker, offset_delete, 0, _delete_body("active", {"events": [0], "other": [0]})
+    )
+    assert answer["error_code"] == ErrorCode.NONE
+    assert _answers(answer) == {
+        ("events", 0): ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC,
+        ("other", 0): ErrorCode.NONE,
+    }
+    assert await _committed(broker, "active", "events", [0]) == [3]
+    assert await _committed(broker, "active", "other", [0]) == [-1]
+
+
+async def test_offset_delete_refuses_an_active_group_whose_subscriptions_are_unknown(
+    broker: Broker,
+) -> None:
+    identity = await _stable_member(broker, "connect", "connect", b"opaque")
+    await _commit(broker, "connect", {("events", 0): 3}, **identity)
+    answer = await call(broker, offset_delete, 0, _delete_body("connect", {"events": [0]}))
+    assert answer["error_code"] == ErrorCode.NON_EMPTY_GROUP
+    assert await _committed(broker, "connect", "events", [0]) == [3]
+
+
+async def test_list_groups_filters_by_state_from_v4_and_by_type_from_v5(broker: Broker) -> None:
+    await _stable_member(broker, "busy", "consumer", _subscription("events"))
+    await _commit(broker, "idle", {("events", 0): 1})
+
+    def listed(answer: Any) -> set[tuple[str, str, str]]:
+        return {(g["group_id"], g["group_state"], g["group_type"]) for g in answer["groups"]}
+
+    every = await call(broker, list_groups, 5, {})
+    assert listed(every) == {("busy", "Stable", "classic"), ("idle", "Empty", "classic")}
+    stable = await call(broker, list_groups, 4, {"states_filter": ["stable"]})
+    assert [g["group_id"] for g in stable["groups"]] == ["busy"]
+    classic = await call(
+        broker, list_groups, 5, {"types_filter": ["Classic"], "states_filter": ["Empty"]}
+    )
+    assert [g["group_id"] for g in classic["groups"]] == ["idle"]
+    consumer = await call(broker, list_groups, 5, {"types_filter": ["consumer"]})
+    assert consumer["groups"] == []

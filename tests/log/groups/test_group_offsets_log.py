@@ -200,6 +200,18 @@ async def test_deleted_groups_stay_deleted_after_a_crash(
     assert (await coordinator.delete_groups(["idle"]))["idle"] is ErrorCode.GROUP_ID_NOT_FOUND
 
 
+async def test_deleted_offsets_stay_deleted_after_a_crash(
+    autojump_clock: trio.testing.MockClock, node: Node, client: Client
+) -> None:
+    coordinator = await node.start(delayed(node))
+    other = TopicPartition(PARTITION.topic, PARTITION.partition + 1)
+    await client.commit("idle", {PARTITION: 3, other: 4})
+    error, answers = await coordinator.delete_offsets("idle", [PARTITION])
+    assert (error, answers) == (ErrorCode.NONE, {PARTITION: ErrorCode.NONE})
+    coordinator = await node.restart(crashed=True)
+    assert await client.committed("idle") == {other: 4}
+
+
 async def test_compaction_keeps_the_latest_commit_of_every_partition(
     autojump_clock: trio.testing.MockClock, node: Node, client: Client
 ) -> None:

@@ -12,11 +12,18 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from eventplatform.log.storage.compression import Compression
-from eventplatform.log.storage.errors import CorruptRecordError, InvalidRecordError, StorageError
+from eventplatform.log.storage.errors import (
+    CorruptRecordError,
+    InvalidRecordError,
+    RecordError,
+    StorageError,
+)
 from eventplatform.log.storage.record_batch import (
     HEADER_BYTES,
+    KEYLESS_RECORD_MESSAGE,
     Record,
     TimestampType,
+    check_keys_present,
     decode_batch,
     decode_record_set,
     decode_varint,
@@ -468,6 +475,22 @@ def test_validate_record_set_refuses_batches_a_producer_may_not_send(batch: byte
         validate_record_set(batch)
     with pytest.raises(InvalidRecordError):
         validate_record_set(_encode_golden() + batch)
+
+
+@pytest.mark.parametrize("compression", [Compression.NONE, Compression.GZIP])
+def test_check_keys_present_names_every_keyless_record_by_its_index(
+    compression: Compression,
+) -> None:
+    keys = [b"a", None, b"c", None, None]
+    records = [Record(n, BASE_TIMESTAMP_MS, key, b"v") for n, key in enumerate(keys)]
+    batch = encode_batch(records, compression=compression)
+    with pytest.raises(InvalidRecordError) as refused:
+        check_keys_present(batch, parse_header(batch))
+    assert refused.value.record_errors == tuple(
+        RecordError(index, KEYLESS_RECORD_MESSAGE) for index in (1, 3, 4)
+    )
+    keyed = encode_batch([Record(0, BASE_TIMESTAMP_MS, b"k", b"v")], compression=compression)
+    check_keys_present(keyed, parse_header(keyed))
 
 
 def test_decode_batch_rejects_unknown_codec() -> None:
