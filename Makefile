@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PACKAGES := platform log projections spark_projections apps
 
-.PHONY: demo test lint typecheck pytest venv bench-storage bench-broker bench-projections bench-replay bench-replay-kafka bench-collector bench-log-tail bench-replication bench bench-quick sim faults clean
+.PHONY: demo test lint typecheck pytest venv bench-storage bench-broker bench-projections bench-replay bench-replay-kafka bench-collector bench-log-tail bench-replication bench bench-quick sim faults compat compat-quick compat-build clean
 
 venv: $(STAMP)
 
@@ -95,6 +95,34 @@ bench-log-tail: $(STAMP)
 
 bench-replication: $(STAMP)
 	$(BIN)/python bench/replication.py
+
+# librdkafka's own test suite against our broker (docs/compatibility.md). The source is
+# unpacked from ../shared/conformance/ into build/compat/ (ignored by git) and built there
+# whenever the archive is newer than the last build: about 5 minutes on 2 cores.
+# make compat runs tests 0001-0150 on one broker and on a 3-node cluster (about an hour);
+# make compat-quick, which CI runs, runs the quick list on one broker (a few minutes).
+COMPAT_TARBALL := ../shared/conformance/librdkafka-4c3b017c3.tar.gz
+COMPAT_DIR := build/compat
+COMPAT_SRC := $(COMPAT_DIR)/librdkafka
+COMPAT_TEST_RUNNER := $(COMPAT_SRC)/tests/test-runner
+COMPAT_STAMP := $(COMPAT_DIR)/.built
+
+compat-build: $(COMPAT_STAMP)
+
+$(COMPAT_STAMP): $(COMPAT_TARBALL)
+	rm -rf $(COMPAT_SRC) && mkdir -p $(COMPAT_SRC)
+	tar -xzf $(COMPAT_TARBALL) -C $(COMPAT_SRC) --strip-components=1
+	cd $(COMPAT_SRC) && ./configure --disable-debug-symbols >$(CURDIR)/$(COMPAT_DIR)/configure.log
+	nice -n 10 $(MAKE) -C $(COMPAT_SRC) -j2 libs >$(COMPAT_DIR)/build.log
+	nice -n 10 $(MAKE) -C $(COMPAT_SRC)/tests -j2 test-runner >>$(COMPAT_DIR)/build.log
+	touch $(COMPAT_STAMP)
+
+compat: $(STAMP) $(COMPAT_STAMP)
+	$(BIN)/python -m tests.compat.run --test-runner $(COMPAT_TEST_RUNNER) --setup single
+	$(BIN)/python -m tests.compat.run --test-runner $(COMPAT_TEST_RUNNER) --setup cluster
+
+compat-quick: $(STAMP) $(COMPAT_STAMP)
+	$(BIN)/python -m tests.compat.run --test-runner $(COMPAT_TEST_RUNNER) --setup single --quick
 
 clean:
 	rm -rf $(VENV) .eventplatform .pytest_cache .mypy_cache .ruff_cache .hypothesis

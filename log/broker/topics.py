@@ -167,6 +167,11 @@ class TopicRegistry:
     def get(self, name: str) -> Topic | None:
         return self.topics.get(name)
 
+    def by_id(self, topic_id: bytes) -> Topic | None:
+        """The topic with this id: a topic deleted and re-created under its name has a
+        new one, which is how clients tell the two apart (Metadata v10+)."""
+        return next((t for t in self.topics.values() if t.topic_id == topic_id), None)
+
     def partition(self, name: str, index: int) -> Partition | None:
         topic = self.topics.get(name)
         if topic is None or not 0 <= index < len(topic.partitions):

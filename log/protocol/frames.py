@@ -69,13 +69,15 @@ def _skip_header_tags(reader: Reader) -> None:
 def decode_request_body(
     api: Api, version: int, frame: bytes | bytearray | memoryview, position: int
 ) -> dict[str, Any]:
-    """Decode the body of ``api`` at ``version``; the body must fill the frame exactly."""
+    """Decode the body of ``api`` at ``version``; the body must fill the frame exactly,
+    unless the API ignores the request's tail at this version (see :class:`Api`)."""
     if version not in api.versions:
         raise ProtocolError(f"{api.name} v{version} is not a known version")
     codec = compile_struct(api.request, version, flexible=api.is_flexible(version))
     reader = Reader(frame, position)
     body: dict[str, Any] = codec.read(reader)
-    reader.finish()
+    if not api.ignores_request_tail(version):
+        reader.finish()
     return body
 
 

@@ -136,7 +136,12 @@ class F:
 
 @dataclass(frozen=True, slots=True, eq=False)
 class Api:
-    """One Kafka API: key, the versions it is declared for, the first flexible version."""
+    """One Kafka API: key, the versions it is declared for, the first flexible version.
+
+    ``request_tail_ignored`` names the request versions whose bytes after the last field
+    are ignored, as Kafka's decoder ignores them, rather than refused: only where a
+    widespread client is known to write them (every other request must fill its frame).
+    """
 
     key: int
     name: str
@@ -144,6 +149,7 @@ class Api:
     flexible: Versions | None
     request: tuple[F, ...]
     response: tuple[F, ...]
+    request_tail_ignored: Versions | None
 
     def __init__(
         self,
@@ -154,6 +160,7 @@ class Api:
         flexible: str | None,
         request: tuple[F, ...],
         response: tuple[F, ...],
+        request_tail_ignored: str | None = None,
     ) -> None:
         object.__setattr__(self, "key", key)
         object.__setattr__(self, "name", name)
@@ -161,6 +168,11 @@ class Api:
         object.__setattr__(self, "flexible", Versions.parse(flexible) if flexible else None)
         object.__setattr__(self, "request", request)
         object.__setattr__(self, "response", response)
+        tail = Versions.parse(request_tail_ignored) if request_tail_ignored else None
+        object.__setattr__(self, "request_tail_ignored", tail)
+
+    def ignores_request_tail(self, version: int) -> bool:
+        return self.request_tail_ignored is not None and version in self.request_tail_ignored
 
     def is_flexible(self, version: int) -> bool:
         return self.flexible is not None and version in self.flexible

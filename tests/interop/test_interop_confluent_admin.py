@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
-from broker_process import BrokerProcess
+from broker_process import BrokerProcess, running_broker
 from confluent_kafka import (
     KafkaError,
     KafkaException,
+    Message,
+    Producer,
     TopicPartition,
 )
 from confluent_kafka.admin import (
@@ -165,6 +168,43 @@ def test_delete_topics_and_recreate_empty(
         consumer.close()
     assert _topic_names(admin)[topic] == 3
     assert watermarks == (0, 0)
+
+
+RECREATED_FLUSH_TIMEOUT_S = 15.0
+"""Far less than the producer's message.timeout.ms: a flush ends by what it learns."""
+
+
+def test_a_producer_fails_what_it_queued_for_partitions_a_recreated_topic_no_longer_has(
+    tmp_path: Path,
+) -> None:
+    """librdkafka tells a re-created topic from the deleted one by its id in Metadata; it
+    then drops the partitions the new topic lacks and fails what waited for them, so a
+    flush ends. Without the id it kept them, and the flush waited for message.timeout.ms.
+    Its own broker, since nothing may auto-create the topic while it is gone."""
+    reports: list[KafkaError | None] = []
+
+    def report(error: KafkaError | None, _message: Message) -> None:
+        reports.append(error)
+
+    with running_broker(tmp_path, ["auto.create.topics.enable=false"]) as broker:
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        topic = "recreated"
+        created = admin.create_topics([NewTopic(topic, num_partitions=6, replication_factor=1)])
+        assert _error_code(created[topic]) is None
+        settings = {"bootstrap.servers": broker.bootstrap, "message.timeout.ms": 120_000}
+        producer = Producer(settings)
+        producer.produce(topic, b"before", partition=5, on_delivery=report)
+        assert producer.flush(RECREATED_FLUSH_TIMEOUT_S) == 0
+        deleted = admin.delete_topics([topic], operation_timeout=ADMIN_TIMEOUT_S)
+        assert _error_code(deleted[topic]) is None
+        producer.produce(topic, b"while deleted", partition=5, on_delivery=report)
+        producer.poll(1.0)
+        recreated = admin.create_topics([NewTopic(topic, num_partitions=2, replication_factor=1)])
+        assert _error_code(recreated[topic]) is None
+
+        assert producer.flush(RECREATED_FLUSH_TIMEOUT_S) == 0
+    assert reports[0] is None
+    assert reports[1] is not None and reports[1].code() == KafkaError._UNKNOWN_PARTITION
 
 
 def test_create_partitions(

@@ -1,4 +1,4 @@
-"""Metadata (key 3), v1-8.
+"""Metadata (key 3), v1-12.
 
 A standalone broker answers with itself as the only node, controller and
 leader of every partition. A cluster member answers from the metadata it
@@ -17,6 +17,12 @@ OffsetForLeaderEpoch. From v8 a client may ask for the operations it is
 authorized to perform on each topic (``include_topic_authorized_operations``)
 and, up to v10, on the cluster; the answer comes from :mod:`..authorizer`,
 and is ``-2147483648`` when not asked for.
+
+From v10 each topic carries its id, and a request may name a topic by id alone
+(an unknown id is UNKNOWN_TOPIC_ID). The id is how a client tells a topic deleted
+and re-created under the same name from the old one: librdkafka, for one, only
+shrinks its partition count, failing what it queued for the partitions gone, when
+the id changes, and only trusts leader epochs from v9 on.
 """
 
 from __future__ import annotations
@@ -38,7 +44,9 @@ from eventplatform.log.protocol.apis import METADATA
 from eventplatform.log.protocol.schema import Versions
 
 API = METADATA
-VERSIONS = Versions.parse("1-8")
+VERSIONS = Versions.parse("1-12")
+NO_TOPIC_ID = bytes(16)
+NULLABLE_NAME_VERSION = 12
 
 
 async def handle(context: RequestContext, request: Body) -> Body:
@@ -48,7 +56,7 @@ async def handle(context: RequestContext, request: Body) -> Body:
         topics = [describe_topic(context, topic) for topic in broker.topics.topics.values()]
     else:
         allow = context.version < 4 or request["allow_auto_topic_creation"]
-        topics = [await _requested_topic(context, entry["name"], allow) for entry in requested]
+        topics = [await _requested_topic(context, entry, allow) for entry in requested]
     include_topic_operations = bool(request["include_topic_authorized_operations"])
     for topic in topics:
         if topic["error_code"] == ErrorCode.NONE:
@@ -84,19 +92,31 @@ def live_brokers(context: RequestContext) -> list[Body]:
     ]
 
 
-async def _requested_topic(context: RequestContext, name: str | None, allow_create: bool) -> Body:
+async def _requested_topic(context: RequestContext, entry: Body, allow_create: bool) -> Body:
     broker = context.broker
+    name: str | None = entry["name"]
+    topic_id: bytes = entry.get("topic_id") or NO_TOPIC_ID
+    if name is None and topic_id != NO_TOPIC_ID:
+        by_id = broker.topics.by_id(topic_id)
+        if by_id is None:
+            unnamed = None if context.version >= NULLABLE_NAME_VERSION else ""
+            return _topic_error(ErrorCode.UNKNOWN_TOPIC_ID, unnamed, topic_id)
+        return describe_topic(context, by_id)
     try:
         validate_topic_name(name or "")
     except TopicError as exc:
-        return {"error_code": exc.code, "name": name, "partitions": []}
+        return _topic_error(exc.code, name or "")
     assert name is not None
     topic = broker.topics.get(name)
     if topic is None and allow_create:
         topic = await broker.auto_create_topic(name)
     if topic is None:
-        return {"error_code": ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "name": name, "partitions": []}
+        return _topic_error(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name)
     return describe_topic(context, topic)
+
+
+def _topic_error(code: ErrorCode, name: str | None, topic_id: bytes = NO_TOPIC_ID) -> Body:
+    return {"error_code": code, "name": name, "topic_id": topic_id, "partitions": []}
 
 
 def describe_topic(context: RequestContext, topic: Topic) -> Body:

@@ -269,11 +269,14 @@ LIST_OFFSETS = Api(
 )
 
 
+# librdkafka writes the null (all topics) list of Metadata v9+ in four bytes, not one, so
+# three bytes follow its last field; Kafka ignores them, and so does this decoder.
 METADATA = Api(
     3,
     "Metadata",
     "0-12",
     flexible="9+",
+    request_tail_ignored="9+",
     request=(
         F(
             "topics",

@@ -406,3 +406,32 @@ async def test_metadata_does_not_create_topics_when_auto_creation_is_off(
         assert answer["topics"][0]["error_code"] == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         assert "auto" not in await existing_topics(client)
         assert not (tmp_path / "auto-0").exists()
+
+
+async def test_metadata_names_a_recreated_topic_by_its_new_id_and_refuses_the_old_one(
+    tmp_path: Path, wire: Any
+) -> None:
+    """Metadata v10+ carries topic ids (and v12 asks by id alone): a client tells a topic
+    deleted and re-created under the same name from the old one only by its id."""
+    async with wire.open_broker(tmp_path, auto_create_topics_enable=False) as running:
+        client = await running.connect()
+        await client.create_topic(TOPIC, partitions=6)
+        old = (await client.request(METADATA, 12, {"topics": [{"name": TOPIC}]}))["topics"][0]
+        await delete_topics(client, TOPIC)
+        await client.create_topic(TOPIC, partitions=2)
+        new = (await client.request(METADATA, 12, {"topics": [{"name": TOPIC}]}))["topics"][0]
+        assert (old["error_code"], len(old["partitions"])) == (0, 6)
+        assert (new["error_code"], len(new["partitions"])) == (0, 2)
+        assert new["topic_id"] != old["topic_id"]
+        assert bytes(16) not in (old["topic_id"], new["topic_id"])
+
+        by_id = {
+            "topics": [
+                {"topic_id": new["topic_id"], "name": None},
+                {"topic_id": old["topic_id"], "name": None},
+            ]
+        }
+        found, gone = (await client.request(METADATA, 12, by_id))["topics"]
+        assert (found["error_code"], found["name"], len(found["partitions"])) == (0, TOPIC, 2)
+        assert (gone["error_code"], gone["name"]) == (ErrorCode.UNKNOWN_TOPIC_ID, None)
+        assert gone["topic_id"] == old["topic_id"]

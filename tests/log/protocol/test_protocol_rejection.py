@@ -244,6 +244,11 @@ def test_drawn_response_truncated_at_every_cut_point(
 @pytest.mark.parametrize("payload", _sample_requests())
 @pytest.mark.parametrize("extra", [b"\x00", b"\xff\xff", b"junk"])
 def test_request_with_trailing_bytes(payload: bytes, extra: bytes) -> None:
+    """Refused, except where the API ignores a request's tail as Kafka does (Metadata v9+)."""
+    header, _ = decode_request_header(payload)
+    if APIS[header.api_key].ignores_request_tail(header.api_version):
+        assert _decode(payload + extra) == _decode(payload)
+        return
     with pytest.raises(ProtocolError, match="trailing"):
         _decode(payload + extra)
 
@@ -633,3 +638,21 @@ def test_decoding_from_bytearray_and_memoryview() -> None:
         assert _decode(buffer) == _decode(payload)
         with pytest.raises(ProtocolError):
             _decode(buffer[:-1])
+
+
+def test_librdkafkas_all_topics_metadata_request_with_a_four_byte_null_list_is_all_topics() -> None:
+    """librdkafka writes the null topic list of Metadata v9+ (all topics) as four zero bytes
+    where the compact encoding takes one, so its fields end three bytes early. Kafka reads
+    the fields it knows and ignores the rest; so does this broker, for this request only."""
+    header = struct.pack(">hhi", METADATA.key, 12, 7) + struct.pack(">h", 1) + b"c" + b"\x00"
+    body = b"\x00\x00\x00\x00" + b"\x01" + b"\x00" + b"\x00"
+    decoded = _decode(header + body)
+    assert decoded["topics"] is None
+    with pytest.raises(ProtocolError, match="trailing"):
+        _decode(
+            struct.pack(">hhi", METADATA.key, 8, 7)
+            + struct.pack(">h", 1)
+            + b"c"
+            + b"\xff" * 4
+            + b"\x01\x00\x00\x00"
+        )
