@@ -11,7 +11,7 @@ Once the broker has applied all the committed records it knows of, each new
 image goes to the :class:`~.replication.ReplicaManager`.
 
 One heartbeat exchange takes at most a third of ``broker.session.timeout.ms``
-(:func:`~.controller.heartbeat_timeout_ms`; its wait at the controller at most
+(:func:`~.answers.heartbeat_timeout_ms`; its wait at the controller at most
 half of that): a controller that does not answer in time (its process
 stopped, or cut off) is given up, and the broker asks the other voters, which
 name the active controller, so it heartbeats there before its session ends.
@@ -29,11 +29,8 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from eventplatform.log.cluster.controller import (
-    STALE_BROKER_EPOCH,
-    heartbeat_timeout_ms,
-    heartbeat_wait_ms,
-)
+from eventplatform.log.cluster.answers import heartbeat_timeout_ms, heartbeat_wait_ms
+from eventplatform.log.cluster.controller import STALE_BROKER_EPOCH
 from eventplatform.log.cluster.metadata import (
     MetadataError,
     MetadataImage,

@@ -57,11 +57,16 @@ import contextlib
 import logging
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import asdict
 
-import orjson
 import trio
 
+from eventplatform.log.cluster.answers import (
+    assignment_param,
+    describe_document,
+    heartbeat_answer,
+    heartbeat_wait_ms,
+    reassignment_documents,
+)
 from eventplatform.log.cluster.metadata import (
     NO_LEADER,
     AddPartitions,
@@ -86,7 +91,6 @@ from eventplatform.log.cluster.metadata import (
     encode,
     encode_image,
     fence_changes,
-    image_document,
     is_internal_topic,
     place_replicas,
     reassignment_completions,
@@ -102,13 +106,7 @@ log = logging.getLogger(__name__)
 SESSION_TIMEOUT_MS_DEFAULT = 9_000
 FENCE_CHECK_INTERVAL_S = 0.1
 APPLY_POLL_S = 0.001
-HEARTBEAT_ENTRIES_MAX = 5_000
 PRODUCER_ID_BLOCK = 1_000
-HEARTBEAT_WAIT_MS_MAX = 5_000
-HEARTBEATS_PER_SESSION_MIN = 3
-"""One heartbeat exchange (its wait at the controller and the answer) takes at most a
-third of the session, so a broker whose controller stopped answering gives up on it,
-finds the active one (a voter names it) and heartbeats there before its session ends."""
 PROPAGATION_WAIT_S = 5.0
 """How long a topic change's answer waits for the live brokers to have it."""
 LEADER_REBALANCE_INTERVAL_S_DEFAULT = 300.0
@@ -595,27 +593,7 @@ class Controller:
             wait_ms = heartbeat_wait_ms(self.session_timeout_ms, int(params.get("wait_ms", 0)))
             if self.quorum.applied <= offset and wait_ms:
                 await self.quorum.wait_applied(offset, trio.current_time() + wait_ms / 1000)
-            raft = self.quorum.raft
-            if offset < raft.log_start:
-                # the records before the log start are in a snapshot only: send the image
-                return {
-                    "entries": [],
-                    "image": image_document(self.image),
-                    "end": self.quorum.applied,
-                    "applied": self.quorum.applied,
-                    "controller": self.quorum.id,
-                }
-            end = min(self.quorum.applied, offset + HEARTBEAT_ENTRIES_MAX)
-            entries = [
-                None if entry.payload == LEADER_CHANGE else orjson.loads(entry.payload)
-                for entry in raft.entries(offset, end)
-            ]
-            return {
-                "entries": entries,
-                "end": end,
-                "applied": self.quorum.applied,
-                "controller": self.quorum.id,
-            }
+            return heartbeat_answer(self.quorum, self.image, offset)
 
     async def _rpc_create_topic(self, params: Params) -> Params:
         with _refusals():
@@ -628,7 +606,7 @@ class Controller:
                     int(params["partitions"]),
                     int(params["replication_factor"]),
                     dict(params.get("configs") or {}),
-                    _assignment_param(params),
+                    assignment_param(params),
                 )
             except MetadataError as exc:
                 raise RpcError(INVALID_REPLICATION_FACTOR, str(exc)) from exc
@@ -640,7 +618,7 @@ class Controller:
             try:
                 factor = int(params.get("replication_factor", -1))
                 await self.add_partitions(
-                    str(params["name"]), int(params["count"]), factor, _assignment_param(params)
+                    str(params["name"]), int(params["count"]), factor, assignment_param(params)
                 )
             except MetadataError as exc:
                 raise RpcError(INVALID_REPLICATION_FACTOR, str(exc)) from exc
@@ -681,23 +659,7 @@ class Controller:
     async def _rpc_describe(self, params: Params) -> Params:
         with _refusals():
             self._require_active()
-            raft = self.quorum.raft
-            return {
-                "controller": self.quorum.id,
-                "epoch": raft.epoch,
-                "voters": list(self.quorum.voters),
-                "metadata_offset": self.quorum.applied,
-                "brokers": [asdict(b) for b in self.image.brokers.values()],
-                "reassignments": reassignment_documents(self.image),
-                "topics": {
-                    name: {
-                        "topic_id": topic.topic_id,
-                        "configs": topic.configs,
-                        "partitions": [asdict(p) for p in topic.partitions],
-                    }
-                    for name, topic in self.image.topics.items()
-                },
-            }
+            return describe_document(self.quorum, self.image)
 
     # ------------------------------------------------------------ propagation
 
@@ -768,46 +730,6 @@ class Controller:
         end = first + len(records)
         while self.quorum.applied < end:  # applied before propose returns; this is a guard
             await trio.sleep(APPLY_POLL_S)
-
-
-def heartbeat_timeout_ms(session_timeout_ms: int) -> int:
-    """The bound on one heartbeat exchange in a session of ``session_timeout_ms``."""
-    return session_timeout_ms // HEARTBEATS_PER_SESSION_MIN
-
-
-def heartbeat_wait_ms(session_timeout_ms: int, requested_ms: int) -> int:
-    """How long a heartbeat waits at the controller for new records: as the broker asked
-    (its ``broker.heartbeat.interval.ms``), within :data:`HEARTBEAT_WAIT_MS_MAX` and half
-    of the exchange's bound, so the answer has the other half. The controller counts a
-    broker alive from each heartbeat's arrival; the next one arrives after this wait."""
-    bound_ms = min(HEARTBEAT_WAIT_MS_MAX, heartbeat_timeout_ms(session_timeout_ms) // 2)
-    return min(max(requested_ms, 0), bound_ms)
-
-
-def reassignment_documents(image: MetadataImage) -> list[dict[str, object]]:
-    """The reassignments in progress, as the controller answers them."""
-    return [
-        {
-            "topic": name,
-            "partition": number,
-            "replicas": list(state.replicas),
-            "target": list(state.target),
-            "adding": list(state.adding),
-            "removing": list(state.removing),
-            "isr": list(state.isr),
-            "leader": state.leader,
-        }
-        for name, number, state in reassignments(image)
-    ]
-
-
-def _assignment_param(params: Params) -> list[list[int]] | None:
-    """The optional explicit replica assignment of a topic request: one list of broker ids
-    per partition."""
-    assignment = params.get("assignment")
-    if assignment is None:
-        return None
-    return [[int(broker) for broker in replicas] for replicas in assignment]
 
 
 @contextlib.contextmanager
