@@ -15,12 +15,13 @@ Everything here runs on the broker's trio thread; handlers receive the
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import struct
 import uuid
 from base64 import urlsafe_b64encode
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -28,6 +29,8 @@ import trio
 from trio.testing import MockClock
 
 from eventplatform.log.broker.config import BrokerConfig, format_voters
+from eventplatform.log.broker.descriptors import check_new_partitions, partitions_held_here
+from eventplatform.log.broker.memory_pool import MemoryPool
 from eventplatform.log.broker.topics import META_FILE, Topic, TopicError, TopicRegistry
 from eventplatform.log.cluster.network import TCP, Network
 from eventplatform.log.protocol import ErrorCode
@@ -90,6 +93,8 @@ class Broker:
         self.port = config.listen_port
         self.producer_ids = ProducerIdAllocator(config.data_dir / PRODUCER_IDS_FILE)
         self.cleaner = Cleaner()
+        self.request_memory = MemoryPool(config.queued_max_request_bytes)
+        """Request bytes every connection together holds (``queued.max.request.bytes``)."""
         self.groups: GroupCoordinator | None = None
         self.member: BrokerMember | None = None
         """The broker's cluster role (None for a standalone broker)."""
@@ -146,6 +151,7 @@ class Broker:
         self, name: str, partitions: int, replication_factor: int, configs: dict[str, str]
     ) -> None:
         self.topics.check_new_topic(name, partitions, configs)
+        self.check_descriptors(partitions, replication_factor)
         if self.member is not None:
             await self.member.create_topic(name, partitions, replication_factor, configs)
             return
@@ -155,8 +161,21 @@ class Broker:
                 f"replication factor {replication_factor} is larger than the 1 available broker",
             )
         async with self._topic_changes:
-            topic = await self.off_loop(self.topics.prepare, name, partitions, configs)
+            with _storage_failure_answered(name):
+                topic = await self.off_loop(self.topics.prepare, name, partitions, configs)
             self.topics.register(topic)
+
+    def check_descriptors(self, partitions: int, replication_factor: int = -1) -> None:
+        """Refuse (POLICY_VIOLATION) ``partitions`` new partitions whose replicas would
+        leave this broker too few file descriptors for its connections; a cluster
+        member counts the share of them it would hold."""
+        held = partitions
+        if self.member is not None:
+            if replication_factor == -1:
+                replication_factor = self.config.default_replication_factor
+            brokers = len(self.member.replicas.image.live_brokers())
+            held = partitions_held_here(partitions, replication_factor, brokers)
+        check_new_partitions(held, max_connections=self.config.max_connections)
 
     async def delete_topic(self, name: str) -> None:
         if self.topics.get(name) is None:
@@ -169,14 +188,28 @@ class Broker:
         if self.groups is not None:
             self.groups.topic_deleted(name)
 
+    def check_partition_count(self, name: str, count: int) -> None:
+        """Raise TopicError unless topic ``name`` may grow to ``count`` partitions: a
+        larger count, within the limits and this broker's descriptor budget."""
+        topic = self.topics.check_partition_count(name, count)
+        self.check_descriptors(count - len(topic.partitions), self._replication_factor(name))
+
     async def add_partitions(self, name: str, count: int) -> None:
-        self.topics.check_partition_count(name, count)
+        self.check_partition_count(name, count)
         if self.member is not None:
             await self.member.add_partitions(name, count)
             return
         async with self._topic_changes:
-            added = await self.off_loop(self.topics.prepare_partitions, name, count)
+            with _storage_failure_answered(name):
+                added = await self.off_loop(self.topics.prepare_partitions, name, count)
             self.topics.extend(name, added)
+
+    def _replication_factor(self, name: str) -> int:
+        """The replicas per partition of topic ``name`` (1 on a standalone broker)."""
+        if self.member is None:
+            return 1
+        state = self.member.replicas.image.topics.get(name)
+        return len(state.partitions[0].replicas) if state is not None and state.partitions else -1
 
     async def set_topic_configs(self, name: str, configs: dict[str, str]) -> None:
         self.topics.check_configs(name, configs)
@@ -250,6 +283,19 @@ class Broker:
         self.topics.close()
         write_atomically(self.config.data_dir / CLEAN_SHUTDOWN_FILE, b"")
         log.info("broker %d shut down cleanly", self.node_id)
+
+
+@contextlib.contextmanager
+def _storage_failure_answered(topic: str) -> Iterator[None]:
+    """A topic change whose files cannot be created (out of descriptors, a full disk) is
+    answered KAFKA_STORAGE_ERROR; the partitions opened so far are closed again."""
+    try:
+        yield
+    except OSError as exc:
+        log.error("cannot create the files of topic %s: %s", topic, exc)
+        raise TopicError(
+            ErrorCode.KAFKA_STORAGE_ERROR, f"cannot create the partitions' files: {exc}"
+        ) from exc
 
 
 def _load_cluster_id(data_dir: Path, config: BrokerConfig) -> str:

@@ -3,7 +3,10 @@
 Raises a topic's partition count; the count can only grow. Explicit
 assignments must name this node. ``validate_only`` checks and changes
 nothing. Errors per topic: UNKNOWN_TOPIC_OR_PARTITION, INVALID_PARTITIONS,
-INVALID_REPLICA_ASSIGNMENT, INVALID_REQUEST (a topic given twice).
+INVALID_REPLICA_ASSIGNMENT, INVALID_REQUEST (a topic given twice),
+POLICY_VIOLATION (the broker's file descriptors would not cover the new
+partitions and its connections), KAFKA_STORAGE_ERROR (their files could not
+be created).
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ async def handle(context: RequestContext, request: Body) -> Body:
                         f"new partitions must be assigned to node {broker.node_id} alone",
                     )
             if request["validate_only"]:
-                broker.topics.check_partition_count(name, topic["count"])
+                broker.check_partition_count(name, topic["count"])
             else:
                 await broker.add_partitions(name, topic["count"])
             results.append({"name": name, "error_code": 0})

@@ -9,7 +9,9 @@ its replicas round-robin, and answers once the topic has reached it.
 ``validate_only`` (v1+) checks everything and creates nothing. Errors per
 topic: TOPIC_ALREADY_EXISTS, INVALID_TOPIC_EXCEPTION, INVALID_PARTITIONS,
 INVALID_REPLICATION_FACTOR, INVALID_REPLICA_ASSIGNMENT, INVALID_CONFIG,
-INVALID_REQUEST (a name given twice).
+INVALID_REQUEST (a name given twice), POLICY_VIOLATION (the broker's file
+descriptors would not cover the new partitions and its connections),
+KAFKA_STORAGE_ERROR (the partitions' files could not be created).
 """
 
 from __future__ import annotations
@@ -75,6 +77,7 @@ async def _create(context: RequestContext, topic: Body, *, validate_only: bool) 
         raise TopicError(ErrorCode.INVALID_CONFIG, "config values may not be null")
     if validate_only:
         broker.topics.check_new_topic(topic["name"], partitions, configs)
+        broker.check_descriptors(partitions, replication_factor)
         if broker.member is None and replication_factor not in (-1, 1):
             raise TopicError(
                 ErrorCode.INVALID_REPLICATION_FACTOR,
