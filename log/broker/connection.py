@@ -166,15 +166,26 @@ class FrameReader:
         frame[: len(buffered)] = buffered
         filled = len(buffered)
         del buffered
+        view = memoryview(frame)
         while filled < size:
-            # recv allocates its whole size up front: a frame that claims 100 MB and
-            # trickles in must not cost 100 MB per call.
-            data = await self.stream.receive_some(min(size - filled, RECEIVE_BYTES_MAX))
-            if not data:
+            received = await self._receive_into(view[filled : filled + RECEIVE_BYTES_MAX])
+            if not received:
                 raise ProtocolError("connection closed inside a frame")
-            frame[filled : filled + len(data)] = data
-            filled += len(data)
+            filled += received
+        view.release()
         return frame
+
+    async def _receive_into(self, target: memoryview) -> int:
+        """Receive straight into the frame: a socket's bytes are never copied, nor is a
+        receive buffer allocated beside the frame the pool reserved."""
+        if isinstance(self.stream, trio.SocketStream):
+            try:
+                return await self.stream.socket.recv_into(target)
+            except OSError as exc:
+                raise trio.BrokenResourceError from exc
+        data = await self.stream.receive_some(len(target))
+        target[: len(data)] = data
+        return len(data)
 
 
 class Connection:
