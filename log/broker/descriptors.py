@@ -25,10 +25,10 @@ from pathlib import Path
 from eventplatform.log.broker.topics import TopicError
 from eventplatform.log.protocol import ErrorCode
 
-DESCRIPTORS_PER_NEW_PARTITION = 6
+DESCRIPTORS_PER_NEW_PARTITION = 4
 """What one new partition (one segment) holds open: its ``.lock``, the ``.log``,
-and the ``.index`` and ``.timeindex`` twice each (the file, and the duplicate
-that each memory map keeps)."""
+and the memory maps of the ``.index`` and ``.timeindex`` (each keeps a duplicate
+descriptor of its file)."""
 DESCRIPTORS_RESERVED_MIN = 128
 CONNECTION_RESERVE_SHARE_MAX = 4
 """At most ``limit // 4`` descriptors are set aside for future connections."""

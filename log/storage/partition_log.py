@@ -332,7 +332,7 @@ class PartitionLog:
             return None
         descriptors: list[int] = []
         for segment in self.segments.from_offset(self.recovery_point):
-            descriptors += (os.dup(descriptor) for descriptor in segment.descriptors())
+            descriptors += segment.sync_descriptors()
         if self._directory_unsynced:
             descriptors.append(os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY))
         return FlushJob(self.log_end_offset, self._truncations, tuple(descriptors))
