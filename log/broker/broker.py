@@ -16,6 +16,7 @@ Everything here runs on the broker's trio thread; handlers receive the
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import logging
 import struct
@@ -236,10 +237,25 @@ class Broker:
             await self.flush_due_logs()
 
     async def flush_due_logs(self) -> None:
+        """Prepare the due fsyncs and run them off the loop. A log whose files cannot be
+        duplicated because the process is out of descriptors waits for its next turn
+        (its recovery point stays where it is); the broker is not stopped for it."""
         jobs = []
         for partition in list(self.topics.partitions()):
             partition.log.background_flush = True
-            if not partition.log.closed and (job := partition.log.start_flush()) is not None:
+            try:
+                job = None if partition.log.closed else partition.log.start_flush()
+            except OSError as exc:
+                if exc.errno not in (errno.EMFILE, errno.ENFILE):
+                    raise
+                log.warning(
+                    "putting off the flush of %s-%d: %s (the process's open-file limit)",
+                    partition.topic,
+                    partition.index,
+                    exc.strerror,
+                )
+                continue
+            if job is not None:
                 jobs.append((partition.log, job))
         if not jobs:
             return

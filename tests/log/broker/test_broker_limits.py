@@ -10,6 +10,8 @@ clear error, and a broker out of descriptors says so and recovers.
 from __future__ import annotations
 
 import logging
+import os
+import resource
 import socket
 import struct
 from pathlib import Path
@@ -216,7 +218,8 @@ async def test_a_create_topics_beyond_the_descriptor_budget_is_refused_and_clien
     try:
         stream = await trio.open_tcp_stream("127.0.0.1", broker.port)
         client = wire.BrokerClient(stream)
-        partitions = (OPEN_FILES_LIMIT - broker.open_descriptors() - 8) // 6
+        left = OPEN_FILES_LIMIT - broker.open_descriptors()
+        partitions = (left - 8) // DESCRIPTORS_PER_NEW_PARTITION
         body = create_topics_body(new_topic("wide", partitions))
         response = await client.request(CREATE_TOPICS, 4, body)
         (result,) = response["topics"]
@@ -272,3 +275,34 @@ async def test_a_broker_out_of_descriptors_logs_it_once_and_accepts_again_when_c
         for stream in streams:
             await stream.aclose()
         broker.kill()
+
+
+async def test_a_periodic_flush_that_finds_no_descriptor_left_is_put_off_and_logged(
+    tmp_path: Path, wire: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Out of descriptors (connections can use them all), the flusher cannot duplicate a
+    segment's files: it says so and tries again on its next round instead of taking the
+    broker down."""
+    caplog.set_level(logging.WARNING, logger=SERVER_LOGGER)
+    async with wire.open_broker(tmp_path) as running:
+        client = await running.connect()
+        await client.create_topic("flushed", configs={"flush.ms": "1"})
+        assert (await client.produce("flushed", wire.batch([b"w"])))["error_code"] == 0
+        partition_log = running.broker.topics.partition("flushed", 0).log
+        with trio.fail_after(5):
+            while partition_log.recovery_point < 1 or not partition_log.background_flush:
+                await trio.sleep(0.05)
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        lowest_free = os.dup(0)
+        os.close(lowest_free)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (lowest_free, hard))
+        try:
+            partition_log.append(wire.batch([b"x"]))
+            await trio.sleep(0.3)
+        finally:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        assert any("open-file limit" in r.getMessage() for r in caplog.records)
+        with trio.fail_after(5):
+            while partition_log.recovery_point < 2:
+                await trio.sleep(0.05)
+        assert (await client.produce("flushed", wire.batch([b"y"])))["error_code"] == 0
