@@ -22,6 +22,7 @@ import trio
 from admin_requests import create_topics_body, new_topic
 from broker_process import BrokerProcess
 
+from eventplatform.log.broker.context import Deferred, Handler
 from eventplatform.log.broker.descriptors import DESCRIPTORS_PER_NEW_PARTITION
 from eventplatform.log.broker.topics import TopicRegistry
 from eventplatform.log.protocol import ErrorCode
@@ -139,6 +140,43 @@ async def test_a_frame_larger_than_the_whole_pool_closes_only_that_connection(
             assert await client.wait_closed()
         assert await served(wire, running.port)
     assert any("queued.max.request.bytes=65536" in r.getMessage() for r in caplog.records)
+
+
+async def test_a_deferred_answer_keeps_its_request_bytes_reserved_until_it_is_sent(
+    tmp_path: Path, wire: Any
+) -> None:
+    """An acks=all produce answers later, and its body may still refer to the request
+    frame: the frame's bytes stay counted until the answer leaves, then return."""
+    released = trio.Event()
+    async with wire.open_broker(tmp_path) as running:
+        handlers = running.server.handlers
+        original = handlers[API_VERSIONS.key]
+
+        async def deferred(context: Any, request: dict[str, Any]) -> Any:
+            body = await original.handle(context, request)
+
+            async def later() -> Any:
+                await released.wait()
+                return body
+
+            return Deferred(later)
+
+        handlers[API_VERSIONS.key] = Handler(original.api, original.versions, deferred)
+        pool = running.broker.request_memory
+        client = await running.connect()
+        await client.send(API_VERSIONS, 3, _api_versions_body())
+        with trio.fail_after(5):
+            while pool.used_bytes == 0:
+                await trio.sleep(0.01)
+        await trio.sleep(0.1)
+        assert pool.used_bytes > 0
+        released.set()
+        with trio.fail_after(5):
+            _, response = await client.receive()
+        assert response["error_code"] == 0
+        with trio.fail_after(5):
+            while pool.used_bytes:
+                await trio.sleep(0.01)
 
 
 # ---------------------------------------------------------------- connection quotas
