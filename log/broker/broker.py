@@ -15,12 +15,13 @@ Everything here runs on the broker's trio thread; handlers receive the
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import struct
 import uuid
 from base64 import urlsafe_b64encode
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -28,13 +29,19 @@ import trio
 from trio.testing import MockClock
 
 from eventplatform.log.broker.config import BrokerConfig, format_voters
+from eventplatform.log.broker.descriptors import check_new_partitions, partitions_held_here
+from eventplatform.log.broker.memory_pool import MemoryPool
 from eventplatform.log.broker.topics import META_FILE, Topic, TopicError, TopicRegistry
 from eventplatform.log.cluster.metadata import MetadataError, check_replica_assignment
 from eventplatform.log.cluster.network import TCP, Network
 from eventplatform.log.protocol import ErrorCode
 from eventplatform.log.storage import Cleaner, KafkaStorageError
 from eventplatform.log.storage.files import CLEAN_SHUTDOWN_FILE, write_atomically
-from eventplatform.log.storage.partition_log import run_flush_jobs, wall_clock_ms
+from eventplatform.log.storage.partition_log import (
+    DESCRIPTOR_LIMIT_ERRNOS,
+    run_flush_jobs,
+    wall_clock_ms,
+)
 
 if TYPE_CHECKING:
     from eventplatform.log.cluster.node import BrokerMember
@@ -91,6 +98,8 @@ class Broker:
         self.port = config.listen_port
         self.producer_ids = ProducerIdAllocator(config.data_dir / PRODUCER_IDS_FILE)
         self.cleaner = Cleaner()
+        self.request_memory = MemoryPool(config.queued_max_request_bytes)
+        """Request bytes every connection together holds (``queued.max.request.bytes``)."""
         self.groups: GroupCoordinator | None = None
         self.member: BrokerMember | None = None
         """The broker's cluster role (None for a standalone broker)."""
@@ -181,6 +190,8 @@ class Broker:
         self.topics.check_new_topic(name, partitions, configs)
         if assignment:
             self.check_assignment(assignment)
+            replication_factor = len(assignment[0])
+        self.check_descriptors(partitions, replication_factor)
         if self.member is not None:
             await self.member.create_topic(
                 name, partitions, replication_factor, configs, assignment
@@ -192,8 +203,21 @@ class Broker:
                 f"replication factor {replication_factor} is larger than the 1 available broker",
             )
         async with self._topic_changes:
-            topic = await self.off_loop(self.topics.prepare, name, partitions, configs)
+            with _storage_failure_answered(name):
+                topic = await self.off_loop(self.topics.prepare, name, partitions, configs)
             self.topics.register(topic)
+
+    def check_descriptors(self, partitions: int, replication_factor: int = -1) -> None:
+        """Refuse (POLICY_VIOLATION) ``partitions`` new partitions whose replicas would
+        leave this broker too few file descriptors for its connections; a cluster
+        member counts the share of them it would hold."""
+        held = partitions
+        if self.member is not None:
+            if replication_factor == -1:
+                replication_factor = self.config.default_replication_factor
+            brokers = len(self.member.replicas.image.live_brokers())
+            held = partitions_held_here(partitions, replication_factor, brokers)
+        check_new_partitions(held, max_connections=self.config.max_connections)
 
     async def delete_topic(self, name: str) -> None:
         if self.topics.get(name) is None:
@@ -216,7 +240,8 @@ class Broker:
             await self.member.add_partitions(name, count, assignment)
             return
         async with self._topic_changes:
-            added = await self.off_loop(self.topics.prepare_partitions, name, count)
+            with _storage_failure_answered(name):
+                added = await self.off_loop(self.topics.prepare_partitions, name, count)
             self.topics.extend(name, added)
 
     def check_new_partitions(
@@ -224,8 +249,10 @@ class Broker:
     ) -> None:
         """Refuse a CreatePartitions entry as Kafka does: a count that does not grow the
         topic, or an assignment that does not name one replica list per new partition,
-        each as long as the topic's replica lists."""
+        each as long as the topic's replica lists, or partitions that would exhaust this
+        broker's descriptor budget (:meth:`check_descriptors`)."""
         topic = self.topics.check_partition_count(name, count)
+        self.check_descriptors(count - len(topic.partitions), self._replication_factor(name))
         if not assignment:
             return
         current = len(topic.partitions)
@@ -240,6 +267,13 @@ class Broker:
             if state is not None and state.partitions:
                 replicas = len(state.partitions[0].target or state.partitions[0].replicas)
         self.check_assignment(assignment, replicas_per_partition=replicas, first=current)
+
+    def _replication_factor(self, name: str) -> int:
+        """The replicas per partition of topic ``name`` (1 on a standalone broker)."""
+        if self.member is None:
+            return 1
+        state = self.member.replicas.image.topics.get(name)
+        return len(state.partitions[0].replicas) if state is not None and state.partitions else -1
 
     async def set_topic_configs(self, name: str, configs: dict[str, str]) -> None:
         self.topics.check_configs(name, configs)
@@ -268,6 +302,9 @@ class Broker:
             self.check_storage()
 
     async def flush_due_logs(self) -> None:
+        """Prepare the due fsyncs and run them off the loop. A log whose files cannot be
+        duplicated because the process is out of descriptors waits for its next turn
+        (its recovery point stays where it is); the broker is not stopped for it."""
         jobs = []
         for partition in list(self.topics.partitions()):
             partition_log = partition.log
@@ -278,6 +315,16 @@ class Broker:
                 job = partition_log.start_flush()
             except KafkaStorageError:
                 continue  # offline now; check_storage reports it
+            except OSError as exc:
+                if exc.errno not in DESCRIPTOR_LIMIT_ERRNOS:
+                    raise
+                log.warning(
+                    "putting off the flush of %s-%d: %s (the process's open-file limit)",
+                    partition.topic,
+                    partition.index,
+                    exc.strerror,
+                )
+                continue
             if job is not None:
                 jobs.append((partition_log, job))
         if not jobs:
@@ -345,6 +392,19 @@ class Broker:
             log.error("broker %d: cannot mark the shutdown clean: %s", self.node_id, exc)
             return
         log.info("broker %d shut down cleanly", self.node_id)
+
+
+@contextlib.contextmanager
+def _storage_failure_answered(topic: str) -> Iterator[None]:
+    """A topic change whose files cannot be created (out of descriptors, a full disk) is
+    answered KAFKA_STORAGE_ERROR; the partitions opened so far are closed again."""
+    try:
+        yield
+    except OSError as exc:
+        log.error("cannot create the files of topic %s: %s", topic, exc)
+        raise TopicError(
+            ErrorCode.KAFKA_STORAGE_ERROR, f"cannot create the partitions' files: {exc}"
+        ) from exc
 
 
 def _load_cluster_id(data_dir: Path, config: BrokerConfig) -> str:

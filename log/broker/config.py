@@ -25,6 +25,13 @@ from eventplatform.log.storage.config import SEGMENT_BYTES_MIN, boolean, integer
 LISTEN_PORT_DEFAULT = 9092
 SOCKET_REQUEST_BYTES_MAX_DEFAULT = 100 * 1024 * 1024
 IN_FLIGHT_REQUESTS_MAX_DEFAULT = 32
+QUEUED_REQUEST_BYTES_MAX_DEFAULT = 256 * 1024 * 1024
+"""``queued.max.request.bytes``: request bytes all connections together may hold; two
+frames of the largest size fit at once."""
+CONNECTIONS_MAX_DEFAULT = 1000
+"""``max.connections``: with ``max.connections.per.ip`` it bounds descriptors and the
+per-connection read-ahead; Kafka's default is unbounded."""
+CONNECTIONS_PER_IP_MAX_DEFAULT = 2**31 - 1
 CONNECTIONS_MAX_IDLE_MS_DEFAULT = 10 * 60 * 1000
 RETENTION_CHECK_INTERVAL_MS_DEFAULT = 5 * 60 * 1000
 CLEANER_BACKOFF_MS_DEFAULT = 15_000
@@ -117,6 +124,20 @@ def parse_voters(raw: Any) -> tuple[Voter, ...]:
     return tuple(sorted(voters))
 
 
+def parse_connection_overrides(raw: Any) -> tuple[tuple[str, int], ...]:
+    """``host:count,host:count``: ``max.connections.per.ip`` for the named addresses."""
+    items = raw if isinstance(raw, list | tuple) else str(raw).split(",")
+    overrides: dict[str, int] = {}
+    for item in (str(item).strip() for item in items):
+        if not item:
+            continue
+        host, colon, count = item.rpartition(":")
+        if not colon or not host.strip() or not count.strip().isdigit():
+            raise ValueError(f"{item!r} is not host:count")
+        overrides[host.strip().strip("[]")] = int(count)
+    return tuple(sorted(overrides.items()))
+
+
 def format_voters(voters: Iterable[Voter]) -> str:
     return ",".join(f"{node}@{host}:{port}" for node, host, port in voters)
 
@@ -130,6 +151,10 @@ _PARSERS: dict[str, Callable[[Any], Any]] = {
     "default.replication.factor": integer_between(1, 32_767),
     "socket.request.max.bytes": integer_between(1024, 2**31 - 1),
     "max.in.flight.requests.per.connection": integer_between(1, 10_000),
+    "queued.max.request.bytes": integer_between(1024, 2**63 - 1),
+    "max.connections": integer_between(1, 2**31 - 1),
+    "max.connections.per.ip": integer_between(1, 2**31 - 1),
+    "max.connections.per.ip.overrides": parse_connection_overrides,
     "connections.max.idle.ms": integer_between(1),
     "log.retention.check.interval.ms": integer_between(1),
     "log.cleaner.backoff.ms": integer_between(1),
@@ -175,6 +200,10 @@ class BrokerConfig:
     default_replication_factor: int = 1
     socket_request_max_bytes: int = SOCKET_REQUEST_BYTES_MAX_DEFAULT
     max_in_flight_requests_per_connection: int = IN_FLIGHT_REQUESTS_MAX_DEFAULT
+    queued_max_request_bytes: int = QUEUED_REQUEST_BYTES_MAX_DEFAULT
+    max_connections: int = CONNECTIONS_MAX_DEFAULT
+    max_connections_per_ip: int = CONNECTIONS_PER_IP_MAX_DEFAULT
+    max_connections_per_ip_overrides: tuple[tuple[str, int], ...] = ()
     connections_max_idle_ms: int = CONNECTIONS_MAX_IDLE_MS_DEFAULT
     log_retention_check_interval_ms: int = RETENTION_CHECK_INTERVAL_MS_DEFAULT
     log_cleaner_backoff_ms: int = CLEANER_BACKOFF_MS_DEFAULT
@@ -207,6 +236,10 @@ class BrokerConfig:
     @property
     def advertised(self) -> str:
         return self.advertised_host or self.listen_host
+
+    def connections_max_for(self, host: str) -> int:
+        """``max.connections.per.ip`` for ``host``, with its override if it has one."""
+        return dict(self.max_connections_per_ip_overrides).get(host, self.max_connections_per_ip)
 
     @property
     def clustered(self) -> bool:
@@ -297,6 +330,8 @@ class BrokerConfig:
                 out[key] = ",".join(sorted(value))
             elif key == "controller.quorum.voters":
                 out[key] = format_voters(value)
+            elif key == "max.connections.per.ip.overrides":
+                out[key] = ",".join(f"{host}:{count}" for host, count in value)
             else:
                 out[key] = str(value)
         topic_values = self.log_defaults.to_properties()

@@ -36,7 +36,9 @@ import trio
 from eventplatform.log.broker.broker import Broker
 from eventplatform.log.broker.context import Deferred, Handler, RequestContext
 from eventplatform.log.broker.dispatcher import known_api, unsupported_version_response
+from eventplatform.log.broker.memory_pool import MemoryPool
 from eventplatform.log.broker.regions import OwnedRegion
+from eventplatform.log.invariants import require
 from eventplatform.log.protocol import (
     FRAME_SIZE,
     Chunk,
@@ -50,22 +52,29 @@ from eventplatform.log.protocol.apis import API_VERSIONS
 
 log = logging.getLogger("eventplatform.broker.connection")
 
-RECEIVE_BYTES = 256 * 1024
+READ_AHEAD_BYTES = 64 * 1024
+"""What one read asks for while looking for the next frame's size: small frames
+arrive several to a read, and a connection never holds more than this outside
+the request memory pool."""
 RECEIVE_BYTES_MAX = 4 * 1024 * 1024
 SEND_TIMEOUT_S = 30.0
 _connection_ids = itertools.count(1)
 
 
 class _Pending:
-    """A deferred response in the writer's queue, encoded once its body is ready."""
+    """A deferred response in the writer's queue, encoded once its body is ready.
 
-    __slots__ = ("api", "correlation_id", "deferred", "version")
+    It keeps its request's pool bytes (``reserved_bytes``) until it is sent: the
+    body it waits for may still refer to the request frame."""
+
+    __slots__ = ("api", "correlation_id", "deferred", "reserved_bytes", "version")
 
     def __init__(self, api: Any, version: int, correlation_id: int, deferred: Deferred) -> None:
         self.api = api
         self.version = version
         self.correlation_id = correlation_id
         self.deferred = deferred
+        self.reserved_bytes = 0
 
     async def chunks(self) -> list[Chunk]:
         body = await self.deferred.body()
@@ -76,19 +85,35 @@ Response = list[Chunk] | _Pending
 
 
 class FrameTooLargeError(ProtocolError):
-    """A frame size over ``socket.request.max.bytes`` or below zero."""
+    """A frame size below zero, over ``socket.request.max.bytes`` or over the whole
+    ``queued.max.request.bytes`` pool."""
 
 
 class FrameReader:
-    """Splits a byte stream into size-prefixed frames, bounded by ``frame_bytes_max``."""
+    """Splits a byte stream into size-prefixed frames, bounded by ``frame_bytes_max``.
 
-    def __init__(self, stream: trio.abc.ReceiveStream, frame_bytes_max: int) -> None:
+    With a ``pool``, each frame's bytes are reserved there after its size is read
+    and before its body is: while the pool is short, this connection reads nothing.
+    Beyond the frame in hand, the reader holds at most ``READ_AHEAD_BYTES`` read
+    with a size prefix. The caller owns the reservation of the frame returned
+    (:meth:`take_reservation`) and releases it once the request is answered.
+    """
+
+    def __init__(
+        self,
+        stream: trio.abc.ReceiveStream,
+        frame_bytes_max: int,
+        pool: MemoryPool | None = None,
+    ) -> None:
         self.stream = stream
         self.frame_bytes_max = frame_bytes_max
+        self.pool = pool
         self.buffer = bytearray()
+        self._reserved_bytes = 0
 
     async def next_frame(self) -> bytearray | None:
         """The next frame without its size prefix, or None at a clean end of stream."""
+        require(self._reserved_bytes == 0, "the previous frame's reservation was not taken")
         if not await self._fill(FRAME_SIZE.size):
             if self.buffer:
                 raise ProtocolError("connection closed inside a frame size")
@@ -98,22 +123,69 @@ class FrameReader:
             raise FrameTooLargeError(
                 f"frame size {size} is outside [0, socket.request.max.bytes={self.frame_bytes_max}]"
             )
-        if not await self._fill(FRAME_SIZE.size + size):
-            raise ProtocolError("connection closed inside a frame")
-        frame = self.buffer[FRAME_SIZE.size : FRAME_SIZE.size + size]
-        del self.buffer[: FRAME_SIZE.size + size]
-        return frame
+        if self.pool is not None:
+            if not self.pool.fits(size):
+                raise FrameTooLargeError(
+                    f"frame size {size} is larger than the whole request memory pool "
+                    f"(queued.max.request.bytes={self.pool.capacity_bytes})"
+                )
+            await self.pool.reserve(size)
+            self._reserved_bytes = size
+        try:
+            return await self._read_body(size)
+        except BaseException:
+            self._release()
+            raise
+
+    def take_reservation(self) -> int:
+        """The pool bytes of the frame just returned, now the caller's to release."""
+        reserved, self._reserved_bytes = self._reserved_bytes, 0
+        return reserved
+
+    def _release(self) -> None:
+        if self.pool is not None:
+            self.pool.release(self.take_reservation())
 
     async def _fill(self, count: int) -> bool:
         while len(self.buffer) < count:
-            # recv allocates its whole size up front: a frame that claims 100 MB and
-            # trickles in must not cost 100 MB per call.
-            wanted = min(max(RECEIVE_BYTES, count - len(self.buffer)), RECEIVE_BYTES_MAX)
-            data = await self.stream.receive_some(wanted)
+            data = await self.stream.receive_some(READ_AHEAD_BYTES)
             if not data:
                 return False
             self.buffer += data
         return True
+
+    async def _read_body(self, size: int) -> bytearray:
+        """The frame's ``size`` bytes after its prefix: read exactly, never past its end,
+        into one buffer of the frame's size (the bytes the pool reserved)."""
+        start = FRAME_SIZE.size
+        buffered = self.buffer[start : start + size]
+        del self.buffer[: start + len(buffered)]
+        if len(buffered) == size:
+            return buffered
+        frame = bytearray(size)
+        frame[: len(buffered)] = buffered
+        filled = len(buffered)
+        del buffered
+        view = memoryview(frame)
+        while filled < size:
+            received = await self._receive_into(view[filled : filled + RECEIVE_BYTES_MAX])
+            if not received:
+                raise ProtocolError("connection closed inside a frame")
+            filled += received
+        view.release()
+        return frame
+
+    async def _receive_into(self, target: memoryview) -> int:
+        """Receive straight into the frame: a socket's bytes are never copied, nor is a
+        receive buffer allocated beside the frame the pool reserved."""
+        if isinstance(self.stream, trio.SocketStream):
+            try:
+                return await self.stream.socket.recv_into(target)
+            except OSError as exc:
+                raise trio.BrokenResourceError from exc
+        data = await self.stream.receive_some(len(target))
+        target[: len(data)] = data
+        return len(data)
 
 
 class Connection:
@@ -126,10 +198,7 @@ class Connection:
         self.broker = broker
         self.handlers = handlers
         self.id = next(_connection_ids)
-        self.peer = str(getattr(stream, "peer", "?"))
-        if isinstance(stream, trio.SocketStream):
-            with contextlib.suppress(OSError):
-                self.peer = str(stream.socket.getpeername()[0])
+        self.peer = peer_host(stream)
         self.idle = True
         self._stopping = False
         self._read_scope = trio.CancelScope()
@@ -166,7 +235,8 @@ class Connection:
                 await self.stream.aclose()
 
     async def _read_requests(self, send: trio.MemorySendChannel[Response]) -> None:
-        reader = FrameReader(self.stream, self.broker.config.socket_request_max_bytes)
+        pool = self.broker.request_memory
+        reader = FrameReader(self.stream, self.broker.config.socket_request_max_bytes, pool)
         idle_timeout_s = self.broker.config.connections_max_idle_ms / 1000
         while not self._stopping:
             self.idle = True
@@ -179,7 +249,17 @@ class Connection:
                 return
             if frame is None:
                 return
-            response = await self._answer(frame)
+            reserved = reader.take_reservation()
+            try:
+                response = await self._answer(frame)
+            except BaseException:
+                pool.release(reserved)
+                raise
+            del frame
+            if isinstance(response, _Pending):
+                response.reserved_bytes = reserved
+            else:
+                pool.release(reserved)
             if response is not None:
                 await send.send(response)
 
@@ -219,19 +299,33 @@ class Connection:
     async def _write_responses(self, receive: trio.MemoryReceiveChannel[Response]) -> None:
         try:
             async for response in receive:
-                chunks = await response.chunks() if isinstance(response, _Pending) else response
                 try:
-                    with trio.fail_after(SEND_TIMEOUT_S):
-                        await self._send(chunks)
+                    await self._write_response(response)
                 finally:
-                    _close_regions(chunks)
+                    self._release_request(response)
         finally:
             receive.close()
             while True:
                 try:
-                    _close_regions(receive.receive_nowait())
+                    response = receive.receive_nowait()
                 except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
                     break
+                _close_regions(response)
+                self._release_request(response)
+
+    async def _write_response(self, response: Response) -> None:
+        chunks = await response.chunks() if isinstance(response, _Pending) else response
+        try:
+            with trio.fail_after(SEND_TIMEOUT_S):
+                await self._send(chunks)
+        finally:
+            _close_regions(chunks)
+
+    def _release_request(self, response: Response) -> None:
+        """Give a deferred response's request bytes back to the pool (once)."""
+        if isinstance(response, _Pending):
+            self.broker.request_memory.release(response.reserved_bytes)
+            response.reserved_bytes = 0
 
     async def _send(self, chunks: list[Chunk]) -> None:
         pending = bytearray(FRAME_SIZE.pack(chunks_length(chunks)))
@@ -289,6 +383,14 @@ def advertised_versions(handlers: dict[int, Handler]) -> list[dict[str, int]]:
         {"api_key": key, "min_version": handler.versions.low, "max_version": handler.versions.high}
         for key, handler in sorted(handlers.items())
     ]
+
+
+def peer_host(stream: trio.abc.Stream) -> str:
+    """The client's address: the connection quotas count connections by it."""
+    if isinstance(stream, trio.SocketStream):
+        with contextlib.suppress(OSError):
+            return str(stream.socket.getpeername()[0])
+    return str(getattr(stream, "peer", "?"))
 
 
 def configure_socket(sock: trio.socket.SocketType) -> None:

@@ -6,21 +6,39 @@ serves until cancelled or until ``shutdown()``. A shutdown stops accepting,
 lets each connection finish the request it is handling for up to
 ``shutdown.grace.ms``, then closes every log cleanly and leaves the
 clean-shutdown marker.
+
+Accepting follows Kafka's connection quotas. While ``max.connections`` are
+open the broker accepts nothing more (new clients wait in the listen backlog
+until one closes); a connection from an address that already has
+``max.connections.per.ip`` (or its ``max.connections.per.ip.overrides``
+entry) is closed as soon as it is accepted. When ``accept`` fails because the
+process or the system is out of descriptors or memory, the broker logs it
+(once per ``ACCEPT_FAILURE_LOG_INTERVAL_S``, with the open-file figures),
+waits ``ACCEPT_RETRY_DELAY_S`` and tries again; it neither spins nor stops.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
+import os
 import resource
 import signal
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Sequence
 
 import trio
 
 from eventplatform.log.broker.broker import Broker
 from eventplatform.log.broker.config import BrokerConfig
-from eventplatform.log.broker.connection import Connection, advertised_versions, configure_socket
+from eventplatform.log.broker.connection import (
+    Connection,
+    advertised_versions,
+    configure_socket,
+    peer_host,
+)
 from eventplatform.log.broker.context import Handler
+from eventplatform.log.broker.descriptors import descriptors_in_use, open_files_limit
 from eventplatform.log.broker.dispatcher import HANDLER_MODULES, build_handlers
 from eventplatform.log.cluster.network import TCP, Network
 from eventplatform.log.cluster.node import BrokerMember, ControllerNode
@@ -31,6 +49,10 @@ from eventplatform.log.storage.partition_log import wall_clock_ms
 log = logging.getLogger("eventplatform.broker")
 
 OPEN_FILES_WANTED = 65536
+ACCEPT_RETRY_DELAY_S = 0.1
+ACCEPT_FAILURE_LOG_INTERVAL_S = 10.0
+ACCEPT_CAPACITY_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
+"""accept() failures that mean "out of resources for now", not a broken listener."""
 
 
 class BrokerServer:
@@ -51,6 +73,10 @@ class BrokerServer:
         self.controller: ControllerNode | None = None
         self.port: int | None = None
         self._connections: set[Connection] = set()
+        self._open_by_host: Counter[str] = Counter()
+        self._connection_closed = trio.lowlevel.ParkingLot()
+        self._accept_failures_unlogged = 0
+        self._accept_failure_logged_at = -ACCEPT_FAILURE_LOG_INTERVAL_S
         self._accept_scope = trio.CancelScope()
         self._connections_scope = trio.CancelScope()
         self._stopped = trio.Event()
@@ -79,9 +105,7 @@ class BrokerServer:
                                 broker.advertised_host,
                             )
                             task_status.started(self.port)
-                            await trio.serve_listeners(
-                                self._serve_connection, listeners, handler_nursery=connections
-                            )
+                            await self._serve_listeners(listeners, connections)
                 nursery.cancel_scope.cancel()
         except BaseException as error:
             if find_invariant_error(error) is not None:
@@ -120,16 +144,80 @@ class BrokerServer:
         if self.broker is not None and self.broker.member is not None:
             await self.broker.member.link.controlled_shutdown()
 
-    async def _serve_connection(self, stream: trio.abc.Stream) -> None:
-        assert self.broker is not None
-        if isinstance(stream, trio.SocketStream):
-            configure_socket(stream.socket)
-        connection = Connection(stream, self.broker, self.handlers)
-        self._connections.add(connection)
+    async def _serve_listeners(
+        self, listeners: Sequence[trio.abc.Listener[trio.abc.Stream]], connections: trio.Nursery
+    ) -> None:
+        async with trio.open_nursery() as nursery:
+            for listener in listeners:
+                nursery.start_soon(self._accept_loop, listener, connections)
+
+    async def _accept_loop(
+        self, listener: trio.abc.Listener[trio.abc.Stream], connections: trio.Nursery
+    ) -> None:
+        """Accept within the connection quotas; see the module docstring."""
+        async with listener:
+            while True:
+                while self.open_connections >= self.config.max_connections:
+                    await self._connection_closed.park()
+                try:
+                    stream = await listener.accept()
+                except OSError as exc:
+                    if exc.errno not in ACCEPT_CAPACITY_ERRNOS:
+                        raise
+                    self._log_accept_failure(exc)
+                    await trio.sleep(ACCEPT_RETRY_DELAY_S)
+                    continue
+                host = peer_host(stream)
+                allowed = self.config.connections_max_for(host)
+                if self._open_by_host[host] >= allowed:
+                    log.info(
+                        "refused a connection from %s: it has max.connections.per.ip=%d open",
+                        host,
+                        allowed,
+                    )
+                    await stream.aclose()
+                    continue
+                self._open_by_host[host] += 1
+                connections.start_soon(self._serve_connection, stream, host)
+
+    @property
+    def open_connections(self) -> int:
+        return self._open_by_host.total()
+
+    def _log_accept_failure(self, exc: OSError) -> None:
+        now = trio.current_time()
+        if now - self._accept_failure_logged_at < ACCEPT_FAILURE_LOG_INTERVAL_S:
+            self._accept_failures_unlogged += 1
+            return
+        log.error(
+            "cannot accept connections: %s (%d descriptors open of the open-file limit %d, "
+            "%d connections); %d more failures since the last report; retrying every %d ms",
+            os.strerror(exc.errno or 0),
+            descriptors_in_use(),
+            open_files_limit(),
+            self.open_connections,
+            self._accept_failures_unlogged,
+            ACCEPT_RETRY_DELAY_S * 1000,
+        )
+        self._accept_failure_logged_at = now
+        self._accept_failures_unlogged = 0
+
+    async def _serve_connection(self, stream: trio.abc.Stream, host: str) -> None:
         try:
-            await connection.run()
+            assert self.broker is not None
+            if isinstance(stream, trio.SocketStream):
+                configure_socket(stream.socket)
+            connection = Connection(stream, self.broker, self.handlers)
+            self._connections.add(connection)
+            try:
+                await connection.run()
+            finally:
+                self._connections.discard(connection)
         finally:
-            self._connections.discard(connection)
+            self._open_by_host[host] -= 1
+            if self._open_by_host[host] <= 0:
+                del self._open_by_host[host]
+            self._connection_closed.unpark_all()
 
     def shutdown(self) -> None:
         """Stop accepting; give busy connections ``shutdown.grace.ms``, close idle ones now.

@@ -15,15 +15,26 @@ appends must not run concurrently.
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 import struct
+from collections.abc import Iterator
 from pathlib import Path
 
 from eventplatform.log.invariants import InvariantError
 
 _OFFSET_ENTRY = struct.Struct(">ii")
 _TIME_ENTRY = struct.Struct(">qi")
+
+
+@contextlib.contextmanager
+def _opened(path: Path) -> Iterator[int]:
+    descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        yield descriptor
+    finally:
+        os.close(descriptor)
 
 
 class _MappedIndex:
@@ -34,8 +45,9 @@ class _MappedIndex:
         self.base_offset = base_offset
         self.max_entries = max(1, max_bytes // self.entry.size)
         self.was_missing = not path.exists()
-        self._descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        size = os.fstat(self._descriptor).st_size
+        self._closed = False
+        with _opened(path) as descriptor:
+            size = os.fstat(descriptor).st_size
         self.entries = size // self.entry.size
         self._map: mmap.mmap | None = None
         self._writable = False
@@ -50,14 +62,19 @@ class _MappedIndex:
     # ------------------------------------------------------------ lifecycle
 
     def _remap(self, writable: bool) -> None:
+        """Size the file for ``writable`` and map it. The descriptor is closed again at
+        once: the map keeps a duplicate of its own, and a second one per index would
+        cost every partition two more of the process's open files."""
         if self._map is not None:
             self._map.close()
             self._map = None
         length = self.max_entries * self.entry.size if writable else self.entries * self.entry.size
-        os.ftruncate(self._descriptor, length)
         self._writable = writable
-        if length:
-            self._map = mmap.mmap(self._descriptor, length)
+        with _opened(self.path) as descriptor:
+            os.ftruncate(descriptor, length)
+            if not length:
+                return
+            self._map = mmap.mmap(descriptor, length)
             if writable:
                 # Appends touch each page of a new, sparse index file once, in order; with
                 # readahead every such page fault also maps and zero-fills the pages
@@ -78,20 +95,19 @@ class _MappedIndex:
         if self._map is not None:
             self._map.flush()
 
-    @property
-    def descriptor(self) -> int:
-        """The index file's descriptor: an fsync of it also writes back the mapped pages."""
-        return self._descriptor
+    def open_for_sync(self) -> int:
+        """A new descriptor of the index file, which the caller closes: an fsync of it
+        (in any thread) also writes back the mapped pages."""
+        return os.open(self.path, os.O_RDONLY)
 
     def close(self) -> None:
-        if self._descriptor < 0:
+        if self._closed:
             return
         self.seal()
         if self._map is not None:
             self._map.close()
             self._map = None
-        os.close(self._descriptor)
-        self._descriptor = -1
+        self._closed = True
 
     def reset(self) -> None:
         """Drop every entry and leave the index writable, for a rebuild."""

@@ -22,6 +22,7 @@ removed segment files stay open for ``file.delete.delay.ms``.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import functools
 import itertools
@@ -130,9 +131,15 @@ def _owner(arguments: tuple[object, ...]) -> PartitionLog:
     return owner
 
 
+DESCRIPTOR_LIMIT_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE})
+"""Errors of the process's or the system's open-file limit, not of the disk."""
+
+
 def _offline_on_io_error(method: Callable[P, R]) -> Callable[P, R]:
     """Wrap a :class:`PartitionLog` method: an ``OSError`` (or a torn write's
-    :class:`KafkaStorageError`) takes the log offline and raises KafkaStorageError."""
+    :class:`KafkaStorageError`) takes the log offline and raises KafkaStorageError. An
+    open-file limit error is raised as it is: the disk is fine, and the caller may retry
+    once descriptors are free."""
 
     @functools.wraps(method)
     def guarded(*arguments: P.args, **options: P.kwargs) -> R:
@@ -142,6 +149,8 @@ def _offline_on_io_error(method: Callable[P, R]) -> Callable[P, R]:
             _owner(arguments).take_offline(exc)
             raise
         except OSError as exc:
+            if exc.errno in DESCRIPTOR_LIMIT_ERRNOS:
+                raise  # the process ran out of descriptors: nothing is wrong with the disk
             raise _owner(arguments).take_offline(exc) from exc
 
     return guarded
@@ -413,7 +422,7 @@ class PartitionLog:
             return None
         descriptors: list[int] = []
         for segment in self.segments.from_offset(self.recovery_point):
-            descriptors += (os.dup(descriptor) for descriptor in segment.descriptors())
+            descriptors += segment.sync_descriptors()
         if self._directory_unsynced:
             descriptors.append(os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY))
         return FlushJob(self.log_end_offset, self._truncations, tuple(descriptors))

@@ -174,9 +174,19 @@ class Segment:
         self.offset_index.flush()
         self.time_index.flush()
 
-    def descriptors(self) -> tuple[int, int, int]:
-        """The open files an fsync of this segment covers: the log and both indexes."""
-        return self.descriptor, self.offset_index.descriptor, self.time_index.descriptor
+    def sync_descriptors(self) -> tuple[int, int, int]:
+        """New descriptors of the files an fsync of this segment covers (the log and both
+        indexes), for another thread; the caller closes them."""
+        opened: list[int] = []
+        try:
+            opened.append(os.dup(self.descriptor))
+            opened.append(self.offset_index.open_for_sync())
+            opened.append(self.time_index.open_for_sync())
+        except BaseException:
+            for descriptor in opened:
+                os.close(descriptor)
+            raise
+        return opened[0], opened[1], opened[2]
 
     def seal(self) -> None:
         """Stop being the active segment: record the final max timestamp and trim the indexes."""

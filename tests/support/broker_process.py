@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import resource
 import signal
 import subprocess
 import sys
@@ -32,13 +33,17 @@ class BrokerProcess:
         overrides: Sequence[str] = (),
         port: int = 0,
         launcher: Sequence[str] = (str(PLATFORM),),
+        *,
+        open_files_limit: int | None = None,
     ) -> None:
         """``launcher`` is the command before ``serve``: the ``platform`` script, or a
-        test's own entry point that calls the same command line."""
+        test's own entry point that calls the same command line. ``open_files_limit`` sets
+        the process's RLIMIT_NOFILE (soft and hard), as ``ulimit -n`` would."""
         self.data_dir = data_dir
         self.launcher = list(launcher)
         self.overrides = list(overrides)
         self.port = port
+        self.open_files_limit = open_files_limit
         self.process: subprocess.Popen[str] | None = None
         self.output: list[str] = []
 
@@ -63,6 +68,7 @@ class BrokerProcess:
             stderr=subprocess.STDOUT,
             text=True,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            preexec_fn=None if self.open_files_limit is None else self._limit_open_files,
         )
         ready = threading.Event()
         threading.Thread(target=self._pump, args=(self.process, ready), daemon=True).start()
@@ -70,6 +76,24 @@ class BrokerProcess:
             self.kill()
             raise RuntimeError("broker did not start:\n" + "".join(self.output[-50:]))
         return self
+
+    def _limit_open_files(self) -> None:
+        assert self.open_files_limit is not None
+        limit = self.open_files_limit
+        resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
+
+    def open_descriptors(self) -> int:
+        """How many descriptors the broker process has open now."""
+        assert self.process is not None
+        return sum(1 for _ in Path(f"/proc/{self.process.pid}/fd").iterdir())
+
+    def resident_bytes(self) -> int:
+        """The broker process's resident set size."""
+        assert self.process is not None
+        for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+        raise RuntimeError("no VmRSS line")
 
     def _pump(self, process: subprocess.Popen[str], ready: threading.Event) -> None:
         assert process.stdout is not None

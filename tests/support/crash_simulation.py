@@ -19,9 +19,7 @@ def crash(log: PartitionLog) -> None:
         for index in (segment.offset_index, segment.time_index):
             if index._map is not None:
                 index._map.close()
-            if index._descriptor >= 0:
-                os.close(index._descriptor)
-                index._descriptor = -1
+            index._closed = True
         if segment.descriptor >= 0:
             os.close(segment.descriptor)
             segment.descriptor = -1

@@ -6,7 +6,9 @@ one replica list per new partition, checked as CreateTopics checks one, each
 as long as the topic's existing replica lists (INVALID_REPLICA_ASSIGNMENT
 otherwise). ``validate_only`` checks and changes nothing. Errors per topic:
 UNKNOWN_TOPIC_OR_PARTITION, INVALID_PARTITIONS, INVALID_REPLICA_ASSIGNMENT,
-INVALID_REQUEST (a topic given twice).
+INVALID_REQUEST (a topic given twice), POLICY_VIOLATION (the broker's file
+descriptors would not cover the new partitions and its connections),
+KAFKA_STORAGE_ERROR (their files could not be created).
 """
 
 from __future__ import annotations

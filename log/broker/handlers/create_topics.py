@@ -15,7 +15,9 @@ one its leader. Anything else is INVALID_REPLICA_ASSIGNMENT.
 ``validate_only`` (v1+) checks everything and creates nothing. Errors per
 topic: TOPIC_ALREADY_EXISTS, INVALID_TOPIC_EXCEPTION, INVALID_PARTITIONS,
 INVALID_REPLICATION_FACTOR, INVALID_REPLICA_ASSIGNMENT, INVALID_CONFIG,
-INVALID_REQUEST (a name given twice).
+INVALID_REQUEST (a name given twice), POLICY_VIOLATION (the broker's file
+descriptors would not cover the new partitions and its connections),
+KAFKA_STORAGE_ERROR (the partitions' files could not be created).
 """
 
 from __future__ import annotations
@@ -71,6 +73,8 @@ async def _create(context: RequestContext, topic: Body, *, validate_only: bool) 
         broker.topics.check_new_topic(topic["name"], partitions, configs)
         if assignment:
             broker.check_assignment(assignment)
+        factor = len(assignment[0]) if assignment else replication_factor
+        broker.check_descriptors(partitions, factor)
         if broker.member is None and replication_factor not in (-1, 1):
             raise TopicError(
                 ErrorCode.INVALID_REPLICATION_FACTOR,

@@ -189,3 +189,23 @@ def test_leader_rebalance_settings() -> None:
     )
     assert config.auto_leader_rebalance_enable is False
     assert config.leader_imbalance_check_interval_seconds == 5
+
+
+def test_the_request_memory_and_connection_quotas_take_kafkas_names() -> None:
+    config = BrokerConfig.load(
+        None,
+        [
+            "queued.max.request.bytes=209715200",
+            "max.connections=50",
+            "max.connections.per.ip=5",
+            "max.connections.per.ip.overrides=10.0.0.7:20,[::1]:2",
+        ],
+    )
+    assert config.queued_max_request_bytes == 200 * 1024 * 1024
+    assert config.max_connections == 50
+    assert config.connections_max_for("10.0.0.7") == 20
+    assert config.connections_max_for("::1") == 2
+    assert config.connections_max_for("10.0.0.8") == 5
+    assert config.to_properties()["max.connections.per.ip.overrides"] == "10.0.0.7:20,::1:2"
+    with pytest.raises(BrokerConfigError, match=r"max\.connections\.per\.ip\.overrides"):
+        BrokerConfig.load(None, ["max.connections.per.ip.overrides=10.0.0.7"])
