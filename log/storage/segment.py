@@ -207,21 +207,7 @@ class Segment:
         does not parse or a batch that overruns the end raises CorruptRecordError.
         """
         end = self.size_bytes if end_position is None else end_position
-        position = start_position
-        while position < end:
-            chunk = os.pread(self.descriptor, min(SCAN_CHUNK_BYTES, end - position), position)
-            cursor = 0
-            while cursor + HEADER_BYTES <= len(chunk):
-                header = parse_header(chunk, cursor)
-                if position + cursor + header.size_bytes > end:
-                    raise CorruptRecordError(
-                        f"{self.log_path}: batch at byte {position + cursor} overruns the segment"
-                    )
-                yield header._replace(position=position + cursor)
-                cursor += header.size_bytes
-            if cursor == 0:
-                raise CorruptRecordError(f"{self.log_path}: torn batch header at byte {position}")
-            position += cursor
+        return scan_batches(self.descriptor, self.log_path, start_position, end)
 
     def find_batch(self, offset: int, end_position: int | None = None) -> BatchHeader | None:
         """The first batch whose last offset is >= ``offset`` and that starts before
@@ -470,3 +456,24 @@ class Segment:
             self._note_max_timestamp(kept)
         self.bytes_since_index_entry = self.config.index_interval_bytes + 1
         return removed
+
+
+def scan_batches(descriptor: int, path: Path, start: int, end: int) -> Iterator[BatchHeader]:
+    """The headers of the batches in ``[start, end)`` of an open ``.log`` file, with their
+    absolute positions; see :meth:`Segment.scan`. Reads only through ``descriptor``, so
+    another thread may scan a duplicate of it while the owner goes on."""
+    position = start
+    while position < end:
+        chunk = os.pread(descriptor, min(SCAN_CHUNK_BYTES, end - position), position)
+        cursor = 0
+        while cursor + HEADER_BYTES <= len(chunk):
+            header = parse_header(chunk, cursor)
+            if position + cursor + header.size_bytes > end:
+                raise CorruptRecordError(
+                    f"{path}: batch at byte {position + cursor} overruns the segment"
+                )
+            yield header._replace(position=position + cursor)
+            cursor += header.size_bytes
+        if cursor == 0:
+            raise CorruptRecordError(f"{path}: torn batch header at byte {position}")
+        position += cursor
