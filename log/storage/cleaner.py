@@ -286,35 +286,51 @@ class Cleaner:
             _close_views(job.views)
 
     def finish_compaction(self, log: PartitionLog, job: CompactionJob) -> CleanStats | None:
-        """On the log owner's thread: swap the cleaned segments in, if they still apply.
+        """On the log owner's thread: swap every cleaned segment in, if they still apply
+        (see :meth:`install_next_group`), and move the cleaner offset."""
+        while self.install_next_group(log, job):
+            pass
+        return self.conclude(log, job)
 
-        They apply while the log is open, was not truncated since the job was
-        prepared, and still holds every segment the job read; otherwise they are
-        deleted and nothing changes. The owner's thread is the only one that changes
-        the segment map, so reads see either the old segments or the new one.
+    def install_next_group(self, log: PartitionLog, job: CompactionJob) -> bool:
+        """On the log owner's thread: swap the next cleaned segment in; False when none is left.
+
+        A cleaned segment applies while the log is open, was not truncated since the
+        job was prepared, and still holds every segment the job read; otherwise every
+        cleaned segment left is deleted and the pass is dropped. The owner's thread is
+        the only one that changes the segment map, so reads see either the old
+        segments or the new one. Each swap fsyncs the directory: an owner that serves
+        others (the broker) goes back to them between groups.
         """
-        if job.clean_until is None:
-            return None
-        segments = set(map(id, log.segments)) if not log.closed else set()
-        still_valid = log.truncations == job.truncations and all(
+        if not job.cleaned:
+            return False
+        segments = set() if log.closed else set(map(id, log.segments))
+        cleaned, group = job.cleaned.pop(0)
+        if log.truncations != job.truncations or not all(
             id(view.segment) in segments and view.segment.size_bytes == view.size_bytes
             for view in job.views
-        )
-        if not still_valid:
+            if view.base_offset >= group[0].base_offset
+        ):
             logger.info("%s changed while it was cleaned; the pass is dropped", job.directory)
+            cleaned.delete_files()
             job.discard()
+            return False
+        try:
+            self.on_step("cleaned-filled")
+            log.replace_segments(cleaned, [view.segment for view in group], self.on_step)
+        except BaseException:
+            # From the .swap rename on, the swap is committed: recovery completes it.
+            if cleaned.state == CLEANED_SUFFIX:
+                cleaned.delete_files()
+            job.discard()
+            raise
+        return True
+
+    def conclude(self, log: PartitionLog, job: CompactionJob) -> CleanStats | None:
+        """After the last group: move the cleaner offset and write the checkpoint. None when
+        the pass found nothing to clean or was dropped."""
+        if job.clean_until is None:
             return None
-        while job.cleaned:
-            cleaned, group = job.cleaned.pop(0)
-            try:
-                self.on_step("cleaned-filled")
-                log.replace_segments(cleaned, [view.segment for view in group], self.on_step)
-            except BaseException:
-                # From the .swap rename on, the swap is committed: recovery completes it.
-                if cleaned.state == CLEANED_SUFFIX:
-                    cleaned.delete_files()
-                job.discard()
-                raise
         log.cleaner_offset = max(log.cleaner_offset, job.clean_until)
         log.write_checkpoint()
         log.delete_expired_files()
