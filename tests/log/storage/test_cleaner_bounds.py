@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import random
+import threading
 import tracemalloc
 from pathlib import Path
 
@@ -73,3 +74,60 @@ def test_a_decompression_bomb_is_cleaned_within_a_memory_bound_and_kept_whole(
         key: value for key, value in before.items() if not key.startswith(b"bomb")
     }
     assert "decompression" in caplog.text
+
+
+# ---------------------------------------------------------------- the handoff between threads
+
+
+def compacted_log(directory: Path) -> PartitionLog:
+    config = LogConfig.from_properties(
+        {"cleanup.policy": "compact", "segment.bytes": 2048, "file.delete.delay.ms": 0}
+    )
+    log = PartitionLog.open(directory, config)
+    write_keys(log, random.Random(5), 120)
+    return log
+
+
+def test_appends_and_reads_go_on_while_a_compaction_job_runs_in_another_thread(
+    tmp_path: Path,
+) -> None:
+    log = compacted_log(tmp_path)
+    cleaner = Cleaner()
+    job = cleaner.prepare_compaction(log)
+    assert job is not None
+    worker = threading.Thread(target=cleaner.run_compaction, args=(job,))
+    worker.start()
+    appended = 0
+    while worker.is_alive() or appended < 20:
+        log.append(keyed_batch([(b"late-%d" % appended, b"v")], Compression.NONE))
+        appended += 1
+        assert [record.key for record in log.iter_records()][-1] == b"late-%d" % (appended - 1)
+    worker.join()
+    before = {record.key: record.value for record in log.iter_records()}
+    stats = cleaner.finish_compaction(log, job)
+    assert stats is not None and stats.records_removed > 0
+    after = list(log.iter_records())
+    assert {record.key: record.value for record in after} == before
+    offsets = [record.offset for record in after]
+    assert offsets == sorted(set(offsets))
+    assert log.log_end_offset == offsets[-1] + 1
+
+
+def test_a_truncation_while_a_compaction_job_runs_drops_the_pass(tmp_path: Path) -> None:
+    log = compacted_log(tmp_path)
+    cleaner = Cleaner()
+    job = cleaner.prepare_compaction(log)
+    assert job is not None
+    cleaner.run_compaction(job)
+    cleaned_files = sorted(path.name for path in tmp_path.glob("*.cleaned"))
+    assert cleaned_files
+    cut = list(log.segments)[2].base_offset + 1
+    log.truncate_to(cut)
+    expected = [(record.offset, record.value) for record in log.iter_records()]
+    assert cleaner.finish_compaction(log, job) is None
+    assert [(record.offset, record.value) for record in log.iter_records()] == expected
+    assert log.log_end_offset <= cut
+    assert not list(tmp_path.glob("*.cleaned"))
+    log.close()
+    reopened = PartitionLog.open(tmp_path, log.config)
+    assert [(record.offset, record.value) for record in reopened.iter_records()] == expected
