@@ -362,7 +362,7 @@ class Cleaner:
                 break
             for header, data in view.iter_batches(job.abort):
                 try:
-                    for record in self._records(header, data):
+                    for record in self._records(header, data, with_data=False):
                         offset = header.base_offset + record.offset_delta
                         if offset < first_dirty or record.key is None:
                             continue
@@ -374,12 +374,13 @@ class Cleaner:
             clean_until = max(clean_until, min(view.next_offset, bound))
         return offset_map, clean_until
 
-    def _records(self, header: BatchHeader, data: bytes) -> Iterator[RawRecord]:
+    def _records(self, header: BatchHeader, data: bytes, *, with_data: bool) -> Iterator[RawRecord]:
         """The records of one batch read on its own (``data`` starts at the batch)."""
         return iter_raw_records(
             data,
             header._replace(position=0),
             decompressed_bytes_max=self.batch_decompressed_bytes_max,
+            with_data=with_data,
         )
 
     def _clean_group(
@@ -459,7 +460,7 @@ class Cleaner:
         """Stream the batch's records and keep those the map and the horizon allow."""
         horizon = header.delete_horizon_ms
         kept = _Kept()
-        for record in self._records(header, data):
+        for record in self._records(header, data, with_data=True):
             if record.key is None:
                 continue
             offset = header.base_offset + record.offset_delta

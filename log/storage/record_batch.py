@@ -482,7 +482,9 @@ def check_keys_present(buffer: bytes | bytearray | memoryview, header: BatchHead
     is held, whatever the batch inflates to (up to ``DECOMPRESSED_BYTES_MAX``), and
     offset deltas must count 0, 1, 2, ...
     """
-    records = iter_raw_records(buffer, header, decompressed_bytes_max=DECOMPRESSED_BYTES_MAX)
+    records = iter_raw_records(
+        buffer, header, decompressed_bytes_max=DECOMPRESSED_BYTES_MAX, with_data=False
+    )
     for index, record in enumerate(records):
         if record.offset_delta != index:
             raise InvalidRecordError(f"record {index} has offset delta {record.offset_delta}")
@@ -502,7 +504,11 @@ class RawRecord(NamedTuple):
 
 
 def iter_raw_records(
-    buffer: bytes | bytearray | memoryview, header: BatchHeader, *, decompressed_bytes_max: int
+    buffer: bytes | bytearray | memoryview,
+    header: BatchHeader,
+    *,
+    decompressed_bytes_max: int,
+    with_data: bool = True,
 ) -> Iterator[RawRecord]:
     """The records of the batch at ``header``, one at a time, decompressed as they are
     reached: at most one record and one piece of decompressed payload are held.
@@ -510,6 +516,7 @@ def iter_raw_records(
     Raises :class:`DecompressionLimitError` as soon as the payload inflates past
     ``decompressed_bytes_max``, CorruptRecordError when the records do not frame
     exactly (count, lengths, trailing bytes). Header keys and values are not checked.
+    Without ``with_data`` each record's ``data`` is empty, which saves a copy of it.
     """
     payload = memoryview(buffer)[
         header.position + HEADER_BYTES : header.position + header.size_bytes
@@ -517,7 +524,7 @@ def iter_raw_records(
     codec = header.attributes & COMPRESSION_MASK
     reader = _PieceReader(iter_decompressed(codec, payload, limit_bytes=decompressed_bytes_max))
     for _ in range(header.records_count):
-        yield reader.next_record()
+        yield reader.next_record(with_data)
     if reader.has_more():
         raise CorruptRecordError("record batch has bytes after its last record")
 
@@ -544,7 +551,7 @@ class _PieceReader:
     def has_more(self) -> bool:
         return self._ensure(1)
 
-    def next_record(self) -> RawRecord:
+    def next_record(self, with_data: bool) -> RawRecord:
         self._ensure(VARINT_BYTES_MAX)
         buffer = self._buffer
         length, position = decode_varint(buffer, self._cursor, len(buffer))
@@ -563,9 +570,11 @@ class _PieceReader:
         key = None if key_length < 0 else bytes(buffer[field : field + key_length])
         value_length, _ = decode_varint(buffer, field + max(key_length, 0), end)
         self._cursor = end
-        return RawRecord(
-            offset_delta, timestamp_delta, key, value_length == -1, bytes(buffer[start:end])
-        )
+        data = b""
+        if with_data:
+            with memoryview(buffer) as view:
+                data = bytes(view[start:end])
+        return RawRecord(offset_delta, timestamp_delta, key, value_length == -1, data)
 
 
 def rebase_record(data: bytes, timestamp_shift_ms: int) -> bytes:

@@ -9,7 +9,12 @@ import tracemalloc
 from pathlib import Path
 
 from eventplatform.log.storage import Cleaner, Compression, LogConfig, PartitionLog, Record
-from eventplatform.log.storage.record_batch import CRC_START, encode_batch
+from eventplatform.log.storage.record_batch import (
+    CRC_START,
+    check_keys_present,
+    encode_batch,
+    parse_header,
+)
 
 BOMB_VALUE_BYTES = 8 * 1024 * 1024
 BOMB_RECORDS = 24
@@ -131,3 +136,15 @@ def test_a_truncation_while_a_compaction_job_runs_drops_the_pass(tmp_path: Path)
     log.close()
     reopened = PartitionLog.open(tmp_path, log.config)
     assert [(record.offset, record.value) for record in reopened.iter_records()] == expected
+
+
+def test_checking_keys_of_a_produced_bomb_holds_one_record_not_the_whole_batch() -> None:
+    """A compacted topic's produce check decodes every record: it streams them."""
+    bomb = bomb_batch(Compression.GZIP)
+    tracemalloc.start()
+    try:
+        check_keys_present(bomb, parse_header(bomb))
+        _, peak_bytes = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak_bytes < 2 * BOMB_VALUE_BYTES + 4 * 1024 * 1024, f"{peak_bytes >> 20} MiB"
