@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from eventplatform.log.invariants import InvariantError, require
+from eventplatform.log.storage.compression import DECOMPRESSED_BYTES_MAX
 from eventplatform.log.storage.config import INT32_MAX, LogConfig
 from eventplatform.log.storage.errors import CorruptRecordError
 from eventplatform.log.storage.files import (
@@ -35,7 +36,8 @@ from eventplatform.log.storage.index import OffsetIndex, TimeIndex
 from eventplatform.log.storage.record_batch import (
     HEADER_BYTES,
     BatchHeader,
-    decode_batch,
+    TimestampType,
+    iter_raw_records,
     parse_header,
     verify_crc,
 )
@@ -310,9 +312,11 @@ class Segment:
         for header in self._scan_indexed(lambda: self.offset_index.entry_at_or_before(start)):
             if header.max_timestamp < timestamp or header.last_offset < start_offset:
                 continue
-            for record in decode_batch(self.read_batch_bytes(header)).records:
-                if record.offset >= start_offset and record.timestamp >= timestamp:
-                    return record.offset, record.timestamp
+            found = _first_stamped_at_least(
+                self.read_batch_bytes(header), header, timestamp, start_offset
+            )
+            if found is not None:
+                return found
         return None
 
     def _time_entry_holds(self, entry: tuple[int, int]) -> bool:
@@ -477,3 +481,27 @@ def scan_batches(descriptor: int, path: Path, start: int, end: int) -> Iterator[
         if cursor == 0:
             raise CorruptRecordError(f"{path}: torn batch header at byte {position}")
         position += cursor
+
+
+def _first_stamped_at_least(
+    data: bytes, header: BatchHeader, timestamp: int, start_offset: int
+) -> tuple[int, int] | None:
+    """The first ``(offset, timestamp)`` of the batch in ``data`` at or after
+    ``start_offset`` stamped >= ``timestamp``; records are streamed, not kept."""
+    verify_crc(data, header._replace(position=0))
+    log_append_time = header.timestamp_type == TimestampType.LOG_APPEND_TIME
+    for record in iter_raw_records(
+        data,
+        header._replace(position=0),
+        decompressed_bytes_max=DECOMPRESSED_BYTES_MAX,
+        with_data=False,
+    ):
+        offset = header.base_offset + record.offset_delta
+        stamped = (
+            header.max_timestamp
+            if log_append_time
+            else header.base_timestamp + record.timestamp_delta
+        )
+        if offset >= start_offset and stamped >= timestamp:
+            return offset, stamped
+    return None
