@@ -270,6 +270,9 @@ class Broker:
             nursery.start_soon(_abort_when_cancelled, job.abort)
             try:
                 await self.off_loop(self.cleaner.run_compaction, job)
+            except CleaningAbortedError:
+                await trio.lowlevel.checkpoint()  # the cancellation that set abort
+                raise
             finally:
                 nursery.cancel_scope.cancel()
         while self.cleaner.install_next_group(log_, job):

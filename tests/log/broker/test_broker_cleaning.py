@@ -44,24 +44,29 @@ async def probe(client: Any, waits: list[float], done: trio.Event) -> None:
         await trio.sleep(PROBE_INTERVAL_S)
 
 
+async def fill_compacted_topic(client: Any, bomb: bytes) -> None:
+    """A decompression bomb, then enough superseded records for a clean of seconds."""
+    await client.create_topic(
+        TOPIC,
+        configs={
+            "cleanup.policy": "compact",
+            "segment.bytes": "65536",
+            "min.cleanable.dirty.ratio": "0.01",
+        },
+    )
+    assert (await client.produce(TOPIC, bomb))["error_code"] == 0
+    for number in range(BATCHES):
+        assert (await client.produce(TOPIC, keyed_batch(number)))["error_code"] == 0
+
+
 async def test_compacting_a_decompression_bomb_and_a_large_log_keeps_the_broker_answering(
     tmp_path: Path, wire: Any
 ) -> None:
     async with wire.open_broker(tmp_path) as running:
         client = await running.connect()
-        await client.create_topic(
-            TOPIC,
-            configs={
-                "cleanup.policy": "compact",
-                "segment.bytes": "65536",
-                "min.cleanable.dirty.ratio": "0.01",
-            },
-        )
         bomb = bomb_batch()
         assert len(bomb) < 64 * 1024
-        assert (await client.produce(TOPIC, bomb))["error_code"] == 0
-        for number in range(BATCHES):
-            assert (await client.produce(TOPIC, keyed_batch(number)))["error_code"] == 0
+        await fill_compacted_topic(client, bomb)
         partition = running.broker.topics.partition(TOPIC, 0)
         assert len(list(partition.log.segments)) > 5
         records_before = sum(1 for _ in partition.log.iter_batches())
@@ -85,3 +90,22 @@ async def test_compacting_a_decompression_bomb_and_a_large_log_keeps_the_broker_
         answer = await client.fetch(TOPIC, 0, partition_max_bytes=1)
         fetched = answer["records"]
         assert fetched[21:] == bomb[21:]
+
+
+async def test_cancelling_a_compaction_stops_its_worker_and_leaves_the_log_as_it_was(
+    tmp_path: Path, wire: Any
+) -> None:
+    """Shutdown cancels the background work: the worker thread stops at its next batch
+    rather than finishing a clean of seconds, and removes what it wrote."""
+    async with wire.open_broker(tmp_path) as running:
+        client = await running.connect()
+        await fill_compacted_topic(client, bomb_batch())
+        partition = running.broker.topics.partition(TOPIC, 0)
+        before = [(record.offset, record.value) for record in partition.log.iter_records()]
+        began = trio.current_time()
+        with trio.move_on_after(0.05):
+            await running.broker.compact_log(partition)
+        stopped_s = trio.current_time() - began
+        assert stopped_s < 1.0, f"the worker ran on for {stopped_s:.3f} s"
+        assert not list(partition.directory.glob("*.cleaned"))
+        assert [(record.offset, record.value) for record in partition.log.iter_records()] == before
