@@ -3,7 +3,9 @@
 ``Broker.open`` loads the data directory (recovering every partition) and
 ``Broker.close`` shuts every log down cleanly and writes the broker's own
 clean-shutdown marker. ``run_background`` is the one task that owns the
-periodic work: retention and compaction, producer-id expiry. ``run_flusher``
+periodic work: retention and compaction, producer-id expiry. Compaction reads
+and writes in a worker thread and swaps the cleaned segments in on the event
+loop (see :meth:`Broker.compact_log`). ``run_flusher``
 fsyncs the logs whose ``flush.ms`` has passed, in a worker thread, so that a
 slow fsync never stalls the event loop's produce and fetch requests. A
 standalone broker creates new partitions' files in a worker thread too, one
@@ -19,6 +21,7 @@ import contextlib
 import hashlib
 import logging
 import struct
+import threading
 import uuid
 from base64 import urlsafe_b64encode
 from collections.abc import Callable, Iterator
@@ -36,6 +39,7 @@ from eventplatform.log.cluster.metadata import MetadataError, check_replica_assi
 from eventplatform.log.cluster.network import TCP, Network
 from eventplatform.log.protocol import ErrorCode
 from eventplatform.log.storage import Cleaner, KafkaStorageError
+from eventplatform.log.storage.cleaner import CleaningAbortedError
 from eventplatform.log.storage.files import CLEAN_SHUTDOWN_FILE, write_atomically
 from eventplatform.log.storage.partition_log import (
     DESCRIPTOR_LIMIT_ERRNOS,
@@ -44,6 +48,7 @@ from eventplatform.log.storage.partition_log import (
 )
 
 if TYPE_CHECKING:
+    from eventplatform.log.broker.partition import Partition
     from eventplatform.log.cluster.node import BrokerMember
     from eventplatform.log.groups.coordinator import GroupCoordinator
 
@@ -375,13 +380,42 @@ class Broker:
             if log_.offline:
                 continue
             try:
+                if log_.closed:
+                    continue
                 self.cleaner.apply_retention(log_, upper_bound_offset=partition.high_watermark)
-                if log_.config.compact and self.cleaner.needs_compaction(log_):
-                    self.cleaner.compact(log_, upper_bound_offset=partition.high_watermark)
+                await self.compact_log(partition)
+            except CleaningAbortedError:
+                log.info("cleaning %s-%d stopped", partition.topic, partition.index)
             except (OSError, KafkaStorageError) as exc:
                 log_.take_offline(exc)  # the cleaner's own writes failed: the disk did
             except Exception:
                 log.exception("cleaning %s-%d failed", partition.topic, partition.index)
+
+    async def compact_log(self, partition: Partition) -> None:
+        """One compaction pass of ``partition`` if it needs one. The reading, the offset
+        map and the writing of cleaned segments run in a worker thread (they can take
+        seconds), while this loop serves requests and appends; the swap of the cleaned
+        segments into the log runs back here, the only thread that changes the log's
+        segments, one group at a time with requests served in between. Cancelling the
+        wait stops the worker at its next batch."""
+        log_ = partition.log
+        job = self.cleaner.prepare_compaction(
+            log_, upper_bound_offset=partition.high_watermark, only_if_needed=True
+        )
+        if job is None:
+            return
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_abort_when_cancelled, job.abort)
+            try:
+                await self.off_loop(self.cleaner.run_compaction, job)
+            except CleaningAbortedError:
+                await trio.lowlevel.checkpoint()  # the cancellation that set abort
+                raise
+            finally:
+                nursery.cancel_scope.cancel()
+        while self.cleaner.install_next_group(log_, job):
+            await trio.lowlevel.checkpoint()
+        self.cleaner.conclude(log_, job)
 
     def close(self) -> None:
         """Close every log cleanly and leave the broker's clean-shutdown marker."""
@@ -405,6 +439,15 @@ def _storage_failure_answered(topic: str) -> Iterator[None]:
         raise TopicError(
             ErrorCode.KAFKA_STORAGE_ERROR, f"cannot create the partitions' files: {exc}"
         ) from exc
+
+
+async def _abort_when_cancelled(abort: threading.Event) -> None:
+    """Set ``abort`` when this task is cancelled: a worker thread cannot be cancelled,
+    but it checks the event between batches."""
+    try:
+        await trio.sleep_forever()
+    finally:
+        abort.set()
 
 
 def _load_cluster_id(data_dir: Path, config: BrokerConfig) -> str:

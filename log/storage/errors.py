@@ -5,7 +5,8 @@ Hierarchy::
     StorageError
     ├── InvalidConfigError          a log config value is missing, malformed or out of range
     ├── CorruptRecordError          bytes fail a CRC, a magic or a length check
-    │   └── UnsupportedCompressionError
+    │   ├── UnsupportedCompressionError
+    │   └── DecompressionLimitError  a payload inflates past the limit its reader set
     ├── InvalidRecordError          a well-formed batch the log refuses (control batch, no key
     │                               on a compacted topic, offsets that do not fit)
     ├── InvalidTimestampError       a CreateTime timestamp outside ``message.timestamp.*.max.ms``
@@ -55,6 +56,11 @@ class CorruptRecordError(StorageError):
 
 class UnsupportedCompressionError(CorruptRecordError):
     kafka_error_code = 76  # UNSUPPORTED_COMPRESSION_TYPE
+
+
+class DecompressionLimitError(CorruptRecordError):
+    """A compressed payload inflates past the limit its reader set (a decompression bomb,
+    or a batch too large for the job at hand)."""
 
 
 class InvalidRecordError(StorageError):

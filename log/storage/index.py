@@ -9,7 +9,10 @@ max timestamp reached it. Both are strictly increasing in every field.
 While a segment is active its index files are preallocated to
 ``segment.index.bytes`` and mapped; closing or sealing trims them to their
 entries. Indexes are derived data: a missing or insane file is rebuilt from
-the log (:meth:`Segment.recover`). One owner thread; reads and
+the log (:meth:`Segment.recover`). An entry names the start of a batch whose
+base offset is the entry's offset; lookups return entries as stored, and the
+segment checks the batch an entry names before trusting it (a damaged file can
+hold any bytes), rebuilding the index when it lies. One owner thread; reads and
 appends must not run concurrently.
 """
 
@@ -80,6 +83,11 @@ class _MappedIndex:
                 # readahead every such page fault also maps and zero-fills the pages
                 # around it, which made 100 partitions' produce half as fast as one's.
                 self._map.madvise(mmap.MADV_RANDOM)
+
+    @property
+    def writable(self) -> bool:
+        """Whether the index takes appends (the active segment's, or one being rebuilt)."""
+        return self._writable
 
     def make_writable(self) -> None:
         if not self._writable:
@@ -168,19 +176,21 @@ class OffsetIndex(_MappedIndex):
             raise InvariantError(f"{self.path}: index offsets and positions must increase")
         self._append(relative, position)
 
-    def lookup(self, offset: int) -> tuple[int, int]:
-        """``(offset, position)`` of the last entry at or before ``offset``, else the start."""
+    def entry_at_or_before(self, offset: int) -> tuple[int, int] | None:
+        """``(offset, position)`` of the last entry at or before ``offset``; None when none is.
+
+        The entry is as stored: the caller checks the batch it names."""
         slot = self._last_slot_at_most(0, offset - self.base_offset)
         if slot < 0:
-            return self.base_offset, 0
+            return None
         relative, position = self._entry(slot)
         return self.base_offset + relative, position
 
-    def lookup_position(self, position: int) -> tuple[int, int]:
-        """``(offset, position)`` of the last entry whose position is <= ``position``."""
+    def entry_at_or_before_position(self, position: int) -> tuple[int, int] | None:
+        """``(offset, position)`` of the last entry whose position is <= ``position``, or None."""
         slot = self._last_slot_at_most(1, position)
         if slot < 0:
-            return self.base_offset, 0
+            return None
         relative, entry_position = self._entry(slot)
         return self.base_offset + relative, entry_position
 
@@ -213,11 +223,13 @@ class TimeIndex(_MappedIndex):
             return
         self._append(timestamp, relative)
 
-    def lookup(self, timestamp: int) -> tuple[int, int]:
-        """``(timestamp, offset)`` of the last entry with a timestamp <= ``timestamp``."""
+    def entry_at_or_before(self, timestamp: int) -> tuple[int, int] | None:
+        """``(timestamp, offset)`` of the last entry stamped <= ``timestamp``; None when none is.
+
+        The entry is as stored: the caller checks the batch it names."""
         slot = self._last_slot_at_most(0, timestamp)
         if slot < 0:
-            return -1, self.base_offset
+            return None
         entry_timestamp, relative = self._entry(slot)
         return entry_timestamp, self.base_offset + relative
 

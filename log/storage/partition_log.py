@@ -265,6 +265,12 @@ class PartitionLog:
             )
         return self._failure
 
+    @property
+    def truncations(self) -> int:
+        """How many times the log was truncated since it was opened: work prepared from
+        its segments before a truncation no longer describes them."""
+        return self._truncations
+
     def _check_open(self) -> None:
         if self._closed:
             raise LogClosedError(f"{self.directory} is closed")

@@ -32,13 +32,19 @@ compaction and replay. Nothing here reads past the buffer it is given.
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
 from crc32c import crc32c
 
-from eventplatform.log.storage.compression import Compression, compress, decompress
+from eventplatform.log.storage.compression import (
+    DECOMPRESSED_BYTES_MAX,
+    Compression,
+    compress,
+    decompress,
+    iter_decompressed,
+)
 from eventplatform.log.storage.errors import (
     CorruptRecordError,
     InvalidRecordError,
@@ -56,6 +62,7 @@ NO_SEQUENCE = -1
 NO_PARTITION_LEADER_EPOCH = -1
 NO_TIMESTAMP = -1
 KEYLESS_RECORD_MESSAGE = "a compacted topic only accepts records with a key"
+VARINT_BYTES_MAX = 10
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 _STAMP = struct.Struct(">qii")  # baseOffset, batchLength, partitionLeaderEpoch
@@ -310,7 +317,46 @@ def encode_batch(
     max_timestamp = max(timestamps) if timestamps else NO_TIMESTAMP
     base_timestamp = first_timestamp if delete_horizon_ms is None else delete_horizon_ms
     body = b"".join(_encode_record(record, base_offset, base_timestamp) for record in records)
-    payload = compress(compression, body)
+    return encode_batch_body(
+        body,
+        records_count=len(records),
+        base_offset=base_offset,
+        last_offset_delta=last_offset_delta,
+        base_timestamp=base_timestamp,
+        max_timestamp=max_timestamp,
+        compression=compression,
+        timestamp_type=timestamp_type,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
+        partition_leader_epoch=partition_leader_epoch,
+        is_transactional=is_transactional,
+        is_control=is_control,
+        delete_horizon_ms=delete_horizon_ms,
+    )
+
+
+def encode_batch_body(
+    body: bytes | bytearray,
+    *,
+    records_count: int,
+    base_offset: int,
+    last_offset_delta: int,
+    base_timestamp: int,
+    max_timestamp: int,
+    compression: Compression = Compression.NONE,
+    timestamp_type: int = TimestampType.CREATE_TIME,
+    producer_id: int = NO_PRODUCER_ID,
+    producer_epoch: int = NO_PRODUCER_EPOCH,
+    base_sequence: int = NO_SEQUENCE,
+    partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
+    is_transactional: bool = False,
+    is_control: bool = False,
+    delete_horizon_ms: int | None = None,
+) -> bytes:
+    """One batch around ``body``, already encoded records whose deltas are relative to
+    ``base_offset`` and ``base_timestamp`` (the delete horizon when one is given)."""
+    payload = compress(compression, bytes(body))
     attributes = int(compression)
     attributes |= TIMESTAMP_TYPE_BIT if timestamp_type == TimestampType.LOG_APPEND_TIME else 0
     attributes |= TRANSACTIONAL_BIT if is_transactional else 0
@@ -332,7 +378,7 @@ def encode_batch(
         producer_id,
         producer_epoch,
         base_sequence,
-        len(records),
+        records_count,
     )
     batch[HEADER_BYTES:] = payload
     _CRC.pack_into(batch, _CRC_AT, crc32c(memoryview(batch)[CRC_START:]))
@@ -434,42 +480,126 @@ def decode_varint(
 def check_keys_present(buffer: bytes | bytearray | memoryview, header: BatchHeader) -> None:
     """Raise unless every record of the batch at ``header`` carries a key (compacted topics).
 
-    Walks the records without building them: per record only the length, the
-    offset delta (which must count 0, 1, 2, ...) and the key length are read,
-    so a batch of many tiny records costs integers, not objects. Every keyless
-    record is named in the ``InvalidRecordError``'s ``record_errors``, so the
-    producer learns which records were refused; a framing error refuses the
-    whole batch (``CorruptRecordError``) before any record is named.
+    Walks the records as :func:`iter_raw_records` streams them: one record at a time
+    is held, whatever the batch inflates to (up to ``DECOMPRESSED_BYTES_MAX``), and
+    offset deltas must count 0, 1, 2, ... Every keyless record is named in the
+    ``InvalidRecordError``'s ``record_errors``, so the producer learns which records
+    were refused; a framing error refuses the whole batch (``CorruptRecordError``)
+    before any record is named.
     """
     keyless: list[int] = []
-    payload = memoryview(buffer)[
-        header.position + HEADER_BYTES : header.position + header.size_bytes
-    ]
-    codec = Compression(header.attributes & COMPRESSION_MASK)
-    body = payload if codec is Compression.NONE else memoryview(decompress(codec, payload))
-    position = 0
-    end = len(body)
-    for index in range(header.records_count):
-        length, position = decode_varint(body, position, end)
-        record_end = position + length
-        if length < 0 or record_end > end:
-            raise CorruptRecordError(f"record length {length} overruns its batch")
-        _, field = decode_varint(body, position + 1, record_end)  # timestamp delta
-        offset_delta, field = decode_varint(body, field, record_end)
-        if offset_delta != index:
-            raise InvalidRecordError(f"record {index} has offset delta {offset_delta}")
-        key_length, _ = decode_varint(body, field, record_end)
-        if key_length < 0:
+    records = iter_raw_records(
+        buffer, header, decompressed_bytes_max=DECOMPRESSED_BYTES_MAX, with_data=False
+    )
+    for index, record in enumerate(records):
+        if record.offset_delta != index:
+            raise InvalidRecordError(f"record {index} has offset delta {record.offset_delta}")
+        if record.key is None:
             keyless.append(index)
-        position = record_end
-    if position != end:
-        raise CorruptRecordError(f"record batch has {end - position} bytes after its last record")
     if keyless:
         raise InvalidRecordError(
             f"{len(keyless)} of {header.records_count} records have no key, "
             f"and a compacted topic only accepts records with a key (first: record {keyless[0]})",
             tuple(RecordError(index, KEYLESS_RECORD_MESSAGE) for index in keyless),
         )
+
+
+class RawRecord(NamedTuple):
+    """One record as streamed from its batch: the fields the cleaner reads, and ``data``,
+    the record's encoding (length prefix included), to copy it unchanged."""
+
+    offset_delta: int
+    timestamp_delta: int
+    key: bytes | None
+    is_tombstone: bool
+    data: bytes
+
+
+def iter_raw_records(
+    buffer: bytes | bytearray | memoryview,
+    header: BatchHeader,
+    *,
+    decompressed_bytes_max: int,
+    with_data: bool = True,
+) -> Iterator[RawRecord]:
+    """The records of the batch at ``header``, one at a time, decompressed as they are
+    reached: at most one record and one piece of decompressed payload are held.
+
+    Raises :class:`DecompressionLimitError` as soon as the payload inflates past
+    ``decompressed_bytes_max``, CorruptRecordError when the records do not frame
+    exactly (count, lengths, trailing bytes). Header keys and values are not checked.
+    Without ``with_data`` each record's ``data`` is empty, which saves a copy of it.
+    """
+    payload = memoryview(buffer)[
+        header.position + HEADER_BYTES : header.position + header.size_bytes
+    ]
+    codec = header.attributes & COMPRESSION_MASK
+    reader = _PieceReader(iter_decompressed(codec, payload, limit_bytes=decompressed_bytes_max))
+    for _ in range(header.records_count):
+        yield reader.next_record(with_data)
+    if reader.has_more():
+        raise CorruptRecordError("record batch has bytes after its last record")
+
+
+class _PieceReader:
+    """Records across the pieces of a decompressed payload, holding only what is unread."""
+
+    def __init__(self, pieces: Iterator[bytes]) -> None:
+        self._pieces = pieces
+        self._buffer = bytearray()
+        self._cursor = 0
+
+    def _ensure(self, count: int) -> bool:
+        """Whether ``count`` unread bytes are buffered, reading pieces until they are."""
+        while len(self._buffer) - self._cursor < count:
+            piece = next(self._pieces, None)
+            if piece is None:
+                return False
+            del self._buffer[: self._cursor]
+            self._cursor = 0
+            self._buffer += piece
+        return True
+
+    def has_more(self) -> bool:
+        return self._ensure(1)
+
+    def next_record(self, with_data: bool) -> RawRecord:
+        self._ensure(VARINT_BYTES_MAX)
+        buffer = self._buffer
+        length, position = decode_varint(buffer, self._cursor, len(buffer))
+        prefix = position - self._cursor
+        if length < 0 or not self._ensure(prefix + length):
+            raise CorruptRecordError(f"record length {length} overruns its batch")
+        buffer = self._buffer  # reading more may have moved the unread bytes to the front
+        start = self._cursor
+        position = start + prefix
+        end = position + length
+        timestamp_delta, field = decode_varint(buffer, position + 1, end)  # after attributes
+        offset_delta, field = decode_varint(buffer, field, end)
+        key_length, field = decode_varint(buffer, field, end)
+        if key_length < -1 or field + max(key_length, 0) > end:
+            raise CorruptRecordError(f"record key length {key_length} overruns its record")
+        key = None if key_length < 0 else bytes(buffer[field : field + key_length])
+        value_length, _ = decode_varint(buffer, field + max(key_length, 0), end)
+        self._cursor = end
+        data = b""
+        if with_data:
+            with memoryview(buffer) as view:
+                data = bytes(view[start:end])
+        return RawRecord(offset_delta, timestamp_delta, key, value_length == -1, data)
+
+
+def rebase_record(data: bytes, timestamp_shift_ms: int) -> bytes:
+    """A record's encoding with its timestamp delta moved by ``timestamp_shift_ms`` (for a
+    batch whose base timestamp changes); every other field is copied."""
+    _, position = decode_varint(data, 0, len(data))
+    timestamp_delta, rest = decode_varint(data, position + 1, len(data))
+    body = (
+        data[position : position + 1]
+        + encode_varint(timestamp_delta + timestamp_shift_ms)
+        + data[rest:]
+    )
+    return encode_varint(len(body)) + body
 
 
 def _decode_records(body: memoryview, header: BatchHeader) -> list[Record]:

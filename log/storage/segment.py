@@ -15,12 +15,15 @@ slice returned by :meth:`read` stays valid while the file is open.
 from __future__ import annotations
 
 import contextlib
+import itertools
+import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from eventplatform.log.invariants import InvariantError
+from eventplatform.log.invariants import InvariantError, require
+from eventplatform.log.storage.compression import DECOMPRESSED_BYTES_MAX
 from eventplatform.log.storage.config import INT32_MAX, LogConfig
 from eventplatform.log.storage.errors import CorruptRecordError, KafkaStorageError
 from eventplatform.log.storage.files import (
@@ -34,10 +37,13 @@ from eventplatform.log.storage.index import OffsetIndex, TimeIndex
 from eventplatform.log.storage.record_batch import (
     HEADER_BYTES,
     BatchHeader,
-    decode_batch,
+    TimestampType,
+    iter_raw_records,
     parse_header,
     verify_crc,
 )
+
+logger = logging.getLogger(__name__)
 
 SCAN_CHUNK_BYTES = 64 * 1024
 NO_TIMESTAMP = -1
@@ -248,29 +254,57 @@ class Segment:
         does not parse or a batch that overruns the end raises CorruptRecordError.
         """
         end = self.size_bytes if end_position is None else end_position
-        position = start_position
-        while position < end:
-            chunk = os.pread(self.descriptor, min(SCAN_CHUNK_BYTES, end - position), position)
-            cursor = 0
-            while cursor + HEADER_BYTES <= len(chunk):
-                header = parse_header(chunk, cursor)
-                if position + cursor + header.size_bytes > end:
-                    raise CorruptRecordError(
-                        f"{self.log_path}: batch at byte {position + cursor} overruns the segment"
-                    )
-                yield header._replace(position=position + cursor)
-                cursor += header.size_bytes
-            if cursor == 0:
-                raise CorruptRecordError(f"{self.log_path}: torn batch header at byte {position}")
-            position += cursor
+        return scan_batches(self.descriptor, self.log_path, start_position, end)
 
     def find_batch(self, offset: int, end_position: int | None = None) -> BatchHeader | None:
-        """The first batch whose last offset is >= ``offset``, or None."""
-        _, start = self.offset_index.lookup(offset)
-        for header in self.scan(start, end_position):
+        """The first batch whose last offset is >= ``offset`` and that starts before
+        ``end_position`` (default: the end of the file), or None."""
+        end = self.size_bytes if end_position is None else end_position
+        for header in self._scan_indexed(lambda: self.offset_index.entry_at_or_before(offset)):
+            if header.position >= end:
+                return None
             if header.last_offset >= offset:
                 return header
         return None
+
+    def _scan_indexed(
+        self,
+        lookup: Callable[[], tuple[int, int] | None],
+        start: int = 0,
+        *,
+        rebuilt: bool = False,
+    ) -> Iterator[BatchHeader]:
+        """Headers from the batch the offset index entry ``lookup()`` names, or from
+        ``start`` when it names none past ``start``.
+
+        An entry must name the start of a batch with the entry's offset. One that does
+        not (a damaged file: it points inside a batch, past the file, or at another
+        batch) would make a read answer the wrong batch or fail for good, so the
+        indexes are rebuilt from the log (:meth:`rebuild_indexes`) and looked up again.
+        """
+        entry = lookup()
+        if entry is None or entry[1] <= start:
+            return self.scan(start)
+        headers = self._scan_from_entry(entry)
+        if headers is not None:
+            return headers
+        require(not rebuilt, f"{self.offset_index.path}: a rebuilt entry names no batch")
+        self.rebuild_indexes(f"its entry for offset {entry[0]} names byte {entry[1]}")
+        return self._scan_indexed(lookup, start, rebuilt=True)
+
+    def _scan_from_entry(self, entry: tuple[int, int]) -> Iterator[BatchHeader] | None:
+        """Headers from ``entry``'s position when a batch with its offset starts there."""
+        offset, position = entry
+        if not 0 <= position < self.size_bytes:
+            return None
+        headers = self.scan(position)
+        try:
+            first = next(headers, None)
+        except CorruptRecordError:
+            return None
+        if first is None or first.base_offset != offset:
+            return None
+        return itertools.chain((first,), headers)
 
     def read(
         self, offset: int, max_bytes: int, *, max_offset: int | None = None
@@ -292,10 +326,12 @@ class Segment:
         end = first.position + first.size_bytes
         if limit > end:
             # An index entry is a batch start, so everything before it is whole batches.
-            _, jump = self.offset_index.lookup_position(limit)
-            end = max(end, jump)
-            for header in self.scan(end, end_position):
+            start = end
+            for header in self._scan_indexed(
+                lambda: self.offset_index.entry_at_or_before_position(limit), start
+            ):
                 if header.position + header.size_bytes > limit:
+                    end = max(end, header.position)
                     break
                 end = header.position + header.size_bytes
         return SegmentSlice(
@@ -311,15 +347,32 @@ class Segment:
 
     def find_offset_by_timestamp(self, timestamp: int, start_offset: int) -> tuple[int, int] | None:
         """First ``(offset, timestamp)`` at or after ``start_offset`` stamped >= ``timestamp``."""
-        _, indexed_offset = self.time_index.lookup(timestamp)
-        _, position = self.offset_index.lookup(max(indexed_offset, start_offset))
-        for header in self.scan(position):
+        entry = self.time_index.entry_at_or_before(timestamp)
+        if entry is not None and not self._time_entry_holds(entry):
+            self.rebuild_indexes(f"its time index entry {entry} names no such batch")
+            entry = self.time_index.entry_at_or_before(timestamp)
+            require(entry is None or self._time_entry_holds(entry), "a rebuilt time entry lies")
+        indexed_offset = self.base_offset if entry is None else entry[1]
+        start = max(indexed_offset, start_offset)
+        for header in self._scan_indexed(lambda: self.offset_index.entry_at_or_before(start)):
             if header.max_timestamp < timestamp or header.last_offset < start_offset:
                 continue
-            for record in decode_batch(self.read_batch_bytes(header)).records:
-                if record.offset >= start_offset and record.timestamp >= timestamp:
-                    return record.offset, record.timestamp
+            found = _first_stamped_at_least(
+                self.read_batch_bytes(header), header, timestamp, start_offset
+            )
+            if found is not None:
+                return found
         return None
+
+    def _time_entry_holds(self, entry: tuple[int, int]) -> bool:
+        """Whether the batch at the entry's offset starts there and carries its timestamp:
+        the time index records the max timestamp so far with the batch that reached it."""
+        timestamp, offset = entry
+        header = self.find_batch(offset)
+        return header is not None and (header.base_offset, header.max_timestamp) == (
+            offset,
+            timestamp,
+        )
 
     # ------------------------------------------------------------ recovery
 
@@ -327,17 +380,21 @@ class Segment:
         """After a clean shutdown: find the next offset by scanning from the last index entry.
 
         Returns False when the indexes or the framing do not agree with the file,
-        in which case the caller runs :meth:`recover`.
+        in which case the caller runs :meth:`recover`. Both indexes' last entries
+        must name the batch they claim (Kafka's sanity check of index files on
+        load); a damaged entry before them is found by the read that meets it.
         """
         if self.size_bytes and (self.offset_index.was_missing or self.time_index.was_missing):
             return False
         if not self.offset_index.is_sane(max(self.size_bytes, 1)):
             return False
         last = self.offset_index.last_entry()
-        start = 0 if last is None else last[1]
         last_header = None
         try:
-            for header in self.scan(start):
+            headers = self.scan() if last is None else self._scan_from_entry(last)
+            if headers is None:
+                return False
+            for header in headers:
                 last_header = header
                 self._note_max_timestamp(header)
         except CorruptRecordError:
@@ -345,9 +402,14 @@ class Segment:
         if last_header is not None:
             self.next_offset = last_header.next_offset
         entry = self.time_index.last_entry()
-        if entry is not None and entry[0] > self.max_timestamp:
-            self.max_timestamp, self.offset_of_max_timestamp = entry
-        return self.time_index.is_sane(self.next_offset)
+        if not self.time_index.is_sane(self.next_offset):
+            return False
+        if entry is not None:
+            if not self._time_entry_holds(entry):
+                return False
+            if entry[0] > self.max_timestamp:
+                self.max_timestamp, self.offset_of_max_timestamp = entry
+        return True
 
     def _note_max_timestamp(self, header: BatchHeader) -> None:
         if header.max_timestamp > self.max_timestamp:
@@ -360,6 +422,36 @@ class Segment:
         ``min_offset`` is the offset the first batch may not go below (the end of
         the previous segment). Returns the number of bytes truncated.
         """
+        valid_end = self._reindex(min_offset=min_offset)
+        truncated = self.size_bytes - valid_end
+        if truncated:
+            os.ftruncate(self.descriptor, valid_end)
+            self.size_bytes = valid_end
+        return truncated
+
+    def rebuild_indexes(self, reason: str) -> None:
+        """Rebuild both indexes from the log of an open segment whose index was found lying.
+
+        The same CRC-checked walk as :meth:`recover`, but nothing is truncated: the
+        segment is live and its batches were acknowledged. A log that itself fails the
+        walk is damaged beyond its index: CorruptRecordError names the byte.
+        """
+        logger.warning("%s: rebuilding its indexes from the log: %s", self.log_path, reason)
+        sealed = not self.offset_index.writable
+        next_offset = self.next_offset
+        valid_end = self._reindex(min_offset=self.base_offset)
+        if sealed:
+            self.seal()
+        if valid_end != self.size_bytes or self.next_offset != next_offset:
+            self.next_offset = next_offset
+            raise CorruptRecordError(
+                f"{self.log_path}: the batch at byte {valid_end} fails its check "
+                "while rebuilding the indexes"
+            )
+
+    def _reindex(self, *, min_offset: int) -> int:
+        """Empty both indexes and index every CRC-valid batch from the start, in order;
+        returns the byte where the valid batches end."""
         self.offset_index.reset()
         self.time_index.reset()
         self.next_offset = max(self.base_offset, min_offset)
@@ -377,11 +469,7 @@ class Segment:
             self._index_batch(header, header.position)
             self.next_offset = header.next_offset
             valid_end = header.position + header.size_bytes
-        truncated = self.size_bytes - valid_end
-        if truncated:
-            os.ftruncate(self.descriptor, valid_end)
-            self.size_bytes = valid_end
-        return truncated
+        return valid_end
 
     def _iter_valid_batches(self) -> Iterator[BatchHeader]:
         position = 0
@@ -417,3 +505,48 @@ class Segment:
             self._note_max_timestamp(kept)
         self.bytes_since_index_entry = self.config.index_interval_bytes + 1
         return removed
+
+
+def scan_batches(descriptor: int, path: Path, start: int, end: int) -> Iterator[BatchHeader]:
+    """The headers of the batches in ``[start, end)`` of an open ``.log`` file, with their
+    absolute positions; see :meth:`Segment.scan`. Reads only through ``descriptor``, so
+    another thread may scan a duplicate of it while the owner goes on."""
+    position = start
+    while position < end:
+        chunk = os.pread(descriptor, min(SCAN_CHUNK_BYTES, end - position), position)
+        cursor = 0
+        while cursor + HEADER_BYTES <= len(chunk):
+            header = parse_header(chunk, cursor)
+            if position + cursor + header.size_bytes > end:
+                raise CorruptRecordError(
+                    f"{path}: batch at byte {position + cursor} overruns the segment"
+                )
+            yield header._replace(position=position + cursor)
+            cursor += header.size_bytes
+        if cursor == 0:
+            raise CorruptRecordError(f"{path}: torn batch header at byte {position}")
+        position += cursor
+
+
+def _first_stamped_at_least(
+    data: bytes, header: BatchHeader, timestamp: int, start_offset: int
+) -> tuple[int, int] | None:
+    """The first ``(offset, timestamp)`` of the batch in ``data`` at or after
+    ``start_offset`` stamped >= ``timestamp``; records are streamed, not kept."""
+    verify_crc(data, header._replace(position=0))
+    log_append_time = header.timestamp_type == TimestampType.LOG_APPEND_TIME
+    for record in iter_raw_records(
+        data,
+        header._replace(position=0),
+        decompressed_bytes_max=DECOMPRESSED_BYTES_MAX,
+        with_data=False,
+    ):
+        offset = header.base_offset + record.offset_delta
+        stamped = (
+            header.max_timestamp
+            if log_append_time
+            else header.base_timestamp + record.timestamp_delta
+        )
+        if offset >= start_offset and stamped >= timestamp:
+            return offset, stamped
+    return None

@@ -322,3 +322,31 @@ def test_decompression_stops_at_the_limit(
     assert len(bomb) < 512 * 1024
     with pytest.raises(CorruptRecordError, match="limit"):
         decompress(codec, bomb)
+
+
+def test_a_raw_snappy_block_is_refused_before_inflating_past_the_limit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Raw snappy (no xerial framing) states its inflated length up front: a block that
+    claims more than the limit is refused, not inflated."""
+    monkeypatch.setattr(compression, "DECOMPRESSED_BYTES_MAX", 1024 * 1024)
+    bomb = bytes(cramjam.snappy.compress_raw(bytes(4 * 1024 * 1024)))
+    assert bomb[:8] != XERIAL_MAGIC and len(bomb) < 512 * 1024
+    with pytest.raises(CorruptRecordError, match="limit"):
+        decompress(Compression.SNAPPY, bomb)
+
+
+@pytest.mark.parametrize("codec", COMPRESSING_CODECS, ids=lambda codec: codec.name.lower())
+def test_decompressed_pieces_are_bounded_whatever_the_payload_inflates_to(
+    codec: Compression,
+) -> None:
+    inflated = 24 * 1024 * 1024
+    bomb = compress(codec, bytes(inflated))
+    pieces = [
+        len(piece) for piece in compression.iter_decompressed(codec, bomb, limit_bytes=inflated)
+    ]
+    assert sum(pieces) == inflated
+    # A zstd step may inflate to 8 MiB; every other codec's pieces are at most 1 MiB.
+    assert max(pieces) <= 8 * compression.DECOMPRESSED_CHUNK_BYTES_MAX
+    if codec is not Compression.ZSTD:
+        assert max(pieces) <= compression.DECOMPRESSED_CHUNK_BYTES_MAX

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from eventplatform.log.storage import Cleaner, Compression, LogConfig, PartitionLog, Record
-from eventplatform.log.storage.record_batch import encode_batch
+from eventplatform.log.storage.record_batch import decode_record_set, encode_batch
 
 START_MS = 1_700_000_000_000
 RETENTION_MS = 10_000
@@ -117,6 +117,47 @@ class LogMachine(RuleBasedStateMachine):
         crash(self.log)
         self.log = PartitionLog.open(self.directory, self.config, clock_ms=self.clock)
         assert not self.log.opened_cleanly
+
+    @rule(data=st.data())
+    def reopen_with_a_damaged_index_entry(self, data: st.DataObject) -> None:
+        """A clean shutdown, then garbage in one entry of an offset or time index."""
+        self.log.close()
+        damaged = sorted(
+            path
+            for path in self.directory.iterdir()
+            if path.suffix in (".index", ".timeindex") and path.stat().st_size
+        )
+        if damaged:
+            path = data.draw(st.sampled_from(damaged))
+            entry_bytes = 8 if path.suffix == ".index" else 12
+            content = bytearray(path.read_bytes())
+            slot = data.draw(st.integers(0, len(content) // entry_bytes - 1))
+            # Keep the entry's key (offset or timestamp) or not: either way it may now lie.
+            start = slot * entry_bytes + data.draw(st.sampled_from([0, entry_bytes - 4]))
+            end = (slot + 1) * entry_bytes
+            content[start:end] = data.draw(st.binary(min_size=end - start, max_size=end - start))
+            path.write_bytes(bytes(content))
+        self.log = PartitionLog.open(self.directory, self.config, clock_ms=self.clock)
+        assert self.log.opened_cleanly
+        self._check_every_offset_and_timestamp()
+
+    def _check_every_offset_and_timestamp(self) -> None:
+        """A read at any offset starts with the batch holding it; a timestamp lookup finds
+        the first offset stamped at or after it."""
+        values = {offset: value for _, records in self.batches for offset, value, _ in records}
+        for offset, value in values.items():
+            found = self.log.read(offset, 1)
+            assert found is not None
+            first = decode_record_set(found.read_bytes())[0]
+            assert first.header.base_offset <= offset <= first.header.last_offset
+            assert {record.offset: record.value for record in first.records}[offset] == value
+        stamped = [
+            (timestamp, offset) for _, records in self.batches for offset, _, timestamp in records
+        ]
+        for target in sorted({timestamp for timestamp, _ in stamped})[::3]:
+            expected = min(offset for timestamp, offset in stamped if timestamp >= target)
+            found_offset = self.log.offset_for_timestamp(target)
+            assert found_offset is not None and found_offset.offset == expected
 
     def _drop_below(self, offset: int) -> None:
         self.log_start = max(self.log_start, offset)
