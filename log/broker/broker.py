@@ -354,26 +354,36 @@ class Broker:
                 self.storage_failed.set()
 
     async def run_background(self) -> None:
-        """Delete expired files every second; run retention and compaction on their interval."""
+        """Delete expired files every second; run retention every
+        ``log.retention.check.interval.ms`` and look for logs to compact every
+        ``log.cleaner.backoff.ms``, each on its own clock, as Kafka's log manager and
+        log cleaner do."""
         retention_interval_s = self.config.log_retention_check_interval_ms / 1000
+        compaction_interval_s = self.config.log_cleaner_backoff_ms / 1000
         next_retention = trio.current_time() + retention_interval_s
+        next_compaction = trio.current_time() + compaction_interval_s
         next_expiry = trio.current_time() + PRODUCER_EXPIRY_INTERVAL_S
         while True:
-            await trio.sleep(FLUSH_INTERVAL_S)
+            await trio.sleep(min(FLUSH_INTERVAL_S, compaction_interval_s))
             for partition in list(self.topics.partitions()):
                 partition.log.delete_expired_files()
             now = trio.current_time()
-            if now >= next_retention:
+            retention, compaction = now >= next_retention, now >= next_compaction
+            if retention:
                 next_retention = now + retention_interval_s
-                await self.clean_logs()
+            if compaction:
+                next_compaction = now + compaction_interval_s
+            if retention or compaction:
+                await self.clean_logs(retention=retention, compaction=compaction)
             if now >= next_expiry:
                 next_expiry = now + PRODUCER_EXPIRY_INTERVAL_S
                 now_ms = self.clock_ms()
                 for partition in self.topics.partitions():
                     partition.producers.expire(now_ms, self.config.producer_id_expiration_ms)
 
-    async def clean_logs(self) -> None:
-        """One retention and compaction pass over every partition, below the high watermark."""
+    async def clean_logs(self, *, retention: bool = True, compaction: bool = True) -> None:
+        """One retention pass, compaction pass or both over every partition, below the high
+        watermark."""
         for partition in list(self.topics.partitions()):
             await trio.lowlevel.checkpoint()
             log_ = partition.log
@@ -382,8 +392,11 @@ class Broker:
             try:
                 if log_.closed:
                     continue
-                self.cleaner.apply_retention(log_, upper_bound_offset=partition.high_watermark)
-                await self.compact_log(partition)
+                if retention:
+                    bound = partition.high_watermark
+                    self.cleaner.apply_retention(log_, upper_bound_offset=bound)
+                if compaction:
+                    await self.compact_log(partition)
             except CleaningAbortedError:
                 log.info("cleaning %s-%d stopped", partition.topic, partition.index)
             except (OSError, KafkaStorageError) as exc:

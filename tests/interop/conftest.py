@@ -25,6 +25,7 @@ BROKER_OVERRIDES = (
     "num.partitions=3",
     "log.segment.bytes=536870912",
     "log.retention.check.interval.ms=500",
+    "log.cleaner.backoff.ms=500",
     "group.initial.rebalance.delay.ms=0",
 )
 

@@ -109,3 +109,30 @@ async def test_cancelling_a_compaction_stops_its_worker_and_leaves_the_log_as_it
         assert stopped_s < 1.0, f"the worker ran on for {stopped_s:.3f} s"
         assert not list(partition.directory.glob("*.cleaned"))
         assert [(record.offset, record.value) for record in partition.log.iter_records()] == before
+
+
+async def test_compaction_runs_on_the_cleaner_backoff_not_the_retention_interval(
+    tmp_path: Path, wire: Any
+) -> None:
+    """Kafka's log cleaner looks for dirty logs every ``log.cleaner.backoff.ms``,
+    whatever ``log.retention.check.interval.ms`` is: a compacted topic is cleaned within
+    seconds though retention is checked hourly."""
+    async with wire.open_broker(
+        tmp_path, log_retention_check_interval_ms=3_600_000, log_cleaner_backoff_ms=200
+    ) as running:
+        client = await running.connect()
+        await client.create_topic(
+            TOPIC,
+            configs={
+                "cleanup.policy": "compact",
+                "segment.bytes": "4096",
+                "min.cleanable.dirty.ratio": "0.01",
+            },
+        )
+        for number in range(20):
+            assert (await client.produce(TOPIC, keyed_batch(number)))["error_code"] == 0
+        partition = running.broker.topics.partition(TOPIC, 0)
+        with trio.move_on_after(10):
+            while partition.log.cleaner_offset == 0:
+                await trio.sleep(0.1)
+        assert partition.log.cleaner_offset > 0, "no compaction pass ran in 10 s"
