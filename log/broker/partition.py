@@ -360,17 +360,16 @@ class Partition:
     # ------------------------------------------------------------ produce
 
     def append(self, record_set: bytes | bytearray, *, acks: int = 1) -> ProduceResult:
-        """Validate and append one produced batch; errors are answered, not raised."""
+        """Validate and append one produced batch; errors are answered, not raised.
+
+        The retry of a batch the log holds is answered with its original offsets before
+        anything else is judged: refusing it (NOT_ENOUGH_REPLICAS while the ISR is small)
+        would tell the client "not persisted" about a batch that is, and an idempotent
+        librdkafka producer may then send it again under a new producer epoch."""
         if self.log.offline:
             return ProduceResult(ErrorCode.KAFKA_STORAGE_ERROR, message=str(self.log.failure))
         if not self.is_leader:
             return ProduceResult(ErrorCode.NOT_LEADER_OR_FOLLOWER)
-        if acks == ACKS_ALL and self.replicas is not None and not self.replicas.enough_replicas():
-            message = (
-                f"the ISR has {len(self.replicas.isr)} replicas; "
-                f"min.insync.replicas is {self.replicas.min_insync_replicas}"
-            )
-            return ProduceResult(ErrorCode.NOT_ENOUGH_REPLICAS, message=message)
         try:
             buffer, headers = self.log.validate(record_set)
         except StorageError as exc:
@@ -392,6 +391,12 @@ class Partition:
                 self.log_start_offset,
                 last_offset=original.last_offset,
             )
+        if acks == ACKS_ALL and self.replicas is not None and not self.replicas.enough_replicas():
+            message = (
+                f"the ISR has {len(self.replicas.isr)} replicas; "
+                f"min.insync.replicas is {self.replicas.min_insync_replicas}"
+            )
+            return ProduceResult(ErrorCode.NOT_ENOUGH_REPLICAS, message=message)
         if check.verdict is Verdict.FENCED:
             return ProduceResult(ErrorCode.INVALID_PRODUCER_EPOCH, message=check.message)
         if check.verdict is Verdict.OUT_OF_ORDER:
