@@ -332,12 +332,15 @@ class Partition:
         node's as the leader, at any epoch (an ISR change or a fence-and-re-elect moves
         the epoch, not the batch), or the new leader's as a follower (the batch survived
         the failover). NOT_ENOUGH_REPLICAS_AFTER_APPEND when the leader's ISR got it but
-        is below ``min.insync.replicas``. NOT_LEADER_OR_FOLLOWER, which clients take as
-        "not persisted", only once the batch is gone from this log (truncated by a new
-        leader that never had it). REQUEST_TIMED_OUT, "possibly persisted", when the
-        deadline passes first, the partition closes or its log start passes the batch:
-        its fate is unknown, and a retry with the same producer sequence is answered as a
-        duplicate wherever it survived.
+        is below ``min.insync.replicas`` and fewer than that many replicas are known to
+        hold it (with that many, acks=all's promise is kept, and an error would make a
+        client resend what the log holds: an idempotent librdkafka producer may resend
+        it under a new producer epoch, as a second copy). NOT_LEADER_OR_FOLLOWER, which
+        clients take as "not persisted", only once the batch is gone from this log
+        (truncated by a new leader that never had it). REQUEST_TIMED_OUT, "possibly
+        persisted", when the deadline passes first, the partition closes or its log start
+        passes the batch: its fate is unknown, and a retry with the same producer sequence
+        is answered as a duplicate wherever it survived.
         """
         while True:
             if self.closed or last_offset < self.log.log_start_offset:
@@ -347,7 +350,7 @@ class Partition:
             replicas = self.replicas
             if self.is_leader and replicas is not None:
                 if replicas.acknowledged(last_offset):
-                    if not replicas.enough_replicas():
+                    if not replicas.enough_replicas() and not replicas.held_by_enough(last_offset):
                         return ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
                     return ErrorCode.NONE
             elif self.high_watermark > last_offset:

@@ -112,9 +112,10 @@ def client_debug(name: str) -> dict[str, Any]:
     logger = logging.getLogger(f"fault_run.{name}")
     logger.setLevel(logging.DEBUG)
     logger.propagate = False
-    handler = logging.FileHandler(Path(directory) / f"{name}.log")
-    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
-    logger.addHandler(handler)
+    if not logger.handlers:  # one file per producer name, over every seed of the run
+        handler = logging.FileHandler(Path(directory) / f"{name}.log")
+        handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
+        logger.addHandler(handler)
     return {"debug": CLIENT_DEBUG_CONTEXTS, "logger": logger, "log_level": 7}
 
 

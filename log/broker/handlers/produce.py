@@ -85,10 +85,7 @@ Wait = tuple[Body, Partition, int, int]
 async def _append_all(context: RequestContext, request: Body) -> tuple[list[Body], list[Wait]]:
     """Append every partition's batch; the responses, and the acks=all appends still to
     replicate (each response entry with its partition, last offset and the leader epoch
-    it was written in: a retry's original may be from an earlier one). A retry whose
-    original the high watermark already passed is answered at once: its replication was
-    settled then, and an error now (NOT_ENOUGH_REPLICAS_AFTER_APPEND while the ISR is
-    small) would only keep the client sending a batch the log holds."""
+    it was written in: a retry's original may be from an earlier one)."""
     broker = context.broker
     acks = request["acks"]
     responses = []
@@ -111,12 +108,7 @@ async def _append_all(context: RequestContext, request: Body) -> tuple[list[Body
                 result = ProduceResult(ErrorCode.NOT_LEADER_OR_FOLLOWER)
             else:
                 result = partition.append(records, acks=acks)
-                if (
-                    acks == ACKS_ALL
-                    and result.error == ErrorCode.NONE
-                    and partition.clustered
-                    and result.last_offset >= partition.high_watermark
-                ):
+                if acks == ACKS_ALL and result.error == ErrorCode.NONE and partition.clustered:
                     entry = _partition_response(index, result)
                     partitions.append(entry)
                     epoch = partition.epoch_of(result.last_offset)
