@@ -332,12 +332,15 @@ class Partition:
         node's as the leader, at any epoch (an ISR change or a fence-and-re-elect moves
         the epoch, not the batch), or the new leader's as a follower (the batch survived
         the failover). NOT_ENOUGH_REPLICAS_AFTER_APPEND when the leader's ISR got it but
-        is below ``min.insync.replicas``. NOT_LEADER_OR_FOLLOWER, which clients take as
-        "not persisted", only once the batch is gone from this log (truncated by a new
-        leader that never had it). REQUEST_TIMED_OUT, "possibly persisted", when the
-        deadline passes first, the partition closes or its log start passes the batch:
-        its fate is unknown, and a retry with the same producer sequence is answered as a
-        duplicate wherever it survived.
+        is below ``min.insync.replicas`` and fewer than that many replicas are known to
+        hold it (with that many, acks=all's promise is kept, and an error would make a
+        client resend what the log holds: an idempotent librdkafka producer may resend
+        it under a new producer epoch, as a second copy). NOT_LEADER_OR_FOLLOWER, which
+        clients take as "not persisted", only once the batch is gone from this log
+        (truncated by a new leader that never had it). REQUEST_TIMED_OUT, "possibly
+        persisted", when the deadline passes first, the partition closes or its log start
+        passes the batch: its fate is unknown, and a retry with the same producer sequence
+        is answered as a duplicate wherever it survived.
         """
         while True:
             if self.closed or last_offset < self.log.log_start_offset:
@@ -347,7 +350,7 @@ class Partition:
             replicas = self.replicas
             if self.is_leader and replicas is not None:
                 if replicas.acknowledged(last_offset):
-                    if not replicas.enough_replicas():
+                    if not replicas.enough_replicas() and not replicas.held_by_enough(last_offset):
                         return ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
                     return ErrorCode.NONE
             elif self.high_watermark > last_offset:
@@ -360,17 +363,16 @@ class Partition:
     # ------------------------------------------------------------ produce
 
     def append(self, record_set: bytes | bytearray, *, acks: int = 1) -> ProduceResult:
-        """Validate and append one produced batch; errors are answered, not raised."""
+        """Validate and append one produced batch; errors are answered, not raised.
+
+        The retry of a batch the log holds is answered with its original offsets before
+        anything else is judged: refusing it (NOT_ENOUGH_REPLICAS while the ISR is small)
+        would tell the client "not persisted" about a batch that is, and an idempotent
+        librdkafka producer may then send it again under a new producer epoch."""
         if self.log.offline:
             return ProduceResult(ErrorCode.KAFKA_STORAGE_ERROR, message=str(self.log.failure))
         if not self.is_leader:
             return ProduceResult(ErrorCode.NOT_LEADER_OR_FOLLOWER)
-        if acks == ACKS_ALL and self.replicas is not None and not self.replicas.enough_replicas():
-            message = (
-                f"the ISR has {len(self.replicas.isr)} replicas; "
-                f"min.insync.replicas is {self.replicas.min_insync_replicas}"
-            )
-            return ProduceResult(ErrorCode.NOT_ENOUGH_REPLICAS, message=message)
         try:
             buffer, headers = self.log.validate(record_set)
         except StorageError as exc:
@@ -392,6 +394,12 @@ class Partition:
                 self.log_start_offset,
                 last_offset=original.last_offset,
             )
+        if acks == ACKS_ALL and self.replicas is not None and not self.replicas.enough_replicas():
+            message = (
+                f"the ISR has {len(self.replicas.isr)} replicas; "
+                f"min.insync.replicas is {self.replicas.min_insync_replicas}"
+            )
+            return ProduceResult(ErrorCode.NOT_ENOUGH_REPLICAS, message=message)
         if check.verdict is Verdict.FENCED:
             return ProduceResult(ErrorCode.INVALID_PRODUCER_EPOCH, message=check.message)
         if check.verdict is Verdict.OUT_OF_ORDER:

@@ -143,6 +143,18 @@ class LeaderReplicas:
         """Whether acks=all may append: the ISR has at least ``min_insync_replicas``."""
         return len(self.isr) >= self.min_insync_replicas
 
+    def held_by_enough(self, last_offset: int) -> bool:
+        """Whether at least ``min_insync_replicas`` replicas, the leader included, are known
+        to hold everything to ``last_offset``: the leader, and every follower that fetched
+        past it since this leader (or the ISR change that dropped it) knew it, in the ISR
+        or not."""
+        holders = 1 + sum(
+            1
+            for state in self.followers.values()
+            if state.fetched and state.log_end_offset > last_offset
+        )
+        return holders >= self.min_insync_replicas
+
     def acknowledged(self, last_offset: int) -> bool:
         """Whether an acks=all append ending at ``last_offset`` is replicated to the ISR."""
         return self.high_watermark > last_offset

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
+import os
 import shutil
 import statistics
 import sys
@@ -56,6 +58,10 @@ MESSAGE_TIMEOUT_MS = 120_000
 DESCRIBE_ATTEMPTS = 50
 SETTINGS = ("min.insync.replicas=2",)
 CLIENT_LOG_LEVEL = 3
+CLIENT_DEBUG_ENV = "FAULT_RUN_CLIENT_DEBUG"
+"""Set to a directory to have each producer log librdkafka's idempotence, message and
+protocol debug lines to ``<name>.log`` there: which answer each batch got. Off by default."""
+CLIENT_DEBUG_CONTEXTS = "eos,msg,protocol"
 """librdkafka logs errors only: a run disconnects clients on purpose, hundreds of times."""
 
 
@@ -98,6 +104,21 @@ class RunResult:
     faults: list[str]
 
 
+def client_debug(name: str) -> dict[str, Any]:
+    """The producer settings that log its debug lines to a file, when asked for."""
+    directory = os.environ.get(CLIENT_DEBUG_ENV)
+    if not directory:
+        return {}
+    logger = logging.getLogger(f"fault_run.{name}")
+    logger.setLevel(logging.DEBUG)
+    logger.propagate = False
+    if not logger.handlers:  # one file per producer name, over every seed of the run
+        handler = logging.FileHandler(Path(directory) / f"{name}.log")
+        handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
+        logger.addHandler(handler)
+    return {"debug": CLIENT_DEBUG_CONTEXTS, "logger": logger, "log_level": 7}
+
+
 def produce(bootstrap: str, name: str, recorder: Recorder, stop: threading.Event) -> None:
     writer = Producer(
         {
@@ -110,6 +131,7 @@ def produce(bootstrap: str, name: str, recorder: Recorder, stop: threading.Event
             "topic.metadata.refresh.interval.ms": 1_000,
             "log_level": CLIENT_LOG_LEVEL,
         }
+        | client_debug(name)
     )
     sequence = 0
     while not stop.is_set():

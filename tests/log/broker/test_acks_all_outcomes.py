@@ -264,3 +264,30 @@ def test_a_batch_waiting_when_its_partition_closes_is_answered_possibly_persiste
     tmp_path: Path,
 ) -> None:
     run(check_a_closed_partition_leaves_the_fate_unknown, tmp_path)
+
+
+async def check_a_retry_of_a_kept_batch_under_a_small_isr(directory: Path) -> None:
+    old = replica(directory / "1", 1)
+    new = replica(directory / "2", 2)
+    old.become_leader(0, 0, REPLICAS, REPLICAS, SETTINGS, 0)
+    new.become_follower(1, 0, 0, REPLICAS)
+    original = old.append(batch(0), acks=ACKS_ALL)
+    replicate(old, new)
+    # the old leader is fenced: the new one leads with an ISR below min.insync.replicas
+    new.become_leader(1, 1, REPLICAS, (2,), SETTINGS, 0)
+    retried = new.append(batch(0), acks=ACKS_ALL)
+    assert (retried.error, retried.base_offset) == (ErrorCode.NONE, original.base_offset)
+    assert new.log.log_end_offset == 2  # not appended again
+    fresh = new.append(batch(2), acks=ACKS_ALL)  # a new batch is still refused
+    assert fresh.error == ErrorCode.NOT_ENOUGH_REPLICAS
+    await trio.lowlevel.checkpoint()
+    old.close()
+    new.close()
+
+
+def test_a_retried_batch_the_log_holds_is_answered_as_a_duplicate_while_the_isr_is_small(
+    tmp_path: Path,
+) -> None:
+    """A client takes NOT_ENOUGH_REPLICAS as "not persisted": answering it to the retry of
+    a batch the log holds lets an idempotent producer send it again under a new epoch."""
+    run(check_a_retry_of_a_kept_batch_under_a_small_isr, tmp_path)

@@ -571,3 +571,42 @@ async def test_acks_all_produces_on_one_connection_wait_for_their_replicas_toget
             body["responses"][0]["partition_responses"][0]["base_offset"] for _, body in answers
         ]
         assert offsets == [1, 2, 3]
+
+
+async def test_an_acks_all_retry_of_a_replicated_batch_succeeds_while_the_isr_is_small(
+    tmp_path: Path, wire: Any
+) -> None:
+    """The retry of a batch that min.insync.replicas replicas hold is answered with its
+    offset though the ISR is smaller: an error there (NOT_ENOUGH_REPLICAS, or
+    NOT_ENOUGH_REPLICAS_AFTER_APPEND) keeps the client resending a batch the log holds,
+    and an idempotent librdkafka producer may resend it under a new producer epoch."""
+    from eventplatform.log.broker.partition import ReplicaSettings
+
+    settings = ReplicaSettings(replica_lag_time_max_ms=60_000, min_insync_replicas=2)
+    async with wire.open_broker(tmp_path) as running:
+        client = await running.connect()
+        assert (await client.produce(TOPIC, wire.batch([b"seed"]), acks=1))["error_code"] == 0
+        partition = running.broker.topics.partition(TOPIC, 0)
+        partition.join_cluster(1)
+        partition.become_leader(0, 0, (1, 2), (1, 2), settings, 0)
+        original = idempotent(wire, [b"a"], 0)
+        body = wire.produce_body(TOPIC, {0: original}, acks=-1)
+        sent = await client.send(PRODUCE, 8, body)
+        with trio.fail_after(5):
+            while partition.log.log_end_offset < 2:
+                await trio.sleep(0.01)
+        partition.on_replica_fetch(2, partition.log.log_end_offset, 0)
+        with trio.fail_after(5):
+            correlation, answer = await client.receive()
+        assert correlation == sent
+        assert answer["responses"][0]["partition_responses"][0]["error_code"] == 0
+        # the follower is dropped from the ISR, and fetches again before it is back in;
+        # the client retries, unsure of its answer
+        partition.become_leader(0, 1, (1, 2), (1,), settings, 0)
+        partition.on_replica_fetch(2, partition.log.log_end_offset, 0)
+        with trio.fail_after(5):
+            retried = await client.produce(TOPIC, original, acks=-1)
+        assert (retried["error_code"], retried["base_offset"]) == (0, 1)
+        fresh = await client.produce(TOPIC, idempotent(wire, [b"b"], 1), acks=-1)
+        assert fresh["error_code"] == ErrorCode.NOT_ENOUGH_REPLICAS
+        assert partition.log.log_end_offset == 2

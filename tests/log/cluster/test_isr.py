@@ -72,3 +72,14 @@ def test_a_follower_that_never_fetched_is_not_caught_up_even_on_an_empty_log() -
     replicas.set_isr((1, 2, 3), 0)
     replicas.set_isr((1, 2), 0)  # dropped again: it must fetch again to come back
     assert replicas.to_expand() == frozenset()
+
+
+def test_replicas_known_to_hold_a_batch_count_whether_or_not_they_are_in_the_isr() -> None:
+    replicas = leader((1, 2))
+    replicas.on_fetch(2, 10, 10, 100)
+    assert replicas.held_by_enough(9) and not replicas.held_by_enough(10)
+    replicas.set_isr({1}, 10)  # dropped: what it held is forgotten until it fetches again
+    assert not replicas.held_by_enough(9)
+    replicas.on_fetch(3, 10, 10, 200)  # out of the ISR, and it has the batch
+    assert replicas.held_by_enough(9)
+    assert leader((1,), min_insync=1).held_by_enough(9)
