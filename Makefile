@@ -101,7 +101,8 @@ bench-replication: $(STAMP)
 # whenever the archive is newer than the last build: about 5 minutes on 2 cores.
 # make compat runs tests 0001-0150 on one broker and on a 3-node cluster (about an hour);
 # make compat-quick, which CI runs, runs the quick list on one broker (a few minutes).
-COMPAT_TARBALL := ../shared/conformance/librdkafka-4c3b017c3.tar.gz
+# Another checkout layout names the archive with COMPAT_TARBALL=... on the command line.
+COMPAT_TARBALL ?= ../shared/conformance/librdkafka-4c3b017c3.tar.gz
 COMPAT_DIR := build/compat
 COMPAT_SRC := $(COMPAT_DIR)/librdkafka
 COMPAT_TEST_RUNNER := $(COMPAT_SRC)/tests/test-runner
