@@ -50,7 +50,7 @@ from eventplatform.log.storage import (
 from eventplatform.log.storage.errors import RecordError
 from eventplatform.log.storage.leader_epochs import UNDEFINED_EPOCH, EpochCache, EpochCacheError
 from eventplatform.log.storage.partition_log import wall_clock_ms
-from eventplatform.log.storage.record_batch import split_batches
+from eventplatform.log.storage.record_batch import parse_header, split_batches
 
 ACKS_ALL = -1
 NO_LEADER = -1
@@ -362,6 +362,16 @@ class Partition:
 
     # ------------------------------------------------------------ produce
 
+    def _note_refused(self, record_set: bytes | bytearray, error: ErrorCode) -> None:
+        """Remember an idempotent batch refused before validation (this replica is not the
+        leader yet), so a batch behind it gets the same answer once it is: see
+        :mod:`producer_state`. A batch whose header does not parse is not remembered."""
+        try:
+            header = parse_header(record_set)
+        except StorageError:
+            return
+        self.producers.note_refused(header, error)
+
     def append(self, record_set: bytes | bytearray, *, acks: int = 1) -> ProduceResult:
         """Validate and append one produced batch; errors are answered, not raised.
 
@@ -372,6 +382,7 @@ class Partition:
         if self.log.offline:
             return ProduceResult(ErrorCode.KAFKA_STORAGE_ERROR, message=str(self.log.failure))
         if not self.is_leader:
+            self._note_refused(record_set, ErrorCode.NOT_LEADER_OR_FOLLOWER)
             return ProduceResult(ErrorCode.NOT_LEADER_OR_FOLLOWER)
         try:
             buffer, headers = self.log.validate(record_set)
@@ -399,9 +410,14 @@ class Partition:
                 f"the ISR has {len(self.replicas.isr)} replicas; "
                 f"min.insync.replicas is {self.replicas.min_insync_replicas}"
             )
+            if check.verdict is Verdict.APPEND:
+                self.producers.note_refused(header, ErrorCode.NOT_ENOUGH_REPLICAS)
             return ProduceResult(ErrorCode.NOT_ENOUGH_REPLICAS, message=message)
         if check.verdict is Verdict.FENCED:
             return ProduceResult(ErrorCode.INVALID_PRODUCER_EPOCH, message=check.message)
+        if check.verdict is Verdict.BEHIND_REFUSED:
+            assert check.refusal is not None
+            return ProduceResult(ErrorCode(check.refusal.error), message=check.message)
         if check.verdict is Verdict.OUT_OF_ORDER:
             return ProduceResult(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, message=check.message)
         active_base = self.log.active_segment.base_offset

@@ -11,6 +11,20 @@ producer is unknown (its state may have gone with retention); within an epoch
 the first sequence must follow the last one, wrapping after 2**31-1, or the
 batch is OUT_OF_ORDER_SEQUENCE_NUMBER.
 
+One exception to the last rule: a batch sent behind one this replica refused
+with a retriable "not persisted" answer (NOT_ENOUGH_REPLICAS while the ISR was
+small, NOT_LEADER_OR_FOLLOWER just before it became leader) gets that same
+answer, not OUT_OF_ORDER_SEQUENCE_NUMBER. A client pipelines several batches
+per partition; when the first is refused and the ISR grows or leadership
+arrives before the next one is read, OUT_OF_ORDER would be true but harmful:
+librdkafka answers it by bumping its producer epoch and renumbering every
+unacknowledged message of every partition, and a message that was appended
+but not yet acknowledged elsewhere (its answer lost with a killed leader) is
+then written twice. With the refusal's answer both batches are retried in
+order. The refused batch is remembered per producer (the earliest one of its
+epoch, ``REFUSALS_RETAINED`` producers per partition) until a batch at or
+past its sequence is appended.
+
 Persistence: ``producer.snapshot`` in the partition directory holds the state
 as of an offset; on open the state is rebuilt from the snapshot (if it is not
 past the log end) plus the batch headers after it, so nothing but the log
@@ -40,6 +54,8 @@ SEQUENCE_MAX = 2**31 - 1
 SNAPSHOT_FILE = "producer.snapshot"
 SNAPSHOT_VERSION = 1
 SCAN_CHUNK_BYTES = 1024 * 1024
+REFUSALS_RETAINED = 1024
+"""How many producers' refused batches one partition remembers; the oldest goes first."""
 
 
 class BatchMetadata(NamedTuple):
@@ -61,11 +77,22 @@ class ProducerEntry:
         return self.batches[-1].last_sequence if self.batches else -1
 
 
+class Refusal(NamedTuple):
+    """A batch this replica refused with a retriable "not persisted" answer."""
+
+    epoch: int
+    first_sequence: int
+    error: int
+    """The error code it was answered with."""
+
+
 class Verdict(Enum):
     APPEND = "append"
     DUPLICATE = "duplicate"
     FENCED = "fenced"
     OUT_OF_ORDER = "out_of_order"
+    BEHIND_REFUSED = "behind_refused"
+    """Out of order only because the batch before it was refused here: answer the same."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +100,7 @@ class Check:
     verdict: Verdict
     duplicate_of: BatchMetadata | None = None
     message: str = ""
+    refusal: Refusal | None = None
 
 
 _APPEND = Check(Verdict.APPEND)
@@ -86,11 +114,18 @@ def _last_sequence(header: BatchHeader) -> int:
     return (header.base_sequence + header.last_offset_delta) % (SEQUENCE_MAX + 1)
 
 
+def _after(earlier: int, later: int) -> bool:
+    """Whether sequence ``later`` comes after ``earlier``, across the wrap after 2**31-1."""
+    return 0 < (later - earlier) % (SEQUENCE_MAX + 1) <= SEQUENCE_MAX // 2
+
+
 class ProducerStates:
     """See the module docstring."""
 
     def __init__(self) -> None:
         self.producers: dict[int, ProducerEntry] = {}
+        self.refusals: dict[int, Refusal] = {}
+        """producer id → the earliest batch of its epoch refused here; kept in memory only."""
         self.snapshot_offset = 0
 
     def check(self, header: BatchHeader) -> Check:
@@ -108,7 +143,7 @@ class ProducerStates:
             )
         if header.producer_epoch > entry.epoch:
             if header.base_sequence != 0:
-                return Check(
+                return self._behind_refusal(header, 0) or Check(
                     Verdict.OUT_OF_ORDER,
                     message=f"new epoch {header.producer_epoch} starts at {header.base_sequence}",
                 )
@@ -121,12 +156,48 @@ class ProducerStates:
             ):
                 return Check(Verdict.DUPLICATE, duplicate_of=batch)
         if entry.batches and not _in_sequence(entry.last_sequence, header.base_sequence):
-            return Check(
+            expected = (entry.last_sequence + 1) % (SEQUENCE_MAX + 1)
+            return self._behind_refusal(header, expected) or Check(
                 Verdict.OUT_OF_ORDER,
-                message=f"expected sequence {(entry.last_sequence + 1) % (SEQUENCE_MAX + 1)}, "
-                f"got {header.base_sequence}",
+                message=f"expected sequence {expected}, got {header.base_sequence}",
             )
         return _APPEND
+
+    def _behind_refusal(self, header: BatchHeader, expected: int) -> Check | None:
+        """BEHIND_REFUSED when the batch this one skipped, at ``expected``, was refused here."""
+        refusal = self.refusals.get(header.producer_id)
+        if (
+            refusal is None
+            or refusal.epoch != header.producer_epoch
+            or refusal.first_sequence != expected
+            or not _after(expected, header.base_sequence)
+        ):
+            return None
+        return Check(
+            Verdict.BEHIND_REFUSED,
+            message=f"the batch at sequence {expected}, before this one at "
+            f"{header.base_sequence}, was refused and must be appended first",
+            refusal=refusal,
+        )
+
+    def note_refused(self, header: BatchHeader, error: int) -> None:
+        """Remember that the batch ``header`` was refused with the retriable ``error`` (see
+        the module docstring). An earlier refused batch of the same epoch is kept: the
+        client resends that one first."""
+        producer_id = header.producer_id
+        if producer_id == NO_PRODUCER_ID:
+            return
+        known = self.refusals.pop(producer_id, None)
+        if (
+            known is not None
+            and known.epoch == header.producer_epoch
+            and _after(known.first_sequence, header.base_sequence)
+        ):
+            self.refusals[producer_id] = known
+            return
+        self.refusals[producer_id] = Refusal(header.producer_epoch, header.base_sequence, error)
+        if len(self.refusals) > REFUSALS_RETAINED:
+            del self.refusals[next(iter(self.refusals))]
 
     def update(self, header: BatchHeader) -> None:
         """Record an appended (stamped) batch."""
@@ -138,6 +209,15 @@ class ProducerStates:
             entry = ProducerEntry(header.producer_epoch, header.max_timestamp)
             self.producers[producer_id] = entry
         entry.last_timestamp_ms = max(entry.last_timestamp_ms, header.max_timestamp)
+        refusal = self.refusals.get(producer_id)
+        if refusal is not None and (
+            header.producer_epoch > refusal.epoch
+            or (
+                header.producer_epoch == refusal.epoch
+                and not _after(_last_sequence(header), refusal.first_sequence)
+            )
+        ):
+            del self.refusals[producer_id]  # the refused batch, or one past it, is in
         entry.batches.append(
             BatchMetadata(
                 header.base_sequence,
@@ -155,6 +235,7 @@ class ProducerStates:
             key for key, entry in self.producers.items() if entry.last_timestamp_ms < cutoff
         ]:
             del self.producers[producer_id]
+            self.refusals.pop(producer_id, None)
 
     # ------------------------------------------------------------ persistence
 

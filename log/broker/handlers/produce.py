@@ -11,8 +11,10 @@ magic, framing), MESSAGE_TOO_LARGE (``max.message.bytes``), INVALID_RECORD
 (control batches, more than one batch, keyless records on a compacted
 topic), INVALID_TOPIC_EXCEPTION (internal topics such as
 ``__consumer_offsets``), UNSUPPORTED_COMPRESSION_TYPE, OUT_OF_ORDER_SEQUENCE_NUMBER and
-INVALID_PRODUCER_EPOCH (idempotence). A retried batch already in the log is
-answered with its original offset. A batch refused for some of its records
+INVALID_PRODUCER_EPOCH (idempotence); a batch behind one this replica refused
+with a retriable answer gets that answer rather than OUT_OF_ORDER (see
+:mod:`producer_state`). A retried batch already in the log is answered with
+its original offset. A batch refused for some of its records
 (keyless records on a compacted topic: the only check that looks inside a
 batch, and only on compacted topics) names them from v8 in ``record_errors``
 (index in the batch, reason), as Kafka does (KIP-467); clients then fail

@@ -291,3 +291,62 @@ def test_a_retried_batch_the_log_holds_is_answered_as_a_duplicate_while_the_isr_
     """A client takes NOT_ENOUGH_REPLICAS as "not persisted": answering it to the retry of
     a batch the log holds lets an idempotent producer send it again under a new epoch."""
     run(check_a_retry_of_a_kept_batch_under_a_small_isr, tmp_path)
+
+
+async def check_a_batch_behind_a_refusal_for_a_small_isr(directory: Path) -> None:
+    leader = replica(directory / "1", 1)
+    follower = replica(directory / "2", 2)
+    leader.become_leader(0, 0, REPLICAS, REPLICAS, SETTINGS, 0)
+    follower.become_follower(1, 0, 0, REPLICAS)
+    assert leader.append(batch(0), acks=ACKS_ALL).error == ErrorCode.NONE
+    replicate(leader, follower)
+    leader.become_leader(1, 1, REPLICAS, (1,), SETTINGS, 0)  # the ISR shrank
+    assert leader.append(batch(2), acks=ACKS_ALL).error == ErrorCode.NOT_ENOUGH_REPLICAS
+    leader.become_leader(1, 2, REPLICAS, REPLICAS, SETTINGS, 0)  # ... and grew back
+    # the next pipelined batch was read only now
+    behind = leader.append(batch(4), acks=ACKS_ALL)
+    assert behind.error == ErrorCode.NOT_ENOUGH_REPLICAS, behind
+    assert leader.log.log_end_offset == 2
+    # the client resends both, in order
+    assert leader.append(batch(2), acks=ACKS_ALL).error == ErrorCode.NONE
+    assert leader.append(batch(4), acks=ACKS_ALL).error == ErrorCode.NONE
+    assert leader.log.log_end_offset == 6
+    await trio.lowlevel.checkpoint()
+    leader.close()
+    follower.close()
+
+
+def test_a_batch_behind_one_refused_for_a_small_isr_is_refused_alike_not_out_of_order(
+    tmp_path: Path,
+) -> None:
+    """librdkafka answers OUT_OF_ORDER_SEQUENCE_NUMBER on a batch behind a failed one by
+    bumping its producer epoch and renumbering every unacknowledged message, including
+    ones a killed leader appended without answering: they would be written twice."""
+    run(check_a_batch_behind_a_refusal_for_a_small_isr, tmp_path)
+
+
+async def check_a_batch_behind_a_refusal_before_leadership(directory: Path) -> None:
+    old = replica(directory / "1", 1)
+    new = replica(directory / "2", 2)
+    old.become_leader(0, 0, REPLICAS, REPLICAS, SETTINGS, 0)
+    new.become_follower(1, 0, 0, REPLICAS)
+    assert old.append(batch(0), acks=ACKS_ALL).error == ErrorCode.NONE
+    replicate(old, new)
+    # the client heard of the new leader before the new leader did
+    refused = new.append(batch(2), acks=ACKS_ALL)
+    assert refused.error == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    new.become_leader(1, 1, REPLICAS, REPLICAS, SETTINGS, 0)
+    behind = new.append(batch(4), acks=ACKS_ALL)
+    assert behind.error == ErrorCode.NOT_LEADER_OR_FOLLOWER, behind
+    assert new.append(batch(2), acks=ACKS_ALL).error == ErrorCode.NONE
+    assert new.append(batch(4), acks=ACKS_ALL).error == ErrorCode.NONE
+    assert new.log.log_end_offset == 6
+    await trio.lowlevel.checkpoint()
+    old.close()
+    new.close()
+
+
+def test_a_batch_behind_one_refused_before_leadership_arrived_is_refused_alike(
+    tmp_path: Path,
+) -> None:
+    run(check_a_batch_behind_a_refusal_before_leadership, tmp_path)

@@ -10,6 +10,7 @@ import pytest
 from eventplatform.log.broker import producer_state
 from eventplatform.log.broker.producer_state import (
     BATCHES_RETAINED,
+    REFUSALS_RETAINED,
     SEQUENCE_MAX,
     SNAPSHOT_FILE,
     ProducerStates,
@@ -144,6 +145,70 @@ def test_expiry_forgets_producers_silent_for_longer_than_the_expiration() -> Non
     states.expire(now_ms=7_000, expiration_ms=3_000)
     assert set(states.producers) == {2}
     assert states.check(header(producer_id=1, sequence=9)).verdict is Verdict.APPEND
+
+
+# ---------------------------------------------------------------- batches behind a refusal
+
+NOT_ENOUGH_REPLICAS = 19
+
+
+def test_a_batch_behind_a_refused_one_gets_the_refusal_instead_of_out_of_order() -> None:
+    """A pipelined batch read after its predecessor was refused (and after the refusal's
+    cause went away) is answered like its predecessor, so the client retries both in order;
+    OUT_OF_ORDER would make librdkafka renumber every unacknowledged message."""
+    states = appended(ProducerStates(), header(2, sequence=0))
+    refused = header(3, sequence=2)
+    assert states.check(refused).verdict is Verdict.APPEND
+    states.note_refused(refused, NOT_ENOUGH_REPLICAS)
+
+    behind = states.check(header(4, sequence=5))
+    assert behind.verdict is Verdict.BEHIND_REFUSED
+    assert behind.refusal is not None and behind.refusal.error == NOT_ENOUGH_REPLICAS
+    assert "sequence 2" in behind.message
+    # a later refusal of the batch behind keeps the earliest one: that is the one resent first
+    states.note_refused(header(4, sequence=5), NOT_ENOUGH_REPLICAS)
+    assert states.refusals[7].first_sequence == 2
+
+    appended(states, header(3, sequence=2, base_offset=2))
+    assert states.refusals == {}
+    appended(states, header(4, sequence=5, base_offset=5))
+    # with nothing refused, a gap is out of order again
+    assert states.check(header(sequence=20)).verdict is Verdict.OUT_OF_ORDER
+
+
+def test_a_gap_that_no_refusal_explains_is_still_out_of_order() -> None:
+    states = appended(ProducerStates(), header(2, sequence=0))
+    states.note_refused(header(sequence=4), NOT_ENOUGH_REPLICAS)  # not the next batch
+    assert states.check(header(sequence=6)).verdict is Verdict.OUT_OF_ORDER
+    states.note_refused(header(epoch=1, sequence=2), NOT_ENOUGH_REPLICAS)  # another epoch
+    assert states.check(header(sequence=6)).verdict is Verdict.OUT_OF_ORDER
+
+
+def test_a_new_epoch_behind_its_refused_first_batch() -> None:
+    states = appended(ProducerStates(), header(epoch=0, sequence=0))
+    states.note_refused(header(epoch=1, sequence=0), NOT_ENOUGH_REPLICAS)
+    assert states.check(header(epoch=1, sequence=1)).verdict is Verdict.BEHIND_REFUSED
+    appended(states, header(epoch=1, sequence=0, base_offset=1))
+    assert states.refusals == {}
+
+
+def test_a_replicated_batch_before_the_refused_one_keeps_the_refusal() -> None:
+    """A follower refuses a batch (not the leader yet), then replicates the batches before
+    it from the old leader: the refusal still explains the next gap once it leads."""
+    states = appended(ProducerStates(), header(sequence=0))
+    states.note_refused(header(sequence=3), 6)
+    states.update(header(2, sequence=1, base_offset=1))  # replicated, up to sequence 2
+    check = states.check(header(sequence=4))
+    assert check.verdict is Verdict.BEHIND_REFUSED
+    assert check.refusal is not None and check.refusal.error == 6
+
+
+def test_refusals_are_remembered_for_a_bounded_number_of_producers() -> None:
+    states = ProducerStates()
+    for producer_id in range(REFUSALS_RETAINED + 10):
+        states.note_refused(header(producer_id=producer_id, sequence=1), NOT_ENOUGH_REPLICAS)
+    assert len(states.refusals) == REFUSALS_RETAINED
+    assert 0 not in states.refusals and REFUSALS_RETAINED + 9 in states.refusals
 
 
 # ---------------------------------------------------------------- persistence
