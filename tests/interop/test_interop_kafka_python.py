@@ -9,6 +9,7 @@ partitioner picks.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -141,9 +142,13 @@ def test_non_idempotent_acks_one_round_trip(
 
 
 def test_group_consumer_reads_everything_and_resumes_after_commit(
-    broker: BrokerProcess, new_topic: Callable[..., str]
+    broker: BrokerProcess, new_topic: Callable[..., str], caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A subscribed group member reads all records; after a commit, a new member starts there."""
+    """A subscribed group member reads all records; after a commit, a new member starts there.
+
+    The client's group and metadata decisions are kept in the log shown on a failure."""
+    caplog.set_level(logging.DEBUG, logger="kafka.coordinator")
+    caplog.set_level(logging.INFO, logger="kafka.cluster")
     topic = new_topic(partitions=PARTITIONS)
     group = f"kafka-python-{time.monotonic_ns()}"
     first = produce(broker.bootstrap, topic, keyed_records(1_000, tag="first"))
