@@ -16,7 +16,8 @@ import trio
 
 class Network(Protocol):
     async def connect(self, host: str, port: int) -> trio.abc.Stream:
-        """A stream to ``host:port``; raises OSError when nothing answers there."""
+        """A stream to ``host:port``; raises OSError when nothing answers there, one that
+        :func:`refused` recognises when the host answered that nothing listens there."""
         ...
 
     async def listen(
@@ -41,3 +42,15 @@ class TcpNetwork:
 
 
 TCP: Network = TcpNetwork()
+
+
+def refused(error: OSError) -> bool:
+    """Whether a failed connect was refused (no process listens at the address), rather
+    than timed out or unreachable. trio reports a refusal as an OSError caused by a group
+    of one refusal per address it tried."""
+    if isinstance(error, ConnectionRefusedError):
+        return True
+    cause = error.__cause__
+    return isinstance(cause, BaseExceptionGroup) and all(
+        isinstance(inner, ConnectionRefusedError) for inner in cause.exceptions
+    )

@@ -31,7 +31,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
 import trio
@@ -59,6 +59,7 @@ from eventplatform.log.cluster.frames import (
     split_frames,
 )
 from eventplatform.log.cluster.network import TCP, Network
+from eventplatform.log.cluster.network import refused as connection_refused
 from eventplatform.log.cluster.raft import (
     BeginQuorumEpoch,
     DivergingEpoch,
@@ -192,6 +193,13 @@ def message_from(document: dict[str, Any], node: int, voters: Collection[int]) -
     return Message(sender, receiver, body_type(**fields))
 
 
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """For the owner task: a connection to voter ``peer`` was refused."""
+
+    peer: int
+
+
 class Transport(Protocol):
     """How a voter's messages travel: TCP (:class:`TcpTransport`), or a simulated network."""
 
@@ -200,11 +208,14 @@ class Transport(Protocol):
         node: int,
         deliver: Callable[[Message], None],
         outboxes: Mapping[int, trio.MemoryReceiveChannel[Message]],
+        refused: Callable[[int], None],
         *,
         task_status: Any = trio.TASK_STATUS_IGNORED,
     ) -> None:
         """Until cancelled: hand inbound messages to ``deliver``, send what ``outboxes``
-        (one per peer) hold; reports the bound port (or None) through ``task_status``."""
+        (one per peer) hold, tell ``refused`` of a peer whose address refused a
+        connection (no process of it runs); reports the bound port (or None) through
+        ``task_status``."""
         ...
 
 
@@ -230,6 +241,7 @@ class TcpTransport:
         node: int,
         deliver: Callable[[Message], None],
         outboxes: Mapping[int, trio.MemoryReceiveChannel[Message]],
+        refused: Callable[[int], None],
         *,
         task_status: Any = trio.TASK_STATUS_IGNORED,
     ) -> None:
@@ -242,16 +254,23 @@ class TcpTransport:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(trio.serve_listeners, inbound, listeners)
             for peer, outbox in outboxes.items():
-                nursery.start_soon(self._outbound, peer, outbox)
+                nursery.start_soon(self._outbound, peer, outbox, refused)
             task_status.started(bound)
 
-    async def _outbound(self, peer: int, outbox: trio.MemoryReceiveChannel[Message]) -> None:
+    async def _outbound(
+        self,
+        peer: int,
+        outbox: trio.MemoryReceiveChannel[Message],
+        refused: Callable[[int], None],
+    ) -> None:
         host, port = self.peers[peer]
         while True:
             try:
                 with trio.fail_after(CONNECT_TIMEOUT_S):
                     stream = await self.network.connect(host, port)
-            except (OSError, trio.TooSlowError):
+            except (OSError, trio.TooSlowError) as exc:
+                if isinstance(exc, OSError) and connection_refused(exc):
+                    refused(peer)
                 await trio.sleep(RECONNECT_DELAY_S)
                 continue
             try:
@@ -317,7 +336,7 @@ class QuorumServer:
         self.applied = 0
         self._applied_bytes = 0
         """Bytes of entries applied since the last snapshot."""
-        self._inbox_send, self._inbox = trio.open_memory_channel[Message](math.inf)
+        self._inbox_send, self._inbox = trio.open_memory_channel[Message | Refused](math.inf)
         self._outboxes = {
             peer: trio.open_memory_channel[Message](SEND_QUEUE_MESSAGES)
             for peer in voters
@@ -362,7 +381,11 @@ class QuorumServer:
         receivers = {peer: channel[1] for peer, channel in self._outboxes.items()}
         async with trio.open_nursery() as nursery:
             bound = await nursery.start(
-                self.transport.run, self.id, self._inbox_send.send_nowait, receivers
+                self.transport.run,
+                self.id,
+                self._inbox_send.send_nowait,
+                receivers,
+                lambda peer: self._inbox_send.send_nowait(Refused(peer)),
             )
             nursery.start_soon(self._drive)
             task_status.started(bound)
@@ -398,8 +421,11 @@ class QuorumServer:
         next_tick = trio.current_time()
         while True:
             with trio.move_on_at(next_tick):
-                message = await self._inbox.receive()
-                self._send(raft.receive(message, _now_ms()))
+                item = await self._inbox.receive()
+                if isinstance(item, Refused):
+                    self._send(raft.peer_refused(item.peer, _now_ms()))
+                    continue
+                self._send(raft.receive(item, _now_ms()))
                 await self._apply_committed()
                 continue
             self._send(raft.tick(_now_ms()))

@@ -11,9 +11,13 @@ It follows KRaft (KIP-595) rather than textbook Raft in how the log moves:
 * **Election.** A voter that hears nothing from a leader for
   ``fetch_timeout_ms`` (or, with no leader known, for a randomized election
   timeout) becomes a candidate: it bumps the epoch, votes for itself and
-  asks the others (:class:`VoteRequest`). A voter grants one vote per epoch,
-  to a candidate whose log ends at least as late as its own, compared by
-  (last epoch, end offset). The winner announces itself
+  asks the others (:class:`VoteRequest`). When the shell finds that no
+  process listens at the leader's address any more (a connection refused:
+  :meth:`RaftNode.peer_refused`), a follower stands after a randomized part
+  of the election timeout instead of the whole fetch timeout; a paused or
+  cut-off leader still holds its port and is waited for as before. A voter
+  grants one vote per epoch, to a candidate whose log ends at least as late
+  as its own, compared by (last epoch, end offset). The winner announces itself
   (:class:`BeginQuorumEpoch`) and appends a leader-change entry of its epoch.
 * **Replication is pulled.** Followers send :class:`FetchRequest` (the
   offset they need and the epoch of their last entry); the leader answers
@@ -355,6 +359,8 @@ class RaftNode:
         self._fetch_sent_ms = 0
         self._announced_ms: dict[int, int] = {}
         self._last_heard_ms = now_ms
+        self._refused_in: int | None = None
+        """The epoch whose leader's refusal brought this follower's election forward."""
         self._election_due_ms = now_ms + self._election_timeout()
 
     # ------------------------------------------------------------ the log
@@ -476,6 +482,18 @@ class RaftNode:
             return []
         if now_ms >= self._election_due_ms:
             return self._start_election(now_ms)
+        return []
+
+    def peer_refused(self, peer: int, now_ms: int) -> list[Message]:
+        """The shell's connection to ``peer`` was refused: no process listens there. A
+        follower of that leader stands for election within a randomized part of the
+        election timeout (so the followers of a dead leader do not all stand at once),
+        unless an answer from the leader comes first. Only ever brings the election
+        forward: a refusal says the leader is gone, never that it is alive."""
+        if self.role is Role.FOLLOWER and self.leader == peer and self._refused_in != self.epoch:
+            self._refused_in = self.epoch  # the first refusal of this epoch sets the time
+            stand_ms = now_ms + self.random.randrange(self.config.election_timeout_ms)
+            self._last_heard_ms = min(self._last_heard_ms, stand_ms - self.config.fetch_timeout_ms)
         return []
 
     def receive(self, message: Message, now_ms: int) -> list[Message]:

@@ -47,7 +47,8 @@ def simulate(seed: int, root: Path) -> History:
 def test_a_seeded_cluster_run_keeps_every_promise(seed: int, tmp_path: Path) -> None:
     run = simulate(seed, tmp_path / "cluster")
     assert run.faults, "the run injected no fault"
-    assert len(run.acked) > 20, "too little was acknowledged to check anything"
+    # a seed may kill a node three times in its 6 s of faults (139: power, kill, kill)
+    assert len(run.acked) > 10, "too little was acknowledged to check anything"
     assert all(run.reads.values()), "a consumer read nothing"
 
 

@@ -115,6 +115,50 @@ def test_a_leader_cut_off_from_its_quorum_resigns() -> None:
         node.propose([b"late"])
 
 
+def _following(leader: int, node_id: int, now: int) -> RaftNode:
+    """Voter ``node_id`` of three, following ``leader`` in epoch 1 since ``now``."""
+    node = RaftNode(node_id, [1, 2, 3], MemoryStorage(), 0, seed=node_id)
+    node.receive(Message(leader, node_id, BeginQuorumEpoch(1, leader)), now)
+    assert (node.role, node.leader) == (Role.FOLLOWER, leader)
+    return node
+
+
+def _stands_at(node: RaftNode, start: int, end: int) -> int | None:
+    """The first millisecond in [start, end) at which ``node`` asks for votes."""
+    for now in range(start, end):
+        if any(isinstance(m.body, VoteRequest) for m in node.tick(now)):
+            return now
+    return None
+
+
+def test_a_follower_whose_leader_s_port_refuses_stands_within_the_election_timeout() -> None:
+    """A refused connection means no process listens at the leader's address: the
+    follower stands within a randomized part of the election timeout, instead of
+    waiting out the whole fetch timeout first."""
+    config = RaftConfig()
+    node = _following(1, 2, 1_000)
+    node.peer_refused(1, 1_100)
+    stood = _stands_at(node, 1_100, 1_000 + config.fetch_timeout_ms)
+    assert stood is not None and stood < 1_100 + config.election_timeout_ms
+    assert node.role is Role.CANDIDATE and node.epoch == 2
+
+
+def test_a_refusal_by_another_voter_or_an_answer_from_the_leader_changes_nothing() -> None:
+    config = RaftConfig()
+    bystander = _following(1, 2, 1_000)
+    bystander.peer_refused(3, 1_100)  # not the leader
+    assert _stands_at(bystander, 1_100, 1_000 + config.fetch_timeout_ms) is None
+
+    answered = _following(1, 2, 1_000)
+    answered.peer_refused(1, 1_100)
+    # the leader answers before the follower stands: it was a passing refusal
+    answered.receive(Message(1, 2, FetchResponse(1, 1, 0, high_watermark=0)), 1_101)
+    assert _stands_at(answered, 1_101, 1_101 + config.fetch_timeout_ms) is None
+    # the refusal counts once per epoch: later ones do not bring the election forward
+    answered.peer_refused(1, 1_200)
+    assert _stands_at(answered, 1_200, 1_101 + config.fetch_timeout_ms) is None
+
+
 def _deliver(
     nodes: dict[int, RaftNode], messages: list[Message], now: int, *, to: set[int]
 ) -> list[Message]:

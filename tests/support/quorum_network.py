@@ -62,16 +62,19 @@ class SimulatedNetwork:
     cut: set[frozenset[int]] = field(default_factory=set)
     faulty: bool = True
     _deliver: dict[int, Callable[[Message], None]] = field(default_factory=dict)
+    _refused: dict[int, Callable[[int], None]] = field(default_factory=dict)
 
     async def run(
         self,
         node: int,
         deliver: Callable[[Message], None],
         outboxes: Mapping[int, trio.MemoryReceiveChannel[Message]],
+        refused: Callable[[int], None],
         *,
         task_status: Any = trio.TASK_STATUS_IGNORED,
     ) -> None:
         self._deliver[node] = deliver
+        self._refused[node] = refused
         try:
             async with trio.open_nursery() as nursery:
                 for outbox in outboxes.values():
@@ -80,6 +83,7 @@ class SimulatedNetwork:
         finally:
             if self._deliver.get(node) is deliver:
                 del self._deliver[node]
+                del self._refused[node]
 
     async def _pump(
         self, outbox: trio.MemoryReceiveChannel[Message], nursery: trio.Nursery
@@ -93,9 +97,13 @@ class SimulatedNetwork:
 
     async def _later(self, message: Message, delay_s: float) -> None:
         await trio.sleep(delay_s)
+        if self._blocked(message):
+            return
         deliver = self._deliver.get(message.receiver)
-        if deliver is not None and not self._blocked(message):
+        if deliver is not None:
             deliver(message)
+        elif (refused := self._refused.get(message.sender)) is not None:
+            refused(message.receiver)  # a crashed voter's port refuses the connection
 
     def _blocked(self, message: Message) -> bool:
         return frozenset((message.sender, message.receiver)) in self.cut

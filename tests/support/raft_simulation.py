@@ -183,8 +183,13 @@ class Simulation:
         self.at(TICK_MS, lambda: self._tick(node))
 
     def _deliver(self, message: Message) -> None:
+        if self._is_cut(message.sender, message.receiver):
+            return
         raft = self.nodes.get(message.receiver)
-        if raft is None or self._is_cut(message.sender, message.receiver):
+        if raft is None:  # a crashed voter's port refuses the sender's connection
+            sender = self.nodes.get(message.sender)
+            if sender is not None:
+                self._send(sender.peer_refused(message.receiver, self.now_ms))
             return
         self._send(raft.receive(message, self.now_ms))
         self._note_leader(raft)
