@@ -44,7 +44,7 @@ from broker import produce_worker, run_in_process
 from harness import Deadline, Spread, describe_machine, format_spread, markdown_table, progress
 
 from eventplatform.log.cluster.local import LocalCluster
-from eventplatform.log.cluster.status import wait_healthy
+from eventplatform.log.cluster.status import describe_cluster, wait_healthy
 
 KAFKA_RATIO = 0.51
 RECORD_BYTES = 100
@@ -160,16 +160,24 @@ class TimedProducer:
         return min(times) if times else None
 
 
-def measure_failover(cluster: LocalCluster, plan: Plan) -> list[float]:
+def active_controller(cluster: LocalCluster) -> int:
+    return int(describe_cluster(data_dir=cluster.directory, controllers=None)["controller"])
+
+
+def measure_failover(cluster: LocalCluster, plan: Plan) -> tuple[list[float], list[bool]]:
+    """Each kill's failover time, and whether its victim was the active controller too
+    (the quorum then elects a new one, which gives every broker a full session)."""
     topic = "failover"
     create_topic(cluster.bootstrap, topic, 3, **{"min.insync.replicas": "2"})
     producer = TimedProducer(cluster.bootstrap, topic)
     producer.thread.start()
     failovers = []
+    controllers = []
     try:
         time.sleep(2.0)
         for kill in range(plan.kills):
             victim = leader_of(cluster.bootstrap, topic, 0)
+            controllers.append(victim == active_controller(cluster))
             killed_at = time.monotonic()
             cluster.kill(victim)
             deadline = Deadline(FAILOVER_TIMEOUT_S)
@@ -180,7 +188,8 @@ def measure_failover(cluster: LocalCluster, plan: Plan) -> list[float]:
             if acknowledged is None:
                 raise SystemExit(f"kill {kill + 1}: no acknowledgement after the kill")
             failovers.append(acknowledged - killed_at)
-            progress(f"  kill {kill + 1} (node {victim}): failover {failovers[-1]:.2f} s")
+            role = ", the active controller" if controllers[-1] else ""
+            progress(f"  kill {kill + 1} (node {victim}{role}): failover {failovers[-1]:.2f} s")
             cluster.start([victim])
             wait_healed(cluster)
     finally:
@@ -188,16 +197,25 @@ def measure_failover(cluster: LocalCluster, plan: Plan) -> list[float]:
         producer.thread.join(FAILOVER_TIMEOUT_S + 10)
     if producer.failures:
         raise SystemExit(f"the producer failed: {producer.failures[:3]}")
-    return failovers
+    return failovers, controllers
 
 
 # ---------------------------------------------------------------- report
 
 
 def report(results: dict[str, Any]) -> str:
-    rf1 = Spread.of(results["throughput"]["rf1_acks1"])
-    rf3 = Spread.of(results["throughput"]["rf3_acks_all"])
-    throughput = markdown_table(
+    tables = []
+    if "throughput" in results:
+        tables.append(throughput_table(results["throughput"]))
+    if "failovers" in results:
+        tables.append(failover_table(results["failovers"], results["controller_kills"]))
+    return "\n\n".join(tables)
+
+
+def throughput_table(throughput: dict[str, list[float]]) -> str:
+    rf1 = Spread.of(throughput["rf1_acks1"])
+    rf3 = Spread.of(throughput["rf3_acks_all"])
+    return markdown_table(
         [
             ["topic, acks", "records/s median (min-max)", "MB/s of values, median"],
             ["RF=1, acks=1", format_spread(rf1), f"{rf1.median * RECORD_BYTES / 1e6:.2f}"],
@@ -209,19 +227,27 @@ def report(results: dict[str, Any]) -> str:
             ],
         ]
     )
-    failovers = results["failovers"]
-    failover = markdown_table(
-        [
-            ["kills", "failover median s", "max s", "min s"],
-            [
-                str(len(failovers)),
-                f"{statistics.median(failovers):.2f}",
-                f"{max(failovers):.2f}",
-                f"{min(failovers):.2f}",
-            ],
-        ]
-    )
-    return "\n\n".join([throughput, failover])
+
+
+def failover_table(failovers: list[float], controller_kills: list[bool]) -> str:
+    rows = [["kills", "failover median s", "max s", "min s"]]
+    pairs = list(zip(failovers, controller_kills, strict=True))
+    groups = [
+        ("all", failovers),
+        ("of the active controller", [time for time, controller in pairs if controller]),
+        ("of another node", [time for time, controller in pairs if not controller]),
+    ]
+    for label, times in groups:
+        if times:
+            rows.append(
+                [
+                    f"{len(times)} ({label})",
+                    f"{statistics.median(times):.2f}",
+                    f"{max(times):.2f}",
+                    f"{min(times):.2f}",
+                ]
+            )
+    return markdown_table(rows)
 
 
 def main(argv: Sequence[str]) -> None:
@@ -229,6 +255,9 @@ def main(argv: Sequence[str]) -> None:
     parser.add_argument("--quick", action="store_true", help="a smoke run")
     parser.add_argument("--data-dir", type=Path, default=None, help="parent of the cluster")
     parser.add_argument("--json", type=Path, default=None, help="write raw results here")
+    parser.add_argument(
+        "--only", choices=("throughput", "failover"), default=None, help="one measurement"
+    )
     arguments = parser.parse_args(argv)
     plan = QUICK if arguments.quick else FULL
     root = Path(tempfile.mkdtemp(prefix="bench-replication-", dir=arguments.data_dir))
@@ -237,10 +266,12 @@ def main(argv: Sequence[str]) -> None:
     try:
         progress("starting a 3-node cluster")
         cluster.start()
-        progress(f"throughput, {plan.records:,} records of {RECORD_BYTES} B per run")
-        results["throughput"] = measure_throughput(cluster, plan)
-        progress(f"failover, {plan.kills} kills")
-        results["failovers"] = measure_failover(cluster, plan)
+        if arguments.only != "failover":
+            progress(f"throughput, {plan.records:,} records of {RECORD_BYTES} B per run")
+            results["throughput"] = measure_throughput(cluster, plan)
+        if arguments.only != "throughput":
+            progress(f"failover, {plan.kills} kills")
+            results["failovers"], results["controller_kills"] = measure_failover(cluster, plan)
     finally:
         cluster.stop()
         shutil.rmtree(root, ignore_errors=True)
