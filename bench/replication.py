@@ -11,11 +11,16 @@ directory that is deleted at the end:
    factor 3 and ``min.insync.replicas=2`` at acks=all, alternating, for
    ``--repetitions`` rounds. The ratio of the medians is the cost of
    synchronous 3x replication (Kafka's published figure is about 0.51).
-2. **Failover time.** An idempotent acks=all producer writes to a 3-way
-   replicated topic at a steady rate; the leader of partition 0 is killed
-   (SIGKILL) ``--kills`` times. Each failover is the time from the kill to
-   the acknowledgement of the first record sent to partition 0 after it.
-   After each kill the node restarts and the ISR heals before the next. The
+2. **Failover time.** An idempotent acks=all producer writes to the three
+   partitions of a 3-way replicated topic at a steady rate, each partition
+   led by its preferred replica (a different node for each). ``--kills``
+   times a node is killed (SIGKILL): every other kill the active controller,
+   and in between another node, so both paths are measured, the second one
+   with a new controller to elect first. Each failover is the time from the
+   kill to the acknowledgement of the first record sent after it to the
+   partition the victim led. After each kill the node restarts, the ISR
+   heals and the leaders move back to their preferred replicas
+   (``leader.imbalance.check.interval.seconds=1``) before the next. The
    producer refreshes its metadata every second
    (``topic.metadata.refresh.interval.ms=1000``).
 
@@ -52,6 +57,8 @@ FAILOVER_RATE_PER_S = 500
 HEAL_TIMEOUT_S = 120.0
 FAILOVER_TIMEOUT_S = 60.0
 METADATA_REFRESH_MS = 1_000
+SETTINGS = ("leader.imbalance.check.interval.seconds=1",)
+"""Leaders go back to their preferred replicas a second after they are in the ISR again."""
 """The failover producer refreshes metadata every second, as the cluster tests' producers do."""
 
 
@@ -66,24 +73,34 @@ FULL = Plan(repetitions=3, records=2_000_000, kills=20)
 QUICK = Plan(repetitions=1, records=50_000, kills=3)
 
 
-def create_topic(bootstrap: str, name: str, replication: int, **configs: str) -> None:
+def create_topic(
+    bootstrap: str, name: str, replication: int, partitions: int = 1, **configs: str
+) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    topic = NewTopic(name, num_partitions=1, replication_factor=replication, config=configs)
+    topic = NewTopic(
+        name, num_partitions=partitions, replication_factor=replication, config=configs
+    )
     admin.create_topics([topic], operation_timeout=30)[name].result(timeout=30)
 
 
-def leader_of(bootstrap: str, topic: str, partition: int) -> int:
-    from confluent_kafka.admin import AdminClient
-
-    metadata = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=10)
-    return int(metadata.topics[topic].partitions[partition].leader)
+def describe(cluster: LocalCluster) -> dict[str, Any]:
+    return describe_cluster(data_dir=cluster.directory, controllers=None)
 
 
-def wait_healed(cluster: LocalCluster) -> None:
+def wait_healed(cluster: LocalCluster, topic: str) -> None:
+    """Until every broker is live, every ISR whole and every partition of ``topic`` led by
+    its preferred replica."""
+    deadline = Deadline(HEAL_TIMEOUT_S)
     if not wait_healthy(cluster, HEAL_TIMEOUT_S):
         raise SystemExit("the cluster did not heal in time")
+    while not deadline.passed():
+        partitions = describe(cluster)["topics"][topic]["partitions"]
+        if all(state["leader"] == state["replicas"][0] for state in partitions):
+            return
+        time.sleep(0.1)
+    raise SystemExit("the leaders did not move back to their preferred replicas in time")
 
 
 # ---------------------------------------------------------------- measurements
@@ -111,9 +128,10 @@ def measure_throughput(cluster: LocalCluster, plan: Plan) -> dict[str, list[floa
 
 
 class TimedProducer:
-    """An idempotent acks=all producer at a steady rate, timing each acknowledgement."""
+    """An idempotent acks=all producer at a steady rate over ``partitions`` partitions in
+    turn, timing each acknowledgement."""
 
-    def __init__(self, bootstrap: str, topic: str) -> None:
+    def __init__(self, bootstrap: str, topic: str, partitions: int) -> None:
         from confluent_kafka import Producer
 
         self.producer = Producer(
@@ -128,8 +146,10 @@ class TimedProducer:
             }
         )
         self.topic = topic
+        self.partitions = partitions
         self.lock = threading.Lock()
-        self.acknowledged: list[tuple[float, float]] = []
+        self.acknowledged: list[tuple[int, float, float]] = []
+        """(partition, sent, acknowledged) monotonic times."""
         self.failures: list[str] = []
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
@@ -138,60 +158,72 @@ class TimedProducer:
         number = 0
         while not self.stop.is_set():
             sent = time.monotonic()
+            partition = number % self.partitions
 
-            def delivered(error: Any, _message: Any, sent: float = sent) -> None:
+            def delivered(
+                error: Any, _message: Any, sent: float = sent, partition: int = partition
+            ) -> None:
                 with self.lock:
                     if error is None:
-                        self.acknowledged.append((sent, time.monotonic()))
+                        self.acknowledged.append((partition, sent, time.monotonic()))
                     else:
                         self.failures.append(str(error))
 
             self.producer.produce(
-                self.topic, f"r-{number}".encode(), partition=0, on_delivery=delivered
+                self.topic, f"r-{number}".encode(), partition=partition, on_delivery=delivered
             )
             number += 1
             self.producer.poll(0)
             time.sleep(1 / FAILOVER_RATE_PER_S)
         self.producer.flush(FAILOVER_TIMEOUT_S)
 
-    def first_after(self, moment: float) -> float | None:
+    def first_after(self, partition: int, moment: float) -> float | None:
         with self.lock:
-            times = [acked for sent, acked in self.acknowledged if sent > moment]
+            times = [a for p, sent, a in self.acknowledged if p == partition and sent > moment]
         return min(times) if times else None
-
-
-def active_controller(cluster: LocalCluster) -> int:
-    return int(describe_cluster(data_dir=cluster.directory, controllers=None)["controller"])
 
 
 def measure_failover(cluster: LocalCluster, plan: Plan) -> tuple[list[float], list[bool]]:
     """Each kill's failover time, and whether its victim was the active controller too
     (the quorum then elects a new one, which gives every broker a full session)."""
     topic = "failover"
-    create_topic(cluster.bootstrap, topic, 3, **{"min.insync.replicas": "2"})
-    producer = TimedProducer(cluster.bootstrap, topic)
+    nodes = len(cluster.nodes)
+    create_topic(cluster.bootstrap, topic, 3, nodes, **{"min.insync.replicas": "2"})
+    wait_healed(cluster, topic)
+    producer = TimedProducer(cluster.bootstrap, topic, nodes)
     producer.thread.start()
     failovers = []
     controllers = []
     try:
         time.sleep(2.0)
         for kill in range(plan.kills):
-            victim = leader_of(cluster.bootstrap, topic, 0)
-            controllers.append(victim == active_controller(cluster))
+            status = describe(cluster)
+            led = {
+                state["leader"]: index
+                for index, state in enumerate(status["topics"][topic]["partitions"])
+            }
+            controller = int(status["controller"])
+            others = sorted(node for node in led if node != controller)
+            victim = controller if kill % 2 == 0 else others[(kill // 2) % len(others)]
+            partition = led[victim]
+            controllers.append(victim == controller)
             killed_at = time.monotonic()
             cluster.kill(victim)
             deadline = Deadline(FAILOVER_TIMEOUT_S)
-            acknowledged = producer.first_after(killed_at)
+            acknowledged = producer.first_after(partition, killed_at)
             while acknowledged is None and not deadline.passed():
                 time.sleep(0.02)
-                acknowledged = producer.first_after(killed_at)
+                acknowledged = producer.first_after(partition, killed_at)
             if acknowledged is None:
                 raise SystemExit(f"kill {kill + 1}: no acknowledgement after the kill")
             failovers.append(acknowledged - killed_at)
             role = ", the active controller" if controllers[-1] else ""
-            progress(f"  kill {kill + 1} (node {victim}{role}): failover {failovers[-1]:.2f} s")
+            progress(
+                f"  kill {kill + 1} (node {victim}{role}, partition {partition}): "
+                f"failover {failovers[-1]:.2f} s"
+            )
             cluster.start([victim])
-            wait_healed(cluster)
+            wait_healed(cluster, topic)
     finally:
         producer.stop.set()
         producer.thread.join(FAILOVER_TIMEOUT_S + 10)
@@ -261,7 +293,7 @@ def main(argv: Sequence[str]) -> None:
     arguments = parser.parse_args(argv)
     plan = QUICK if arguments.quick else FULL
     root = Path(tempfile.mkdtemp(prefix="bench-replication-", dir=arguments.data_dir))
-    cluster = LocalCluster.create(root / "cluster", 3)
+    cluster = LocalCluster.create(root / "cluster", 3, SETTINGS)
     results: dict[str, Any] = {"plan": asdict(plan), "machine": describe_machine(root)}
     try:
         progress("starting a 3-node cluster")
