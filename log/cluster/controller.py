@@ -698,6 +698,10 @@ class Controller:
         if self._active_epoch != raft.epoch:  # newly active: everyone gets a full session
             self._active_epoch = raft.epoch
             self._heartbeats = dict.fromkeys(self.image.brokers, now)
+            log.info(
+                "active controller at quorum epoch %d: every broker gets a full session",
+                raft.epoch,
+            )
         timeout_s = self.session_timeout_ms / 1000
         for broker in sorted(self.image.brokers):
             async with self._deciding:

@@ -419,7 +419,17 @@ class QuorumServer:
         receive past the tick's deadline is cancelled, so ticks never starve)."""
         raft = self.raft
         next_tick = trio.current_time()
+        seen = (raft.role, raft.epoch, raft.leader)
         while True:
+            if (raft.role, raft.epoch, raft.leader) != seen:
+                seen = (raft.role, raft.epoch, raft.leader)
+                log.info(
+                    "voter %d: %s at epoch %d%s",
+                    self.id,
+                    raft.role.value,
+                    raft.epoch,
+                    f" (leader {raft.leader})" if raft.role is Role.FOLLOWER else "",
+                )
             with trio.move_on_at(next_tick):
                 item = await self._inbox.receive()
                 if isinstance(item, Refused):

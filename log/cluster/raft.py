@@ -9,9 +9,13 @@ quorum in one process, and the trio shell adds only sockets and timers.
 It follows KRaft (KIP-595) rather than textbook Raft in how the log moves:
 
 * **Election.** A voter that hears nothing from a leader for
-  ``fetch_timeout_ms`` (or, with no leader known, for a randomized election
-  timeout) becomes a candidate: it bumps the epoch, votes for itself and
-  asks the others (:class:`VoteRequest`). When the shell finds that no
+  ``fetch_timeout_ms`` plus a random part of half the election timeout (so
+  the followers of one leader, which heard it last at the same moment, do
+  not all stand at once), or, with no leader known, for a randomized
+  election timeout, becomes a candidate: it bumps the epoch, votes for
+  itself and asks the others (:class:`VoteRequest`). A voter that refuses a
+  candidate because its own log ends later is the better candidate, and
+  stands within a quarter of the election timeout. When the shell finds that no
   process listens at the leader's address any more (a connection refused:
   :meth:`RaftNode.peer_refused`), a follower stands after a randomized part
   of the election timeout instead of the whole fetch timeout; a paused or
@@ -22,8 +26,9 @@ It follows KRaft (KIP-595) rather than textbook Raft in how the log moves:
 * **Replication is pulled.** Followers send :class:`FetchRequest` (the
   offset they need and the epoch of their last entry); the leader answers
   with entries, or, when the follower's log diverges from its own, with the
-  end offset of the largest epoch they share (:class:`DivergingEpoch`), and
-  the follower truncates there. Nothing is ever truncated below the high
+  largest epoch they share and where it ends in the leader's log
+  (:class:`DivergingEpoch`), and the follower truncates there, or where that
+  epoch ends in its own log when that is sooner. Nothing is ever truncated below the high
   watermark.
 * **Commitment.** The leader's high watermark is the largest offset that a
   majority of voters have fetched past, once that includes an entry of the
@@ -359,6 +364,8 @@ class RaftNode:
         self._fetch_sent_ms = 0
         self._announced_ms: dict[int, int] = {}
         self._last_heard_ms = now_ms
+        self._patience_ms = self.config.fetch_timeout_ms
+        """How long this follower waits for its leader: the fetch timeout and a random part."""
         self._refused_in: int | None = None
         """The epoch whose leader's refusal brought this follower's election forward."""
         self._election_due_ms = now_ms + self._election_timeout()
@@ -472,7 +479,7 @@ class RaftNode:
         if self.role is Role.LEADER:
             return self._leader_tick(now_ms)
         if self.role is Role.FOLLOWER:
-            if now_ms - self._last_heard_ms >= self.config.fetch_timeout_ms:
+            if now_ms - self._last_heard_ms >= self._patience_ms:
                 return self._start_election(now_ms)
             unanswered = now_ms - self._fetch_sent_ms >= self.config.request_timeout_ms
             if (not self._fetch_in_flight and now_ms >= self._fetch_due_ms) or (
@@ -493,7 +500,7 @@ class RaftNode:
         if self.role is Role.FOLLOWER and self.leader == peer and self._refused_in != self.epoch:
             self._refused_in = self.epoch  # the first refusal of this epoch sets the time
             stand_ms = now_ms + self.random.randrange(self.config.election_timeout_ms)
-            self._last_heard_ms = min(self._last_heard_ms, stand_ms - self.config.fetch_timeout_ms)
+            self._last_heard_ms = min(self._last_heard_ms, stand_ms - self._patience_ms)
         return []
 
     def receive(self, message: Message, now_ms: int) -> list[Message]:
@@ -541,6 +548,8 @@ class RaftNode:
     def _follow(self, leader: int, now_ms: int) -> None:
         self.role, self.leader = Role.FOLLOWER, leader
         self._last_heard_ms = now_ms
+        jitter_ms = self.random.randrange(max(1, self.config.election_timeout_ms // 2))
+        self._patience_ms = self.config.fetch_timeout_ms + jitter_ms
         self._fetch_due_ms = now_ms
         self._fetch_in_flight = False
         self._installing = None
@@ -572,6 +581,12 @@ class RaftNode:
                 self._persist(self.epoch, request.candidate)
                 self._election_due_ms = now_ms + self._election_timeout()
                 granted = True
+            elif not current and self.role is not Role.FOLLOWER:
+                # this log ends later: this voter can win where the candidate cannot
+                soon_ms = now_ms + self.random.randrange(
+                    max(1, self.config.election_timeout_ms // 4)
+                )
+                self._election_due_ms = min(self._election_due_ms, soon_ms)
         return [Message(self.id, sender, VoteResponse(self.epoch, granted))]
 
     def _on_vote_response(self, sender: int, response: VoteResponse, now_ms: int) -> list[Message]:
@@ -722,7 +737,10 @@ class RaftNode:
             self._installing, self._installed = response.snapshot, bytearray()
             return [self._fetch(now_ms)]
         if response.diverging is not None:
-            self._truncate(response.diverging.end_offset)
+            # the leader's log ends that epoch at diverging.end_offset; this one may end it
+            # sooner, and what follows it here is of epochs the leader never had
+            own = self.end_of_epoch(response.diverging.epoch)
+            self._truncate(min(response.diverging.end_offset, max(own.end_offset, self.log_start)))
             return [self._fetch(now_ms)]
         if response.entries:
             self._append(response.entries)

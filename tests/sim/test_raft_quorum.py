@@ -93,6 +93,30 @@ def test_a_follower_truncates_a_diverging_suffix_by_epoch() -> None:
     assert again.body == FetchRequest(3, 1, 1)
 
 
+def test_a_follower_whose_last_epoch_the_leader_never_had_catches_up() -> None:
+    """The follower holds entries of epoch 2 that the leader never had, after entries of
+    epoch 1 it has fewer of than the leader. The leader names epoch 1, which ends at
+    offset 6 in its log; the follower must cut at the end of its own epoch 1 (3), not at
+    6, or it keeps its epoch-2 entries and asks the same question for ever (with two
+    such followers nothing commits again)."""
+    leader_log = [Entry(1, b"a%d" % i) for i in range(6)] + [Entry(3, b"")]
+    leader = RaftNode(1, [1, 2, 3], MemoryStorage(epoch=3, voted_for=1, log=leader_log), 0)
+    leader.tick(5_000)
+    for voter in (2, 3):
+        leader.receive(Message(voter, 1, VoteResponse(4, granted=True)), 5_000)
+    assert leader.role is Role.LEADER
+    follower_log = [Entry(1, b"a%d" % i) for i in range(3)] + [Entry(2, b"x")] * 4
+    follower = RaftNode(2, [1, 2, 3], MemoryStorage(epoch=2, log=follower_log), 0)
+    follower.receive(Message(1, 2, BeginQuorumEpoch(leader.epoch, 1)), 5_000)
+    [request] = follower.tick(5_000)
+    for _ in range(10):
+        [answer] = leader.receive(request, 5_000)
+        [request] = follower.receive(answer, 5_000)
+        if follower.end_offset == leader.end_offset:
+            break
+    assert follower.log == leader.log
+
+
 def test_nothing_at_or_below_the_high_watermark_is_truncated() -> None:
     follower = RaftNode(2, [1, 2, 3], MemoryStorage(epoch=2, log=[Entry(1, b"a")]), 0)
     follower.receive(Message(1, 2, BeginQuorumEpoch(2, 1)), 0)
@@ -157,6 +181,28 @@ def test_a_refusal_by_another_voter_or_an_answer_from_the_leader_changes_nothing
     # the refusal counts once per epoch: later ones do not bring the election forward
     answered.peer_refused(1, 1_200)
     assert _stands_at(answered, 1_200, 1_101 + config.fetch_timeout_ms) is None
+
+
+def test_followers_of_one_leader_do_not_all_stand_at_the_same_moment() -> None:
+    """They heard the leader last at the same moment; each waits the fetch timeout and a
+    random part of half the election timeout, so one usually asks before the other does
+    and gets its vote, instead of both voting for themselves."""
+    config = RaftConfig()
+    end = 1_000 + config.fetch_timeout_ms + config.election_timeout_ms // 2 + 1
+    stood = {node: _stands_at(_following(1, node, 1_000), 1_000, end) for node in (2, 3)}
+    for moment in stood.values():
+        assert moment is not None and moment >= 1_000 + config.fetch_timeout_ms
+    assert stood[2] != stood[3]
+
+
+def test_a_voter_that_refuses_a_candidate_with_a_shorter_log_stands_soon() -> None:
+    config = RaftConfig()
+    longer = RaftNode(3, [1, 2, 3], MemoryStorage(epoch=1, log=[Entry(1, b"a")] * 3), 0)
+    request = VoteRequest(2, candidate=2, last_epoch=1, end_offset=1)
+    [answer] = longer.receive(Message(2, 3, request), 1_000)
+    assert answer.body == VoteResponse(2, granted=False)
+    stood = _stands_at(longer, 1_000, 1_000 + config.election_timeout_ms)
+    assert stood is not None and stood < 1_000 + config.election_timeout_ms // 4
 
 
 def _deliver(
