@@ -38,6 +38,7 @@ expand the ISR as followers fall behind or catch up.
 from __future__ import annotations
 
 import logging
+import math
 import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -72,6 +73,9 @@ RETRY_DELAY_S = 0.1
 ISR_CHECK_INTERVAL_S = 0.1
 ALTER_RETRY_DELAY_S = 1.0
 REQUEST_TIMEOUT_MARGIN_S = 5.0
+ERROR_LOG_INTERVAL_S = 10.0
+"""A fetcher that keeps failing says so once, then at most this often (it retries every
+RETRY_DELAY_S: a dead leader would fill the log ten lines a second)."""
 RETRIABLE = {
     ErrorCode.NOT_LEADER_OR_FOLLOWER,
     ErrorCode.FENCED_LEADER_EPOCH,
@@ -353,6 +357,9 @@ class ReplicaFetcher:
         self._changed = trio.Event()
         self._scope = trio.CancelScope()
         self._connection: PeerConnection | None = None
+        self._failing_since: float | None = None
+        self._failures = 0
+        self._logged_at = -math.inf
 
     def add(self, partition: Partition) -> None:
         key = (partition.topic, partition.index)
@@ -392,10 +399,12 @@ class ReplicaFetcher:
                         continue
                     try:
                         await self._truncate(connection)
-                        if not await self._fetch(connection):
+                        fetched = await self._fetch(connection)
+                        self._recovered()
+                        if not fetched:
                             await trio.sleep(RETRY_DELAY_S / 2)
                     except PeerError as exc:
-                        log.info("fetching from %d: %s", self.leader, exc)
+                        self._failed(exc)
                         await trio.sleep(RETRY_DELAY_S)
                     except KafkaStorageError as exc:
                         # that partition is offline now and no longer fetched for (the
@@ -405,6 +414,31 @@ class ReplicaFetcher:
                 if self._connection is not None:
                     with trio.CancelScope(shield=True):
                         await self._connection.aclose()
+
+    def _failed(self, error: PeerError) -> None:
+        now = trio.current_time()
+        self._failures += 1
+        if self._failing_since is None:
+            self._failing_since = now
+        if now - self._logged_at >= ERROR_LOG_INTERVAL_S:
+            self._logged_at = now
+            log.info(
+                "fetching from %d: %s (%d failures in %.1f s)",
+                self.leader,
+                error,
+                self._failures,
+                now - self._failing_since,
+            )
+
+    def _recovered(self) -> None:
+        if self._failing_since is not None:
+            log.info(
+                "fetching from %d again after %d failures in %.1f s",
+                self.leader,
+                self._failures,
+                trio.current_time() - self._failing_since,
+            )
+        self._failing_since, self._failures, self._logged_at = None, 0, -math.inf
 
     def _connect(self) -> PeerConnection | None:
         broker = self.manager.image.brokers.get(self.leader)
