@@ -6,14 +6,21 @@ starts at that offset. ``TimeIndex`` (``.timeindex``): 12-byte entries,
 ``int64`` timestamp and ``int32`` relative offset of the first batch whose
 max timestamp reached it. Both are strictly increasing in every field.
 
-While a segment is active its index files are preallocated to
-``segment.index.bytes`` and mapped; closing or sealing trims them to their
-entries. Indexes are derived data: a missing or insane file is rebuilt from
-the log (:meth:`Segment.recover`). An entry names the start of a batch whose
-base offset is the entry's offset; lookups return entries as stored, and the
-segment checks the batch an entry names before trusting it (a damaged file can
-hold any bytes), rebuilding the index when it lies. One owner thread; reads and
-appends must not run concurrently.
+While a segment is active its index files are sized to
+``segment.index.bytes`` (sparse) and mapped; closing or sealing trims them to
+their entries. A store to a page of a sparse map that no block backs yet takes
+one from the file system, and when it has none the kernel kills the process
+with SIGBUS. So the segment reserves the room its next entries need
+(:meth:`_MappedIndex.reserve`, ``posix_fallocate`` by :data:`RESERVE_BYTES`)
+before it writes an append's log data: a full file system fails the append
+with an OSError, which takes the log offline, instead of the process.
+
+Indexes are derived data: a missing or insane file is rebuilt from the log
+(:meth:`Segment.recover`). An entry names the start of a batch whose base
+offset is the entry's offset; lookups return entries as stored, and the segment
+checks the batch an entry names before trusting it (a damaged file can hold any
+bytes), rebuilding the index when it lies. One owner thread; reads and appends
+must not run concurrently.
 """
 
 from __future__ import annotations
@@ -29,6 +36,9 @@ from eventplatform.log.invariants import InvariantError
 
 _OFFSET_ENTRY = struct.Struct(">ii")
 _TIME_ENTRY = struct.Struct(">qi")
+RESERVE_BYTES = 64 * 1024
+"""Index room is reserved this much at a time: one ``posix_fallocate`` per 8,192 offset
+entries, about 32 MiB of log at the default ``index.interval.bytes``."""
 
 
 @contextlib.contextmanager
@@ -54,6 +64,8 @@ class _MappedIndex:
         self.entries = size // self.entry.size
         self._map: mmap.mmap | None = None
         self._writable = False
+        self._reserved = 0
+        """Bytes from the file's start that blocks back: stores below it cannot fault."""
         if size % self.entry.size:
             self.entries = 0  # insane: the caller's sanity check sees it and rebuilds
             self._torn = True
@@ -73,6 +85,7 @@ class _MappedIndex:
             self._map = None
         length = self.max_entries * self.entry.size if writable else self.entries * self.entry.size
         self._writable = writable
+        self._reserved = self.entries * self.entry.size  # the entries' pages were stored to
         with _opened(self.path) as descriptor:
             os.ftruncate(descriptor, length)
             if not length:
@@ -83,6 +96,19 @@ class _MappedIndex:
                 # readahead every such page fault also maps and zero-fills the pages
                 # around it, which made 100 partitions' produce half as fast as one's.
                 self._map.madvise(mmap.MADV_RANDOM)
+
+    def reserve(self, entries: int) -> None:
+        """Make sure blocks back the next ``entries`` entries (up to the index's end), so
+        storing them cannot fault; raises OSError (ENOSPC) when the file system has no
+        room. A no-op but for every :data:`RESERVE_BYTES` of entries."""
+        end = min(self.entries + entries, self.max_entries) * self.entry.size
+        if not self._writable or end <= self._reserved:
+            return
+        limit = self.max_entries * self.entry.size
+        target = min(limit, max(end, self._reserved + RESERVE_BYTES))
+        with _opened(self.path) as descriptor:
+            os.posix_fallocate(descriptor, self._reserved, target - self._reserved)
+        self._reserved = target
 
     @property
     def writable(self) -> bool:
@@ -146,7 +172,10 @@ class _MappedIndex:
     def _append(self, first: int, second: int) -> None:
         if not self._writable or self._map is None or self.entries >= self.max_entries:
             raise InvariantError(f"{self.path}: append to a sealed or full index")
-        self.entry.pack_into(self._map, self.entries * self.entry.size, first, second)
+        at = self.entries * self.entry.size
+        if at + self.entry.size > self._reserved:  # a rebuild or a cleaned segment's index
+            self.reserve(1)
+        self.entry.pack_into(self._map, at, first, second)
         self.entries += 1
         self._last = (first, second)
 

@@ -128,6 +128,9 @@ class Segment:
         """Append whole, already stamped batches; ``headers`` describe them in order."""
         if headers[0].base_offset < self.next_offset:
             raise InvariantError("segment offsets must increase")
+        # room for the entries this append may add, before its data: see index.py
+        self.offset_index.reserve(len(headers))
+        self.time_index.reserve(len(headers))
         written = os.write(self.descriptor, buffer)
         if written != len(buffer):  # formatting the message on every append costs more
             written += self._write_rest(memoryview(buffer)[written:])
