@@ -127,14 +127,32 @@ class ControllerClient:
         return node
 
     async def _call(self, node: int, method: str, params: Params) -> Params:
+        """One request to ``node`` over a kept connection, or a new one. A kept connection
+        may have outlived the process it reached (killed and started again at the same
+        address): when it fails, every connection kept for ``node`` goes, and the request
+        is sent again over a new one before the node is given up for another voter, which
+        may be a stopped former controller that takes the request and never answers."""
         idle = self._idle.setdefault(node, [])
-        stream: trio.abc.Stream | None = idle.pop() if idle else None
+        if idle:
+            try:
+                return await self._exchange(node, idle.pop(), method, params)
+            except (OSError, trio.BrokenResourceError, trio.ClosedResourceError):
+                while idle:
+                    await trio.aclose_forcefully(idle.pop())
+        host, port = self.voters[node]
+        stream: trio.abc.Stream | None = None
+        with trio.move_on_after(CONNECT_TIMEOUT_S):
+            stream = await self.network.connect(host, port)
         if stream is None:
-            host, port = self.voters[node]
-            with trio.move_on_after(CONNECT_TIMEOUT_S):
-                stream = await self.network.connect(host, port)
-            if stream is None:
-                raise OSError(f"connecting to controller {node} timed out")
+            raise OSError(f"connecting to controller {node} timed out")
+        return await self._exchange(node, stream, method, params)
+
+    async def _exchange(
+        self, node: int, stream: trio.abc.Stream, method: str, params: Params
+    ) -> Params:
+        """Send the request on ``stream`` and read its answer; the stream is kept for the
+        next call once answered, and closed when anything fails."""
+        idle = self._idle.setdefault(node, [])
         try:
             await stream.send_all(frame({"method": method, "params": params}))
             document = await _receive_one(stream)
