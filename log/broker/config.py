@@ -93,6 +93,19 @@ def _text(raw: Any) -> str:
     return str(raw)
 
 
+RACK_CHARS_MAX = 255
+"""The longest ``broker.rack`` (the controller's registration request takes no more)."""
+
+
+def _rack(raw: Any) -> str:
+    """``broker.rack``: the broker's rack or zone, printable, at most RACK_CHARS_MAX
+    characters; empty for none (Kafka's null)."""
+    rack = str(raw).strip()
+    if len(rack) > RACK_CHARS_MAX or not rack.isprintable():
+        raise ValueError(f"must be printable and at most {RACK_CHARS_MAX} characters")
+    return rack
+
+
 PROCESS_ROLES = ("broker", "controller")
 
 
@@ -145,6 +158,7 @@ def format_voters(voters: Iterable[Voter]) -> str:
 _PARSERS: dict[str, Callable[[Any], Any]] = {
     "node.id": integer_between(0, 2**31 - 1),
     "cluster.id": _text,
+    "broker.rack": _rack,
     "auto.create.topics.enable": boolean,
     "delete.topic.enable": boolean,
     "num.partitions": integer_between(1, 100_000),
@@ -194,6 +208,8 @@ class BrokerConfig:
     advertised_host: str | None = None
     node_id: int = 1
     cluster_id: str = ""
+    broker_rack: str = ""
+    """The rack (or zone) this broker is in, as Metadata tells clients; empty for none."""
     auto_create_topics_enable: bool = True
     delete_topic_enable: bool = True
     num_partitions: int = 1

@@ -108,7 +108,7 @@ class BrokerLink:
                 "broker": self.broker.node_id,
                 "host": self.broker.advertised_host,
                 "port": self.broker.port,
-                "rack": None,
+                "rack": self.broker.config.broker_rack or None,
             },
         )
         self.epoch = int(result["epoch"])

@@ -83,7 +83,8 @@ def live_brokers(context: RequestContext) -> list[Body]:
     one alone when standalone, every unfenced broker of the applied metadata on a cluster."""
     broker = context.broker
     if broker.member is None:
-        return [{"node_id": broker.node_id, "host": broker.advertised_host, "port": broker.port}]
+        host, port, rack = broker.advertised_host, broker.port, broker.config.broker_rack
+        return [{"node_id": broker.node_id, "host": host, "port": port, "rack": rack or None}]
     image = broker.member.replicas.image
     return [
         {"node_id": b.broker, "host": b.host, "port": b.port, "rack": b.rack}

@@ -104,11 +104,19 @@ def test_log_keys_map_to_topic_configs() -> None:
         ("metadata.log.segment.bytes=1", "metadata.log.segment.bytes"),
         ("auto.leader.rebalance.enable=sometimes", "auto.leader.rebalance.enable"),
         ("leader.imbalance.check.interval.seconds=0", "leader.imbalance.check.interval.seconds"),
+        ("broker.rack=" + "r" * 256, "broker.rack"),
+        ("broker.rack=a\tb", "broker.rack"),
     ],
 )
 def test_bad_keys_and_values_name_the_key(override: str, named: str) -> None:
     with pytest.raises(BrokerConfigError, match=named.replace(".", r"\.")):
         BrokerConfig.load(None, [override])
+
+
+def test_a_broker_has_no_rack_unless_one_is_set() -> None:
+    assert BrokerConfig().broker_rack == ""
+    assert BrokerConfig().to_properties()["broker.rack"] == ""
+    assert BrokerConfig.load(None, ["broker.rack= eu-west-1a "]).broker_rack == "eu-west-1a"
 
 
 def test_a_bad_log_value_is_refused_under_the_name_the_user_wrote() -> None:
