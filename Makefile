@@ -81,8 +81,8 @@ sim: $(STAMP)
 		$(BIN)/python -m pytest -q -p no:cacheprovider -n auto tests/sim
 
 # Fault injection on a real 3-node cluster (tests/support/fault_run.py): FAULT_SEEDS seeds of
-# FAULT_ROUNDS nemesis rounds each (the default 300 took 44 minutes on 2 cores); it prints one summary line and fails on any
-# anomaly. CI runs a 6-round slice (tests/cluster/test_faults.py).
+# FAULT_ROUNDS nemesis rounds each (the default 300 took 44 minutes on 2 cores); it prints one
+# summary line and fails on any anomaly. CI runs a 6-round slice (tests/cluster/test_faults.py).
 FAULT_SEEDS ?= 6
 FAULT_ROUNDS ?= 50
 faults: $(STAMP)
