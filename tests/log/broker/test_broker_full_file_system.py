@@ -10,12 +10,12 @@ Mounting needs root (CI runs as root, to install its tools).
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from tmpfs import grow, small_tmpfs
 
 from eventplatform.log.protocol import ErrorCode
 
@@ -27,21 +27,10 @@ BATCH_RECORDS = 10
 PRODUCE_LIMIT = 1000  # batches; the file system fills after about 200
 
 
-def _mount(*arguments: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["mount", *arguments], capture_output=True, text=True, check=False)
-
-
 @pytest.fixture
 def small_file_system(tmp_path: Path) -> Iterator[Path]:
-    mount_point = tmp_path / "disk"
-    mount_point.mkdir()
-    mounted = _mount("-t", "tmpfs", "-o", f"size={FILE_SYSTEM_BYTES}", "tmpfs", str(mount_point))
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs (needs root): {mounted.stderr.strip()}")
-    try:
+    with small_tmpfs(tmp_path / "disk", FILE_SYSTEM_BYTES) as mount_point:
         yield mount_point
-    finally:
-        subprocess.run(["umount", "-l", str(mount_point)], check=False)
 
 
 async def _fill(client: Any, wire: Any) -> list[bytes]:
@@ -83,8 +72,7 @@ async def test_a_full_file_system_takes_the_partition_offline_and_keeps_what_was
         assert fetched["error_code"] == ErrorCode.KAFKA_STORAGE_ERROR, fetched
         again = await client.produce(TOPIC, wire.batch([b"later"]))
         assert again["error_code"] == ErrorCode.KAFKA_STORAGE_ERROR, again
-    grown = _mount("-o", f"remount,size={GROWN_FILE_SYSTEM_BYTES}", str(small_file_system))
-    assert grown.returncode == 0, grown.stderr
+    grow(small_file_system, GROWN_FILE_SYSTEM_BYTES)
     async with wire.open_broker(data_dir) as running:
         client = await running.connect()
         assert await _read_all(client, wire) == acknowledged

@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tmpfs import small_tmpfs
 
 FILE_SYSTEM_BYTES = 4 * 1024 * 1024
 
@@ -64,21 +65,10 @@ CHILD = textwrap.dedent(
 )
 
 
-def _mount(*arguments: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["mount", *arguments], capture_output=True, text=True, check=False)
-
-
 @pytest.fixture
 def small_file_system(tmp_path: Path) -> Iterator[Path]:
-    mount_point = tmp_path / "disk"
-    mount_point.mkdir()
-    mounted = _mount("-t", "tmpfs", "-o", f"size={FILE_SYSTEM_BYTES}", "tmpfs", str(mount_point))
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs (needs root): {mounted.stderr.strip()}")
-    try:
+    with small_tmpfs(tmp_path / "disk", FILE_SYSTEM_BYTES) as mount_point:
         yield mount_point
-    finally:
-        subprocess.run(["umount", "-l", str(mount_point)], check=False)
 
 
 def test_an_index_page_the_full_file_system_cannot_back_fails_the_append_not_the_process(
