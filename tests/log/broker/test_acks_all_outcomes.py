@@ -293,6 +293,17 @@ def test_a_retried_batch_the_log_holds_is_answered_as_a_duplicate_while_the_isr_
     run(check_a_retry_of_a_kept_batch_under_a_small_isr, tmp_path)
 
 
+def answered_alike_then_resent(leader: Partition, refusal: ErrorCode) -> None:
+    """The batch behind the refused one (sequence 2) gets the same ``refusal``, nothing is
+    appended, and the client's resends of both, in order, are appended."""
+    behind = leader.append(batch(4), acks=ACKS_ALL)
+    assert behind.error == refusal, behind
+    assert leader.log.log_end_offset == 2
+    assert leader.append(batch(2), acks=ACKS_ALL).error == ErrorCode.NONE
+    assert leader.append(batch(4), acks=ACKS_ALL).error == ErrorCode.NONE
+    assert leader.log.log_end_offset == 6
+
+
 async def check_a_batch_behind_a_refusal_for_a_small_isr(directory: Path) -> None:
     leader = replica(directory / "1", 1)
     follower = replica(directory / "2", 2)
@@ -304,13 +315,7 @@ async def check_a_batch_behind_a_refusal_for_a_small_isr(directory: Path) -> Non
     assert leader.append(batch(2), acks=ACKS_ALL).error == ErrorCode.NOT_ENOUGH_REPLICAS
     leader.become_leader(1, 2, REPLICAS, REPLICAS, SETTINGS, 0)  # ... and grew back
     # the next pipelined batch was read only now
-    behind = leader.append(batch(4), acks=ACKS_ALL)
-    assert behind.error == ErrorCode.NOT_ENOUGH_REPLICAS, behind
-    assert leader.log.log_end_offset == 2
-    # the client resends both, in order
-    assert leader.append(batch(2), acks=ACKS_ALL).error == ErrorCode.NONE
-    assert leader.append(batch(4), acks=ACKS_ALL).error == ErrorCode.NONE
-    assert leader.log.log_end_offset == 6
+    answered_alike_then_resent(leader, ErrorCode.NOT_ENOUGH_REPLICAS)
     await trio.lowlevel.checkpoint()
     leader.close()
     follower.close()
@@ -336,11 +341,7 @@ async def check_a_batch_behind_a_refusal_before_leadership(directory: Path) -> N
     refused = new.append(batch(2), acks=ACKS_ALL)
     assert refused.error == ErrorCode.NOT_LEADER_OR_FOLLOWER
     new.become_leader(1, 1, REPLICAS, REPLICAS, SETTINGS, 0)
-    behind = new.append(batch(4), acks=ACKS_ALL)
-    assert behind.error == ErrorCode.NOT_LEADER_OR_FOLLOWER, behind
-    assert new.append(batch(2), acks=ACKS_ALL).error == ErrorCode.NONE
-    assert new.append(batch(4), acks=ACKS_ALL).error == ErrorCode.NONE
-    assert new.log.log_end_offset == 6
+    answered_alike_then_resent(new, ErrorCode.NOT_LEADER_OR_FOLLOWER)
     await trio.lowlevel.checkpoint()
     old.close()
     new.close()
