@@ -42,8 +42,18 @@ def cluster() -> None:
     metavar="KEY=VALUE",
     help="A broker setting for every node (first start only); repeatable.",
 )
+@click.option(
+    "--racks",
+    "rack_prefix",
+    default="",
+    metavar="PREFIX",
+    help="Put node N in rack PREFIX<N> (broker.rack, first start only), so that a consumer "
+    "naming its client.rack can read from a follower there.",
+)
 @click.option("--detach", is_flag=True, help="Leave the nodes running and return.")
-def cluster_up(brokers: int, data_dir: Path, overrides: tuple[str, ...], detach: bool) -> None:
+def cluster_up(
+    brokers: int, data_dir: Path, overrides: tuple[str, ...], rack_prefix: str, detach: bool
+) -> None:
     """Start a cluster of BROKERS nodes, each broker and controller, as separate processes.
 
     Without --detach it runs until Ctrl-C, then stops every node with a controlled
@@ -51,7 +61,7 @@ def cluster_up(brokers: int, data_dir: Path, overrides: tuple[str, ...], detach:
     from eventplatform.log.cluster.local import ClusterError, LocalCluster
 
     try:
-        local = LocalCluster.create(data_dir, brokers, overrides)
+        local = LocalCluster.create(data_dir, brokers, overrides, rack_prefix=rack_prefix)
         local.start()
     except ClusterError as exc:
         raise ToolError(str(exc)) from exc

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from eventplatform.log.broker.replica_selector import parse_selector
 from eventplatform.log.storage import InvalidConfigError, LogConfig
 from eventplatform.log.storage.config import SEGMENT_BYTES_MIN, boolean, integer_between
 
@@ -159,6 +160,7 @@ _PARSERS: dict[str, Callable[[Any], Any]] = {
     "node.id": integer_between(0, 2**31 - 1),
     "cluster.id": _text,
     "broker.rack": _rack,
+    "replica.selector.class": parse_selector,
     "auto.create.topics.enable": boolean,
     "delete.topic.enable": boolean,
     "num.partitions": integer_between(1, 100_000),
@@ -210,6 +212,9 @@ class BrokerConfig:
     cluster_id: str = ""
     broker_rack: str = ""
     """The rack (or zone) this broker is in, as Metadata tells clients; empty for none."""
+    replica_selector_class: str = ""
+    """Which replica a consumer reads from (KIP-392): empty for the leader, or
+    :data:`~eventplatform.log.broker.replica_selector.RACK_AWARE`."""
     auto_create_topics_enable: bool = True
     delete_topic_enable: bool = True
     num_partitions: int = 1

@@ -157,6 +157,15 @@ class Partition:
             return ErrorCode.NOT_LEADER_OR_FOLLOWER
         return self.check_leader_epoch(epoch)
 
+    def check_replica(self, epoch: int = -1) -> ErrorCode:
+        """Whether this replica may serve a consumer's reads at ``epoch``: as the leader, or
+        as a follower in the partition's replica set (KIP-392), below its high watermark."""
+        if self.log.offline:
+            return ErrorCode.KAFKA_STORAGE_ERROR
+        if not self.is_leader and self.node_id not in self.replica_set:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
+        return self.check_leader_epoch(epoch)
+
     # ------------------------------------------------------------ roles
 
     def join_cluster(self, node_id: int) -> None:

@@ -55,6 +55,8 @@ class Node:
     kafka_port: int
     quorum_port: int
     roles: str = "broker,controller"
+    rack: str = ""
+    """The node's ``broker.rack``; empty for none."""
     process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -77,9 +79,15 @@ class LocalCluster:
 
     @classmethod
     def create(
-        cls, directory: Path, brokers: int = 3, settings: Sequence[str] = (), controllers: int = 0
+        cls,
+        directory: Path,
+        brokers: int = 3,
+        settings: Sequence[str] = (),
+        controllers: int = 0,
+        rack_prefix: str = "",
     ) -> LocalCluster:
-        """The cluster laid out in ``directory``: read back, or new with free ports."""
+        """The cluster laid out in ``directory``: read back, or new with free ports. With a
+        ``rack_prefix``, broker N is in rack ``<rack_prefix>N``, each in a rack of its own."""
         directory.mkdir(parents=True, exist_ok=True)
         layout = directory / LAYOUT_FILE
         if layout.exists():
@@ -97,6 +105,9 @@ class LocalCluster:
             n: Node(n, ports[2 * (n - 1)], ports[2 * (n - 1) + 1], roles[n])
             for n in range(1, total + 1)
         }
+        if rack_prefix:
+            for n in range(1, brokers + 1):
+                nodes[n].rack = f"{rack_prefix}{n}"
         cluster = cls(directory, nodes, [*DEFAULT_SETTINGS, *settings])
         cluster.save()
         return cluster
@@ -111,6 +122,7 @@ class LocalCluster:
                     int(entry["kafka"]),
                     int(entry["quorum"]),
                     str(entry.get("roles", "broker,controller")),
+                    str(entry.get("rack", "")),
                 )
                 for entry in document["nodes"]
             }
@@ -121,7 +133,13 @@ class LocalCluster:
     def save(self) -> None:
         document = {
             "nodes": [
-                {"id": n.node_id, "kafka": n.kafka_port, "quorum": n.quorum_port, "roles": n.roles}
+                {
+                    "id": n.node_id,
+                    "kafka": n.kafka_port,
+                    "quorum": n.quorum_port,
+                    "roles": n.roles,
+                    "rack": n.rack,
+                }
                 for n in self.nodes.values()
             ],
             "settings": self.settings,
@@ -172,6 +190,7 @@ class LocalCluster:
             f"controller.quorum.voters={self.voters}",
             f"default.replication.factor={factor}",
             f"offsets.topic.replication.factor={factor}",
+            *([f"broker.rack={node.rack}"] if node.rack else []),
             *self.settings,
         ]
         for setting in settings:

@@ -1,8 +1,8 @@
 """A 3-node cluster of real processes, healthy: what clients and operators see.
 
 Producer ids are unique across the brokers; metadata names real leaders and
-replicas; a produce or fetch sent to a follower is refused with
-NOT_LEADER_OR_FOLLOWER, and one naming an old leader epoch with
+replicas; a produce, or a fetch before v11, sent to a follower is refused
+with NOT_LEADER_OR_FOLLOWER, and one naming an old leader epoch with
 FENCED_LEADER_EPOCH; acks=all is refused with NOT_ENOUGH_REPLICAS when the
 ISR is below min.insync.replicas; `platform cluster status` shows it all."""
 
@@ -15,18 +15,15 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import trio
+from cluster_requests import ask, fetch_body, partition_metadata
 from cluster_workload import create_topic, wait_healed
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from eventplatform.log.cluster.local import LocalCluster
-from eventplatform.log.cluster.peer import PeerConnection
 from eventplatform.log.cluster.status import describe_cluster
 from eventplatform.log.protocol import ErrorCode
-from eventplatform.log.protocol.apis import FETCH, INIT_PRODUCER_ID, METADATA, PRODUCE
+from eventplatform.log.protocol.apis import FETCH, INIT_PRODUCER_ID, PRODUCE
 from eventplatform.log.storage.record_batch import Record, encode_batch
-
-TIMEOUT_S = 10.0
 
 
 @pytest.fixture(scope="module")
@@ -39,34 +36,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         local.stop()
 
 
-def ask(cluster: LocalCluster, node: int, api: Any, version: int, body: dict[str, Any]) -> Any:
-    async def call() -> Any:
-        connection = PeerConnection("127.0.0.1", cluster.nodes[node].kafka_port, "test")
-        try:
-            return await connection.request(api, version, body, timeout_s=TIMEOUT_S)
-        finally:
-            await connection.aclose()
-
-    return trio.run(call)
-
-
-def partition_metadata(cluster: LocalCluster, topic: str, node: int = 1) -> list[dict[str, Any]]:
-    response = ask(
-        cluster,
-        node,
-        METADATA,
-        8,
-        {
-            "topics": [{"name": topic}],
-            "allow_auto_topic_creation": False,
-            "include_cluster_authorized_operations": False,
-            "include_topic_authorized_operations": False,
-        },
-    )
-    (entry,) = response["topics"]
-    return sorted(entry["partitions"], key=lambda p: p["partition_index"])
-
-
 def produce_body(topic: str, partition: int, acks: int = -1) -> dict[str, Any]:
     batch = encode_batch([Record(0, int(time.time() * 1000), b"k", b"v")], base_offset=0)
     return {
@@ -74,28 +43,6 @@ def produce_body(topic: str, partition: int, acks: int = -1) -> dict[str, Any]:
         "acks": acks,
         "timeout_ms": 5000,
         "topic_data": [{"name": topic, "partition_data": [{"index": partition, "records": batch}]}],
-    }
-
-
-def fetch_body(topic: str, leader_epoch: int = -1) -> dict[str, Any]:
-    partition = {
-        "partition": 0,
-        "current_leader_epoch": leader_epoch,
-        "fetch_offset": 0,
-        "log_start_offset": -1,
-        "partition_max_bytes": 1 << 20,
-    }
-    return {
-        "replica_id": -1,
-        "max_wait_ms": 0,
-        "min_bytes": 0,
-        "max_bytes": 1 << 20,
-        "isolation_level": 0,
-        "session_id": 0,
-        "session_epoch": -1,
-        "topics": [{"topic": topic, "partitions": [partition]}],
-        "forgotten_topics_data": [],
-        "rack_id": "",
     }
 
 
@@ -128,8 +75,11 @@ def test_metadata_names_leaders_and_only_the_leader_serves(cluster: LocalCluster
     assert produce_error(cluster, leader, "basics", 0) == ErrorCode.NONE
     assert produce_error(cluster, follower, "basics", 0) == ErrorCode.NOT_LEADER_OR_FOLLOWER
     fetch = fetch_body("basics")
-    answer = ask(cluster, follower, FETCH, 11, fetch)
+    answer = ask(cluster, follower, FETCH, 10, fetch)
     assert answer["responses"][0]["partitions"][0]["error_code"] == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    # with no replica.selector.class the leader serves a consumer in any rack
+    answer = ask(cluster, leader, FETCH, 11, {**fetch, "rack_id": "elsewhere"})
+    assert answer["responses"][0]["partitions"][0]["preferred_read_replica"] == -1
     stale = fetch_body("basics", partitions[0]["leader_epoch"] + 1)
     answer = ask(cluster, leader, FETCH, 11, stale)
     assert answer["responses"][0]["partitions"][0]["error_code"] == ErrorCode.UNKNOWN_LEADER_EPOCH

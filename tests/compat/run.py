@@ -49,6 +49,7 @@ from librdkafka_suite import (
     verdicts,
 )
 
+from eventplatform.log.broker.replica_selector import RACK_AWARE
 from eventplatform.log.cluster.local import LocalCluster
 
 HERE = Path(__file__).resolve().parent
@@ -69,6 +70,10 @@ BROKER_SETTINGS = ("num.partitions=4", "log.retention.check.interval.ms=3600000"
 writes records stamped in January 1970, which a pass landing between its produce and its
 consume deletes (as Kafka's would, every 5 minutes by default)."""
 SCENARIO_SETTINGS = {"default": (), "noautocreate": ("auto.create.topics.enable=false",)}
+CLUSTER_SETTINGS = (f"replica.selector.class={RACK_AWARE}",)
+CLUSTER_RACK_PREFIX = "RACK"
+"""Broker N is in rack RACK<N> and consumers read from a follower in their rack, the
+layout 0101 (fetch from follower) looks for."""
 
 
 @contextmanager
@@ -99,7 +104,12 @@ class Server:
         if self.setup == "single":
             self.broker = BrokerProcess(self.directory / "data", self.settings).start()
         else:
-            self.cluster = LocalCluster.create(self.directory, CLUSTER_NODES, self.settings)
+            self.cluster = LocalCluster.create(
+                self.directory,
+                CLUSTER_NODES,
+                [*self.settings, *CLUSTER_SETTINGS],
+                rack_prefix=CLUSTER_RACK_PREFIX,
+            )
             self.cluster.start()
 
     @property

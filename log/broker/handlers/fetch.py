@@ -14,7 +14,14 @@ take as "send full requests". From v9 ``current_leader_epoch`` is checked
 (FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH). Record data leaves as file
 regions that the connection sends with ``os.sendfile``.
 
-Only a partition's leader answers (NOT_LEADER_OR_FOLLOWER). A fetch with a
+A consumer reads from a partition's leader, or from v11 from any replica in
+its replica set (KIP-392): a follower serves what is below its own high
+watermark, and OFFSET_OUT_OF_RANGE past its log end, which sends the client
+back to the leader. With ``replica.selector.class`` set, the leader answers
+a consumer that names its rack (``rack_id``) with a ``preferred_read_replica``
+in that rack and no records, at once (see
+:mod:`~eventplatform.log.broker.replica_selector`). Any other replica answers
+NOT_LEADER_OR_FOLLOWER. A fetch with a
 replica id comes from a follower: it reads up to the log end, not the high
 watermark, and its fetch offset tells the leader how far that follower has
 come (which moves the high watermark and the ISR). So on a cluster it is
@@ -38,6 +45,11 @@ import trio
 from eventplatform.log.broker.context import Body, RequestContext
 from eventplatform.log.broker.partition import Partition
 from eventplatform.log.broker.regions import OwnedRegion
+from eventplatform.log.broker.replica_selector import (
+    NO_PREFERENCE,
+    ReplicaView,
+    select_rack_aware,
+)
 from eventplatform.log.protocol import ErrorCode
 from eventplatform.log.protocol.apis import FETCH
 from eventplatform.log.protocol.schema import Versions
@@ -48,6 +60,8 @@ VERSIONS = Versions.parse("4-11")
 INTER_BROKER_VERSIONS = Versions.parse("15")
 REPLICA_STATE_VERSION = 15
 TOPIC_ID_VERSION = 13
+FOLLOWER_READ_VERSION = 11
+"""From v11 a consumer names its rack and may read from a follower (KIP-392)."""
 READ_COMMITTED = 1
 MAX_WAIT_MS_MAX = 60_000
 NO_EPOCH = -1
@@ -62,6 +76,7 @@ class _Read:
     partition: Partition | None
     error: ErrorCode
     data: SegmentSlice | None = None
+    preferred: int = NO_PREFERENCE
 
 
 async def handle(context: RequestContext, request: Body) -> Body:
@@ -82,8 +97,11 @@ async def handle(context: RequestContext, request: Body) -> Body:
     while True:
         reads = _read_all(context, request, refused)
         ready = sum(read.data.length for read in reads if read.data is not None)
-        failed = any(read.error != ErrorCode.NONE for read in reads)
-        if ready >= request["min_bytes"] or failed or trio.current_time() >= deadline:
+        # an error, or a read sent to another replica, is answered at once
+        settled = any(
+            read.error != ErrorCode.NONE or read.preferred != NO_PREFERENCE for read in reads
+        )
+        if ready >= request["min_bytes"] or settled or trio.current_time() >= deadline:
             break
         await _wait_for_append(reads, deadline)
     return _response(context, reads, read_committed=request["isolation_level"] == READ_COMMITTED)
@@ -138,7 +156,10 @@ def _read_all(
     topics = context.broker.topics
     budget = request["max_bytes"]
     replica = _replica(request)[0] >= 0
-    by_id = context.header.api_version >= TOPIC_ID_VERSION
+    version = context.header.api_version
+    by_id = version >= TOPIC_ID_VERSION
+    from_follower = not replica and version >= FOLLOWER_READ_VERSION
+    rack = request["rack_id"] if from_follower else ""
     reads = []
     for topic_entry in request["topics"]:
         name = topic_entry["topic"]
@@ -152,7 +173,15 @@ def _read_all(
             elif (name, entry["partition"]) in refused:
                 read = _Read(name, entry["partition"], partition, refused[name, entry["partition"]])
             else:
-                read = _read_partition(partition, entry, budget, replica=replica)
+                preferred = _preferred_replica(context, partition, rack, entry["fetch_offset"])
+                if preferred != NO_PREFERENCE:
+                    read = _Read(name, entry["partition"], partition, ErrorCode.NONE)
+                    read.preferred = preferred
+                    reads.append(read)
+                    continue
+                read = _read_partition(
+                    partition, entry, budget, replica=replica, from_follower=from_follower
+                )
                 if read.data is not None:
                     if read.data.length > budget and budget < request["max_bytes"]:
                         # Only the first partition with data may exceed max_bytes (KIP-74).
@@ -163,9 +192,44 @@ def _read_all(
     return reads
 
 
-def _read_partition(partition: Partition, entry: Body, budget: int, *, replica: bool) -> _Read:
+def _preferred_replica(
+    context: RequestContext, partition: Partition, rack: str, fetch_offset: int
+) -> int:
+    """The follower the leader sends a consumer in ``rack`` to, or NO_PREFERENCE."""
+    broker = context.broker
+    member = broker.member
+    replicas = partition.replicas
+    if not rack or not broker.config.replica_selector_class or member is None:
+        return NO_PREFERENCE
+    if replicas is None or partition.check_leader() != ErrorCode.NONE:
+        return NO_PREFERENCE
+    registered = member.link.image.brokers
+    now_ms = broker.clock_ms()
+    leader = ReplicaView(partition.node_id, broker.config.broker_rack, partition.log.log_end_offset)
+    followers = [
+        ReplicaView(
+            replica,
+            registered[replica].rack,
+            state.log_end_offset,
+            now_ms - state.last_caught_up_ms,
+        )
+        for replica, state in replicas.followers.items()
+        if replica in replicas.isr
+        and state.log_end_offset >= fetch_offset
+        and replica in registered
+        and not registered[replica].fenced
+    ]
+    return select_rack_aware(rack, leader, followers)
+
+
+def _read_partition(
+    partition: Partition, entry: Body, budget: int, *, replica: bool, from_follower: bool
+) -> _Read:
     read = _Read(partition.topic, partition.index, partition, ErrorCode.NONE)
-    read.error = partition.check_leader(entry["current_leader_epoch"])
+    if from_follower:
+        read.error = partition.check_replica(entry["current_leader_epoch"])
+    else:
+        read.error = partition.check_leader(entry["current_leader_epoch"])
     if read.error != ErrorCode.NONE:
         return read
     if budget <= 0:
@@ -209,6 +273,7 @@ def _response(context: RequestContext, reads: list[_Read], *, read_committed: bo
         else:
             entry["high_watermark"] = entry["last_stable_offset"] = entry["log_start_offset"] = -1
         entry["aborted_transactions"] = [] if read_committed else None
+        entry["preferred_read_replica"] = read.preferred
         if read.data is not None and read.error == ErrorCode.NONE:
             data = read.data
             entry["records"] = OwnedRegion(os.dup(data.descriptor), data.position, data.length)
