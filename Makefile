@@ -21,6 +21,7 @@ demo: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
 
 # mypy cannot follow the package-dir mapping of an editable install, so it
 # checks a tree of symlinks laid out by import name.

@@ -218,7 +218,7 @@ class OurBroker(System):
             self.endpoint = {"bootstrap": f"{HOST}:{port}", "acks": 1}
             return
         from eventplatform.log.cluster.local import LocalCluster
-        from eventplatform.log.cluster.status import wait_healthy
+        from eventplatform.tools.cluster_status import wait_healthy
 
         self.cluster = LocalCluster.create(scratch / self.name, self.nodes, settings)
         self.cluster.start()

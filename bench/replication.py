@@ -49,7 +49,7 @@ from broker import produce_worker, run_in_process
 from harness import Deadline, Spread, describe_machine, format_spread, markdown_table, progress
 
 from eventplatform.log.cluster.local import LocalCluster
-from eventplatform.log.cluster.status import describe_cluster, wait_healthy
+from eventplatform.tools.cluster_status import describe_cluster, wait_healthy
 
 KAFKA_RATIO = 0.51
 RECORD_BYTES = 100

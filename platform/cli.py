@@ -138,16 +138,20 @@ def serve(
 ) -> None:
     """Run a Kafka-compatible broker until SIGINT or SIGTERM."""
     from eventplatform.log.broker.runner import run_broker
+    from eventplatform.log.config import BrokerConfigError
 
-    run_broker(
-        data_dir=data_dir,
-        listen=listen,
-        advertised_host=advertised_host,
-        config_file=config_file,
-        overrides=overrides,
-        log_level=log_level,
-        echo=click.echo,
-    )
+    try:
+        run_broker(
+            data_dir=data_dir,
+            listen=listen,
+            advertised_host=advertised_host,
+            config_file=config_file,
+            overrides=overrides,
+            log_level=log_level,
+            echo=click.echo,
+        )
+    except BrokerConfigError as exc:
+        raise click.UsageError(str(exc)) from exc
 
 
 def _cluster_options(command: Callable[..., Any]) -> Callable[..., Any]:
@@ -377,8 +381,8 @@ def topics_reassign(
     One partition: TOPIC --partition N --replicas 3,1,2. Many: --plan FILE. New
     replicas copy the partition, then the removed ones delete it; --cancel goes back
     to the replicas before, --list shows what is moving."""
-    from eventplatform.log.cluster.status import controller_voters
     from eventplatform.tools import reassign
+    from eventplatform.tools.cluster_status import controller_voters
 
     with _reported_errors():
         if list_:

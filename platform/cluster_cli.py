@@ -101,7 +101,7 @@ def cluster_down(data_dir: Path) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the controller's answer as JSON.")
 def cluster_status(data_dir: Path, controllers: str | None, as_json: bool) -> None:
     """Controllers, brokers, partition leaders and ISRs, and under-replicated partitions."""
-    from eventplatform.log.cluster.status import describe_cluster, render_status
+    from eventplatform.tools.cluster_status import describe_cluster, render_status
 
     status = describe_cluster(data_dir=data_dir, controllers=controllers)
     if as_json:

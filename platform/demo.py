@@ -43,7 +43,7 @@ from eventplatform.apps.metrics.corrections import correct_points, rescaled_poin
 from eventplatform.apps.metrics.simulator import FAULTY_FACTOR, FleetShape, FleetSimulator
 from eventplatform.apps.metrics.simulator import Simulation as FleetSimulation
 from eventplatform.events import EventProducer
-from eventplatform.log.broker.config import BrokerConfig
+from eventplatform.log.config import BrokerConfig
 from eventplatform.projections import migrate
 from eventplatform.projections.apps import App
 from eventplatform.projections.operations import projection_rows

@@ -18,8 +18,8 @@ from typing import Any
 import trio
 
 from eventplatform.events import Position
-from eventplatform.log.broker.config import BrokerConfig
 from eventplatform.log.broker.server import BrokerServer
+from eventplatform.log.config import BrokerConfig
 from eventplatform.log.invariants import crash_on_invariant_error
 from eventplatform.projections.apps import App
 from eventplatform.projections.kafka import log_ends

@@ -31,13 +31,13 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import trio
 from trio.testing import MockClock
 
-from eventplatform.log.broker.config import BrokerConfig, format_voters
 from eventplatform.log.broker.descriptors import check_new_partitions, partitions_held_here
 from eventplatform.log.broker.memory_pool import MemoryPool
-from eventplatform.log.broker.topics import META_FILE, Topic, TopicError, TopicRegistry
 from eventplatform.log.cluster.metadata import MetadataError, check_replica_assignment
 from eventplatform.log.cluster.network import TCP, Network
+from eventplatform.log.config import BrokerConfig, format_voters
 from eventplatform.log.protocol import ErrorCode
+from eventplatform.log.replica.topics import META_FILE, Topic, TopicError, TopicRegistry
 from eventplatform.log.storage import Cleaner, KafkaStorageError
 from eventplatform.log.storage.cleaner import CleaningAbortedError
 from eventplatform.log.storage.files import CLEAN_SHUTDOWN_FILE, write_atomically
@@ -48,9 +48,9 @@ from eventplatform.log.storage.partition_log import (
 )
 
 if TYPE_CHECKING:
-    from eventplatform.log.broker.partition import Partition
     from eventplatform.log.cluster.node import BrokerMember
     from eventplatform.log.groups.coordinator import GroupCoordinator
+    from eventplatform.log.replica.partition import Partition
 
 log = logging.getLogger("eventplatform.broker")
 T = TypeVar("T")

@@ -13,9 +13,9 @@ from enum import IntEnum
 from typing import Any
 
 from eventplatform.log.broker.broker import Broker
-from eventplatform.log.broker.config import LOG_KEYS, BrokerConfig
-from eventplatform.log.broker.topics import TopicError
+from eventplatform.log.config import LOG_KEYS, BrokerConfig
 from eventplatform.log.protocol import ErrorCode
+from eventplatform.log.replica.topics import TopicError
 from eventplatform.log.storage import LogConfig
 
 

@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from eventplatform.log.broker.broker import Broker
-from eventplatform.log.broker.partition import Partition
 from eventplatform.log.protocol import Api, ErrorCode, RequestHeader
 from eventplatform.log.protocol.schema import Versions
+from eventplatform.log.replica.partition import Partition
 
 Body = dict[str, Any]
 

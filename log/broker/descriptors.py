@@ -22,8 +22,8 @@ import resource
 from dataclasses import dataclass
 from pathlib import Path
 
-from eventplatform.log.broker.topics import TopicError
 from eventplatform.log.protocol import ErrorCode
+from eventplatform.log.replica.topics import TopicError
 
 DESCRIPTORS_PER_NEW_PARTITION = 4
 """What one new partition (one segment) holds open: its ``.lock``, the ``.log``,

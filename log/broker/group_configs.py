@@ -13,8 +13,8 @@ from __future__ import annotations
 from typing import Any
 
 from eventplatform.log.broker.config_resources import ConfigSource, ConfigType, _entry
-from eventplatform.log.broker.topics import TopicError
 from eventplatform.log.protocol import ErrorCode
+from eventplatform.log.replica.topics import TopicError
 
 GROUP_RESOURCE_TYPE = 32
 

@@ -13,11 +13,10 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-import click
 import trio
 
-from eventplatform.log.broker.config import BrokerConfig, BrokerConfigError
 from eventplatform.log.broker.server import serve_until_signalled
+from eventplatform.log.config import BrokerConfig, BrokerConfigError
 from eventplatform.log.invariants import crash_on_invariant_error
 
 log = logging.getLogger("eventplatform.broker")
@@ -40,19 +39,18 @@ def run_broker(
     log_level: str,
     echo: Callable[[str], Any],
 ) -> None:
+    """Run the node ``platform serve`` describes until SIGINT or SIGTERM; a bad setting
+    raises BrokerConfigError before anything starts."""
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    try:
-        host, port = parse_listen(listen)
-        fields: dict[str, Any] = {"listen_host": host, "listen_port": port}
-        if data_dir is not None:
-            fields["data_dir"] = data_dir
-        if advertised_host is not None:
-            fields["advertised_host"] = advertised_host
-        config = BrokerConfig.load(config_file, overrides, **fields)
-    except BrokerConfigError as exc:
-        raise click.UsageError(str(exc)) from exc
+    host, port = parse_listen(listen)
+    fields: dict[str, Any] = {"listen_host": host, "listen_port": port}
+    if data_dir is not None:
+        fields["data_dir"] = data_dir
+    if advertised_host is not None:
+        fields["advertised_host"] = advertised_host
+    config = BrokerConfig.load(config_file, overrides, **fields)
     with crash_on_invariant_error(log):
         trio.run(partial(serve_until_signalled, config))
     echo("broker stopped")

@@ -30,7 +30,6 @@ from collections.abc import Callable, Sequence
 import trio
 
 from eventplatform.log.broker.broker import Broker
-from eventplatform.log.broker.config import BrokerConfig
 from eventplatform.log.broker.connection import (
     Connection,
     advertised_versions,
@@ -42,6 +41,7 @@ from eventplatform.log.broker.descriptors import descriptors_in_use, open_files_
 from eventplatform.log.broker.dispatcher import HANDLER_MODULES, build_handlers
 from eventplatform.log.cluster.network import TCP, Network
 from eventplatform.log.cluster.node import BrokerMember, ControllerNode
+from eventplatform.log.config import BrokerConfig
 from eventplatform.log.groups.coordinator import GroupCoordinator
 from eventplatform.log.invariants import find_invariant_error
 from eventplatform.log.storage.partition_log import wall_clock_ms
@@ -86,7 +86,9 @@ class BrokerServer:
         broker = Broker.open(self.config, self.clock_ms)
         broker.network = self.network
         broker.api_versions = advertised_versions(self.handlers)
-        broker.groups = GroupCoordinator.for_broker(broker)
+        broker.groups = GroupCoordinator(
+            broker.config, broker.topics, broker.clock_ms, clustered=broker.config.clustered
+        )
         self.broker = broker
         try:
             listeners, self.port = await self.network.listen(

@@ -40,9 +40,9 @@ from eventplatform.log.cluster.metadata import (
 from eventplatform.log.cluster.rpc import ControllerClient, RpcError
 
 if TYPE_CHECKING:
-    from eventplatform.log.broker.broker import Broker
-    from eventplatform.log.broker.partition import Partition
+    from eventplatform.log.cluster.host import BrokerHost
     from eventplatform.log.cluster.replication import ReplicaManager
+    from eventplatform.log.replica.partition import Partition
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +53,7 @@ SHUTDOWN_WAIT_S = 10.0
 class BrokerLink:
     """See the module docstring."""
 
-    def __init__(self, broker: Broker, replicas: ReplicaManager) -> None:
+    def __init__(self, broker: BrokerHost, replicas: ReplicaManager) -> None:
         self.broker = broker
         self.replicas = replicas
         voters = broker.config.controller_quorum_voters

@@ -21,8 +21,6 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from eventplatform.log.broker.config import BrokerConfig
-from eventplatform.log.broker.topics import TopicError
 from eventplatform.log.cluster.broker_link import BrokerLink
 from eventplatform.log.cluster.controller import (
     INVALID_PARTITIONS,
@@ -38,11 +36,13 @@ from eventplatform.log.cluster.quorum_storage import SegmentQuorumStorage
 from eventplatform.log.cluster.raft import RaftConfig
 from eventplatform.log.cluster.replication import ReplicaManager, topic_id_bytes
 from eventplatform.log.cluster.rpc import NOT_CONTROLLER, RpcError, answer
+from eventplatform.log.config import BrokerConfig
 from eventplatform.log.invariants import find_invariant_error
 from eventplatform.log.protocol import ErrorCode
+from eventplatform.log.replica.topics import TopicError
 
 if TYPE_CHECKING:
-    from eventplatform.log.broker.broker import Broker
+    from eventplatform.log.cluster.host import BrokerHost
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +110,7 @@ class ControllerNode:
 class BrokerMember:
     """The broker role: replica roles from the metadata, and the link that brings it."""
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: BrokerHost) -> None:
         self.broker = broker
         self.replicas = ReplicaManager(broker)
         self.link = BrokerLink(broker, self.replicas)
@@ -228,7 +228,7 @@ class BrokerMember:
         raise TopicError(ErrorCode.REQUEST_TIMED_OUT, "the change is committed but not yet applied")
 
 
-def _has_topic(broker: Broker, name: str, topic_id: bytes) -> bool:
+def _has_topic(broker: BrokerHost, name: str, topic_id: bytes) -> bool:
     topic = broker.topics.get(name)
     return topic is not None and topic.topic_id == topic_id
 

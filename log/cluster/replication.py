@@ -30,7 +30,7 @@ for; the broker moves its leaderships away (see
 :class:`~eventplatform.log.cluster.node.BrokerMember`).
 
 A leader learns its followers' positions from their fetches (the fetch
-handler feeds :meth:`~eventplatform.log.broker.partition.Partition.on_replica_fetch`)
+handler feeds :meth:`~eventplatform.log.replica.partition.Partition.on_replica_fetch`)
 and :meth:`ReplicaManager.maintain_isr` asks the controller to shrink or
 expand the ISR as followers fall behind or catch up.
 """
@@ -45,8 +45,6 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from eventplatform.log.broker.partition import NO_LEADER, Partition, ReplicaSettings
-from eventplatform.log.broker.topics import Topic, TopicError
 from eventplatform.log.cluster.metadata import (
     MetadataImage,
     PartitionState,
@@ -57,11 +55,13 @@ from eventplatform.log.cluster.peer import PeerConnection, PeerError
 from eventplatform.log.cluster.rpc import RpcError
 from eventplatform.log.protocol import ErrorCode
 from eventplatform.log.protocol.apis import FETCH, OFFSET_FOR_LEADER_EPOCH
+from eventplatform.log.replica.partition import NO_LEADER, Partition, ReplicaSettings
+from eventplatform.log.replica.topics import Topic, TopicError
 from eventplatform.log.storage import KafkaStorageError, StorageError
 
 if TYPE_CHECKING:
-    from eventplatform.log.broker.broker import Broker
     from eventplatform.log.cluster.broker_link import BrokerLink
+    from eventplatform.log.cluster.host import BrokerHost
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +93,7 @@ def topic_id_bytes(topic_id: str) -> bytes:
 class ReplicaManager:
     """See the module docstring. Runs on the broker's trio thread."""
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: BrokerHost) -> None:
         self.broker = broker
         self.node_id = broker.node_id
         self.image = MetadataImage()

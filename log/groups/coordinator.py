@@ -60,10 +60,9 @@ from eventplatform.log.protocol import ErrorCode
 from eventplatform.log.storage import StorageError
 
 if TYPE_CHECKING:
-    from eventplatform.log.broker.broker import Broker
-    from eventplatform.log.broker.config import BrokerConfig
-    from eventplatform.log.broker.partition import Partition
-    from eventplatform.log.broker.topics import TopicRegistry
+    from eventplatform.log.config import BrokerConfig
+    from eventplatform.log.replica.partition import Partition
+    from eventplatform.log.replica.topics import TopicRegistry
 
 log = logging.getLogger("eventplatform.groups")
 
@@ -144,10 +143,6 @@ class GroupCoordinator:
         self._owned: dict[int, int] = {}
         self._loading: dict[int, int] = {}
         self._nursery: trio.Nursery | None = None
-
-    @classmethod
-    def for_broker(cls, broker: Broker) -> GroupCoordinator:
-        return cls(broker.config, broker.topics, broker.clock_ms, clustered=broker.config.clustered)
 
     # ------------------------------------------------------------ lifecycle
 

@@ -25,8 +25,6 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from eventplatform.log.broker.partition import ACKS_ALL, Partition
-from eventplatform.log.broker.topics import Topic, TopicRegistry
 from eventplatform.log.groups.records import (
     OFFSETS_TOPIC,
     CommittedOffset,
@@ -42,6 +40,8 @@ from eventplatform.log.groups.records import (
 )
 from eventplatform.log.invariants import require
 from eventplatform.log.protocol import ErrorCode
+from eventplatform.log.replica.partition import ACKS_ALL, Partition
+from eventplatform.log.replica.topics import Topic, TopicRegistry
 from eventplatform.log.storage.record_batch import DecodedBatch, Record, encode_batch
 
 log = logging.getLogger("eventplatform.groups")

@@ -24,7 +24,7 @@ from typing import Any
 
 import orjson
 
-from eventplatform.log.cluster.status import call_controller
+from eventplatform.tools.cluster_status import call_controller
 from eventplatform.tools.errors import InvalidInputError, ToolError
 
 PLAN_VERSION = 1

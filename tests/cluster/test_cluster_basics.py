@@ -20,10 +20,10 @@ from cluster_workload import create_topic, wait_healed
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from eventplatform.log.cluster.local import LocalCluster
-from eventplatform.log.cluster.status import describe_cluster
 from eventplatform.log.protocol import ErrorCode
 from eventplatform.log.protocol.apis import FETCH, INIT_PRODUCER_ID, PRODUCE
 from eventplatform.log.storage.record_batch import Record, encode_batch
+from eventplatform.tools.cluster_status import describe_cluster
 
 
 @pytest.fixture(scope="module")

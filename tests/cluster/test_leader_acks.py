@@ -11,8 +11,8 @@ from pathlib import Path
 import trio
 import trio.testing
 
-from eventplatform.log.broker.partition import ACKS_ALL, Partition, ReplicaSettings
 from eventplatform.log.protocol import ErrorCode
+from eventplatform.log.replica.partition import ACKS_ALL, Partition, ReplicaSettings
 from eventplatform.log.storage import LogConfig
 from eventplatform.log.storage.record_batch import Record, encode_batch
 

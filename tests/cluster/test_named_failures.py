@@ -15,7 +15,7 @@ from pathlib import Path
 from cluster_workload import AckedLog, check_acked, create_topic, leaders, producer, read_partitions
 
 from eventplatform.log.cluster.local import LocalCluster
-from eventplatform.log.cluster.status import describe_cluster
+from eventplatform.tools.cluster_status import describe_cluster
 
 TOPIC = "isolated"
 

@@ -13,7 +13,7 @@ from typing import Any
 from cluster_workload import create_topic
 
 from eventplatform.log.cluster.local import LocalCluster
-from eventplatform.log.cluster.status import call_controller, wait_healthy
+from eventplatform.tools.cluster_status import call_controller, wait_healthy
 from eventplatform.tools.errors import ToolError
 
 TOPIC = "steady"

@@ -31,7 +31,7 @@ from confluent_kafka.admin import AdminClient
 
 from eventplatform.cli import main
 from eventplatform.log.cluster.local import LocalCluster
-from eventplatform.log.cluster.status import describe_cluster
+from eventplatform.tools.cluster_status import describe_cluster
 
 BROKERS = 4
 WAIT_TIMEOUT_S = 30.0

@@ -49,8 +49,8 @@ from librdkafka_suite import (
     verdicts,
 )
 
-from eventplatform.log.broker.replica_selector import RACK_AWARE
 from eventplatform.log.cluster.local import LocalCluster
+from eventplatform.log.replica.selector import RACK_AWARE
 
 HERE = Path(__file__).resolve().parent
 EXPECTATIONS = HERE / "expectations.toml"

@@ -25,11 +25,11 @@ from cluster_simulation import (
     seed_trio_scheduler,
 )
 
-from eventplatform.log.broker.partition import Partition
 from eventplatform.log.cluster.controller import Controller
 from eventplatform.log.cluster.metadata import PartitionState
 from eventplatform.log.protocol import ErrorCode
 from eventplatform.log.protocol.apis import FETCH
+from eventplatform.log.replica.partition import Partition
 from eventplatform.log.storage.record_batch import Record, encode_batch
 
 

@@ -50,12 +50,12 @@ from crash_simulation import crash
 from sim_disk import FakeDisk, fake_disk
 from sim_network import Fabric
 
-from eventplatform.log.broker.config import BrokerConfig
-from eventplatform.log.broker.partition import Partition
 from eventplatform.log.broker.server import BrokerServer
 from eventplatform.log.cluster.peer import PeerConnection, PeerError
+from eventplatform.log.config import BrokerConfig
 from eventplatform.log.protocol import ErrorCode
 from eventplatform.log.protocol.apis import FETCH, INIT_PRODUCER_ID, METADATA, PRODUCE
+from eventplatform.log.replica.partition import Partition
 from eventplatform.log.storage.files import CLEAN_SHUTDOWN_FILE
 from eventplatform.log.storage.record_batch import Record, decode_record_set, encode_batch
 

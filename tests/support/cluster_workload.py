@@ -20,7 +20,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from fault_checker import History, check
 
 from eventplatform.log.cluster.local import LocalCluster
-from eventplatform.log.cluster.status import describe_cluster, wait_healthy
+from eventplatform.tools.cluster_status import describe_cluster, wait_healthy
 
 READ_TIMEOUT_S = 60.0
 HEAL_TIMEOUT_S = 60.0

@@ -38,9 +38,9 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 from fault_checker import History, Verdict, check
 
 from eventplatform.log.cluster.local import LocalCluster
-from eventplatform.log.cluster.status import describe_cluster, healthy
 from eventplatform.log.storage.reader import PartitionReader
 from eventplatform.log.storage.record_batch import decode_batch
+from eventplatform.tools.cluster_status import describe_cluster, healthy
 from eventplatform.tools.errors import ToolError
 
 TOPIC = "faults"

@@ -18,11 +18,11 @@ from typing import Any
 import trio
 
 from eventplatform.cli import main
-from eventplatform.log.broker.config import BrokerConfig
-from eventplatform.log.broker.partition import Partition, ProduceResult
+from eventplatform.log.config import BrokerConfig
 from eventplatform.log.invariants import require
 from eventplatform.log.protocol import decode_response, encode_request
 from eventplatform.log.protocol.apis import CREATE_TOPICS, PRODUCE
+from eventplatform.log.replica.partition import Partition, ProduceResult
 from eventplatform.log.storage import Record
 from eventplatform.log.storage.record_batch import encode_batch
 from eventplatform.runtime import embedded_broker

@@ -27,10 +27,10 @@ from collections import Counter
 import trio
 
 from eventplatform.log.broker.context import Body, RequestContext
-from eventplatform.log.broker.topics import TopicError
 from eventplatform.log.protocol import ErrorCode
 from eventplatform.log.protocol.apis import CREATE_TOPICS
 from eventplatform.log.protocol.schema import Versions
+from eventplatform.log.replica.topics import TopicError
 
 API = CREATE_TOPICS
 VERSIONS = Versions.parse("0-4")

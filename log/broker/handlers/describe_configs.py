@@ -16,10 +16,10 @@ import trio
 from eventplatform.log.broker import config_resources, group_configs
 from eventplatform.log.broker.config_resources import ResourceType
 from eventplatform.log.broker.context import Body, RequestContext
-from eventplatform.log.broker.topics import TopicError
 from eventplatform.log.protocol import ErrorCode
 from eventplatform.log.protocol.apis import DESCRIBE_CONFIGS
 from eventplatform.log.protocol.schema import Versions
+from eventplatform.log.replica.topics import TopicError
 
 API = DESCRIBE_CONFIGS
 VERSIONS = Versions.parse("0-3")

@@ -16,10 +16,10 @@ import shutil
 import trio
 
 from eventplatform.log.broker.context import Body, RequestContext
-from eventplatform.log.broker.partition import Partition
 from eventplatform.log.protocol import ErrorCode
 from eventplatform.log.protocol.apis import DESCRIBE_LOG_DIRS
 from eventplatform.log.protocol.schema import Versions
+from eventplatform.log.replica.partition import Partition
 
 API = DESCRIBE_LOG_DIRS
 VERSIONS = Versions.parse("1-4")

@@ -20,7 +20,7 @@ watermark, and OFFSET_OUT_OF_RANGE past its log end, which sends the client
 back to the leader. With ``replica.selector.class`` set, the leader answers
 a consumer that names its rack (``rack_id``) with a ``preferred_read_replica``
 in that rack and no records, at once (see
-:mod:`~eventplatform.log.broker.replica_selector`). Any other replica answers
+:mod:`~eventplatform.log.replica.selector`). Any other replica answers
 NOT_LEADER_OR_FOLLOWER. A fetch with a
 replica id comes from a follower: it reads up to the log end, not the high
 watermark, and its fetch offset tells the leader how far that follower has
@@ -43,16 +43,16 @@ from dataclasses import dataclass
 import trio
 
 from eventplatform.log.broker.context import Body, RequestContext
-from eventplatform.log.broker.partition import Partition
 from eventplatform.log.broker.regions import OwnedRegion
-from eventplatform.log.broker.replica_selector import (
+from eventplatform.log.protocol import ErrorCode
+from eventplatform.log.protocol.apis import FETCH
+from eventplatform.log.protocol.schema import Versions
+from eventplatform.log.replica.partition import Partition
+from eventplatform.log.replica.selector import (
     NO_PREFERENCE,
     ReplicaView,
     select_rack_aware,
 )
-from eventplatform.log.protocol import ErrorCode
-from eventplatform.log.protocol.apis import FETCH
-from eventplatform.log.protocol.schema import Versions
 from eventplatform.log.storage import KafkaStorageError, OffsetOutOfRangeError, SegmentSlice
 
 API = FETCH

@@ -15,11 +15,11 @@ import trio
 
 from eventplatform.log.broker.broker import Broker
 from eventplatform.log.broker.context import Body, RequestContext
-from eventplatform.log.broker.topics import TopicError
 from eventplatform.log.groups.records import OFFSETS_TOPIC, partition_for
 from eventplatform.log.protocol import ErrorCode
 from eventplatform.log.protocol.apis import FIND_COORDINATOR
 from eventplatform.log.protocol.schema import Versions
+from eventplatform.log.replica.topics import TopicError
 
 API = FIND_COORDINATOR
 VERSIONS = Versions.parse("0-2")

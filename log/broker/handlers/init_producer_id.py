@@ -13,10 +13,10 @@ from __future__ import annotations
 import trio
 
 from eventplatform.log.broker.context import Body, RequestContext
-from eventplatform.log.broker.topics import TopicError
 from eventplatform.log.protocol import ErrorCode
 from eventplatform.log.protocol.apis import INIT_PRODUCER_ID
 from eventplatform.log.protocol.schema import Versions
+from eventplatform.log.replica.topics import TopicError
 
 API = INIT_PRODUCER_ID
 VERSIONS = Versions.parse("0-1")

@@ -16,10 +16,10 @@ from __future__ import annotations
 import trio
 
 from eventplatform.log.broker.context import Body, RequestContext, answer_partitions
-from eventplatform.log.broker.partition import Partition
 from eventplatform.log.protocol import ErrorCode
 from eventplatform.log.protocol.apis import LIST_OFFSETS
 from eventplatform.log.protocol.schema import Versions
+from eventplatform.log.replica.partition import Partition
 
 API = LIST_OFFSETS
 VERSIONS = Versions.parse("1-5")

@@ -37,11 +37,11 @@ from eventplatform.log.broker.authorizer import (
     authorized_operations,
 )
 from eventplatform.log.broker.context import Body, RequestContext
-from eventplatform.log.broker.topics import Topic, TopicError, validate_topic_name
 from eventplatform.log.cluster.metadata import NO_LEADER, MetadataImage
 from eventplatform.log.protocol import ErrorCode
 from eventplatform.log.protocol.apis import METADATA
 from eventplatform.log.protocol.schema import Versions
+from eventplatform.log.replica.topics import Topic, TopicError, validate_topic_name
 
 API = METADATA
 VERSIONS = Versions.parse("1-12")

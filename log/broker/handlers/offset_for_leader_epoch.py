@@ -17,10 +17,10 @@ from __future__ import annotations
 import trio
 
 from eventplatform.log.broker.context import Body, RequestContext, answer_partitions
-from eventplatform.log.broker.partition import Partition
 from eventplatform.log.protocol import ErrorCode
 from eventplatform.log.protocol.apis import OFFSET_FOR_LEADER_EPOCH
 from eventplatform.log.protocol.schema import Versions
+from eventplatform.log.replica.partition import Partition
 
 API = OFFSET_FOR_LEADER_EPOCH
 VERSIONS = Versions.parse("2-3")

@@ -41,10 +41,10 @@ from __future__ import annotations
 import trio
 
 from eventplatform.log.broker.context import Body, Deferred, RequestContext
-from eventplatform.log.broker.partition import ACKS_ALL, Partition, ProduceResult
 from eventplatform.log.protocol import ErrorCode
 from eventplatform.log.protocol.apis import PRODUCE
 from eventplatform.log.protocol.schema import Versions
+from eventplatform.log.replica.partition import ACKS_ALL, Partition, ProduceResult
 
 API = PRODUCE
 VERSIONS = Versions.parse("0-9")

@@ -24,8 +24,8 @@ import pytest
 import trio
 from crash_simulation import crash as crash_log
 
-from eventplatform.log.broker.config import BrokerConfig
 from eventplatform.log.broker.server import BrokerServer
+from eventplatform.log.config import BrokerConfig
 from eventplatform.log.protocol import Api, decode_response, encode_request
 from eventplatform.log.protocol.apis import (
     CREATE_TOPICS,

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from eventplatform.log.broker.config import BrokerConfig, BrokerConfigError
 from eventplatform.log.broker.runner import parse_listen
+from eventplatform.log.config import BrokerConfig, BrokerConfigError
 from eventplatform.log.storage import LogConfig
 
 HOUR_MS = 3_600_000

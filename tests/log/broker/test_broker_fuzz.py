@@ -26,9 +26,9 @@ import trio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from eventplatform.log.broker.config import BrokerConfig
 from eventplatform.log.broker.dispatcher import HANDLER_MODULES, build_handlers
 from eventplatform.log.broker.server import BrokerServer
+from eventplatform.log.config import BrokerConfig
 from eventplatform.log.protocol import Api, decode_response, encode_request
 from eventplatform.log.protocol.apis import FETCH, METADATA, PRODUCE
 from eventplatform.log.storage import Record

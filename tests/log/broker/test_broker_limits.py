@@ -24,9 +24,9 @@ from broker_process import BrokerProcess
 
 from eventplatform.log.broker.context import Deferred, Handler
 from eventplatform.log.broker.descriptors import DESCRIPTORS_PER_NEW_PARTITION
-from eventplatform.log.broker.topics import TopicRegistry
 from eventplatform.log.protocol import ErrorCode
 from eventplatform.log.protocol.apis import API_VERSIONS, CREATE_PARTITIONS, CREATE_TOPICS
+from eventplatform.log.replica.topics import TopicRegistry
 from eventplatform.log.storage import LogConfig
 
 MIB = 1024 * 1024

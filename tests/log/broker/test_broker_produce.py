@@ -17,7 +17,7 @@ import trio
 from broker_process import BrokerProcess
 from crc32c import crc32c
 
-from eventplatform.log.broker.config import BrokerConfig
+from eventplatform.log.config import BrokerConfig
 from eventplatform.log.protocol import ErrorCode, decode_response, encode_request
 from eventplatform.log.protocol.apis import LIST_OFFSETS, METADATA, PRODUCE
 from eventplatform.log.storage import Compression
@@ -544,7 +544,7 @@ async def test_acks_all_produces_on_one_connection_wait_for_their_replicas_toget
     """An acks=all produce is appended before the next request on its connection is read,
     and the connection reads on while it waits for the replicas: the requests behind it
     are appended meanwhile, and the answers still come back in request order."""
-    from eventplatform.log.broker.partition import ReplicaSettings
+    from eventplatform.log.replica.partition import ReplicaSettings
 
     settings = ReplicaSettings(replica_lag_time_max_ms=60_000, min_insync_replicas=2)
     async with wire.open_broker(tmp_path) as running:
@@ -580,7 +580,7 @@ async def test_an_acks_all_retry_of_a_replicated_batch_succeeds_while_the_isr_is
     offset though the ISR is smaller: an error there (NOT_ENOUGH_REPLICAS, or
     NOT_ENOUGH_REPLICAS_AFTER_APPEND) keeps the client resending a batch the log holds,
     and an idempotent librdkafka producer may resend it under a new producer epoch."""
-    from eventplatform.log.broker.partition import ReplicaSettings
+    from eventplatform.log.replica.partition import ReplicaSettings
 
     settings = ReplicaSettings(replica_lag_time_max_ms=60_000, min_insync_replicas=2)
     async with wire.open_broker(tmp_path) as running:

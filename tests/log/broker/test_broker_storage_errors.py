@@ -19,9 +19,9 @@ import pytest
 import trio
 from sim_disk import FakeDisk, fake_disk
 
-from eventplatform.log.broker.partition import Partition
 from eventplatform.log.protocol import ErrorCode
 from eventplatform.log.protocol.apis import LIST_OFFSETS
+from eventplatform.log.replica.partition import Partition
 from eventplatform.log.storage import KafkaStorageError, LogConfig, PartitionLog
 
 TOPIC = "orders"

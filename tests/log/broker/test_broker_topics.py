@@ -19,7 +19,6 @@ from admin_requests import (
     topic_configs,
 )
 
-from eventplatform.log.broker.topics import TopicRegistry
 from eventplatform.log.protocol import ErrorCode
 from eventplatform.log.protocol.apis import (
     CREATE_PARTITIONS,
@@ -28,6 +27,7 @@ from eventplatform.log.protocol.apis import (
     FETCH,
     METADATA,
 )
+from eventplatform.log.replica.topics import TopicRegistry
 
 # ---------------------------------------------------------------- CreateTopics
 

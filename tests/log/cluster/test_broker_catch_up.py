@@ -14,9 +14,9 @@ from pathlib import Path
 import trio
 from quorum_cluster import free_ports
 
-from eventplatform.log.broker.config import BrokerConfig
 from eventplatform.log.broker.server import BrokerServer
 from eventplatform.log.cluster.controller import Controller
+from eventplatform.log.config import BrokerConfig
 
 WAIT_S = 15.0
 

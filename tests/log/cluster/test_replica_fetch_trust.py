@@ -14,13 +14,13 @@ from typing import Any
 import trio
 from quorum_cluster import free_ports
 
-from eventplatform.log.broker.config import BrokerConfig
-from eventplatform.log.broker.partition import Partition
 from eventplatform.log.broker.server import BrokerServer
 from eventplatform.log.cluster.controller import Controller
 from eventplatform.log.cluster.peer import PeerConnection
+from eventplatform.log.config import BrokerConfig
 from eventplatform.log.protocol import ErrorCode
 from eventplatform.log.protocol.apis import FETCH, PRODUCE
+from eventplatform.log.replica.partition import Partition
 from eventplatform.log.storage.record_batch import Record, encode_batch
 
 WAIT_S = 15.0

@@ -22,8 +22,7 @@ import pytest
 import trio
 from crash_simulation import crash
 
-from eventplatform.log.broker.config import BrokerConfig
-from eventplatform.log.broker.topics import TopicRegistry
+from eventplatform.log.config import BrokerConfig
 from eventplatform.log.groups.coordinator import GroupCoordinator
 from eventplatform.log.groups.group import JoinResult, SyncResult
 from eventplatform.log.groups.messages import (
@@ -35,6 +34,7 @@ from eventplatform.log.groups.messages import (
 )
 from eventplatform.log.groups.records import CommittedOffset, TopicPartition
 from eventplatform.log.protocol import ErrorCode
+from eventplatform.log.replica.topics import TopicRegistry
 from eventplatform.log.storage import LogConfig
 
 WALL_EPOCH_MS = 1_700_000_000_000

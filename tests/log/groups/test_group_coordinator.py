@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import trio
 
-from eventplatform.log.broker.topics import TopicRegistry
 from eventplatform.log.groups.coordinator import GroupCoordinator
 from eventplatform.log.groups.group import GroupState, JoinedMember, JoinResult
 from eventplatform.log.groups.messages import JoinRequest, MemberIdentity
 from eventplatform.log.groups.records import TopicPartition
 from eventplatform.log.protocol import ErrorCode
+from eventplatform.log.replica.topics import TopicRegistry
 from eventplatform.log.storage import LogConfig
 
 if TYPE_CHECKING:

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from eventplatform.log.broker.topics import TopicRegistry
 from eventplatform.log.groups.core import GroupCoordinatorCore
 from eventplatform.log.groups.group import GroupState, JoinResult
 from eventplatform.log.groups.messages import GroupConfig, JoinRequest
 from eventplatform.log.groups.offsets_topic import OffsetsTopic
 from eventplatform.log.protocol import ErrorCode
+from eventplatform.log.replica.topics import TopicRegistry
 from eventplatform.log.storage import LogConfig
 
 WALL_MS = 1_700_000_000_000

@@ -18,7 +18,6 @@ import pytest
 import trio
 
 from eventplatform.log.broker.broker import Broker
-from eventplatform.log.broker.config import BrokerConfig
 from eventplatform.log.broker.context import RequestContext
 from eventplatform.log.broker.dispatcher import HANDLER_MODULES, build_handlers
 from eventplatform.log.broker.handlers import (
@@ -36,6 +35,7 @@ from eventplatform.log.broker.handlers import (
     produce,
     sync_group,
 )
+from eventplatform.log.config import BrokerConfig
 from eventplatform.log.groups.coordinator import GroupCoordinator
 from eventplatform.log.protocol import (
     ErrorCode,
@@ -87,7 +87,9 @@ async def broker(tmp_path: Path, nursery: trio.Nursery) -> AsyncIterator[Broker]
     )
     opened = Broker.open(config)
     opened.topics.create("events", 2, {})
-    opened.groups = GroupCoordinator.for_broker(opened)
+    opened.groups = GroupCoordinator(
+        opened.config, opened.topics, opened.clock_ms, clustered=opened.config.clustered
+    )
     await nursery.start(opened.groups.run)
     await opened.groups.wait_loaded()
     yield opened

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import pytest
 import trio
 
-from eventplatform.log.broker.config import BrokerConfig
+from eventplatform.log.config import BrokerConfig
 from eventplatform.log.groups.group import GroupState, JoinResult
 from eventplatform.log.groups.messages import (
     MemberIdentity,

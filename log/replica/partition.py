@@ -10,7 +10,7 @@ end offset. In a cluster (:meth:`Partition.join_cluster`) the metadata makes
 each replica a leader or a follower:
 
 * the **leader** takes produces, tracks its followers' fetches in a
-  :class:`~eventplatform.log.cluster.isr.LeaderReplicas`, and moves the high
+  :class:`~eventplatform.log.replica.isr.LeaderReplicas`, and moves the high
   watermark as the ISR catches up; acks=all appends wait for it
   (:meth:`wait_replicated`);
 * a **follower** appends what it fetched from the leader with the leader's
@@ -36,10 +36,10 @@ from pathlib import Path
 
 import trio
 
-from eventplatform.log.broker.producer_state import ProducerStates, Verdict, iter_headers
-from eventplatform.log.cluster.isr import LeaderReplicas
 from eventplatform.log.invariants import require
 from eventplatform.log.protocol import ErrorCode
+from eventplatform.log.replica.isr import LeaderReplicas
+from eventplatform.log.replica.producer_state import ProducerStates, Verdict, iter_headers
 from eventplatform.log.storage import (
     BatchHeader,
     LogConfig,

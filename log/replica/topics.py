@@ -31,8 +31,8 @@ from typing import Any
 
 import orjson
 
-from eventplatform.log.broker.partition import Partition
 from eventplatform.log.protocol import ErrorCode
+from eventplatform.log.replica.partition import Partition
 from eventplatform.log.storage import InvalidConfigError, LogConfig
 from eventplatform.log.storage.files import write_atomically
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from eventplatform.log.broker import producer_state
-from eventplatform.log.broker.producer_state import (
+from eventplatform.log.replica import producer_state
+from eventplatform.log.replica.producer_state import (
     BATCHES_RETAINED,
     REFUSALS_RETAINED,
     SEQUENCE_MAX,

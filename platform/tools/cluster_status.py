@@ -1,12 +1,12 @@
 """What ``platform cluster status`` shows: the active controller's view of the cluster.
 
-:func:`describe_cluster` asks the active controller (``describe``, :mod:`.rpc`)
-and :func:`render_status` lays the answer out: the quorum (voters, the
-active one, its epoch and metadata offset), each broker (live or fenced),
-each partition's leader, replicas and ISR, the partitions that are
-under-replicated (ISR smaller than the replica set) or offline (no leader),
-and the reassignments in progress. :func:`call_controller` sends any other
-request the same way (``platform topics reassign`` does).
+:func:`describe_cluster` asks the active controller (``describe``, over
+:mod:`~eventplatform.log.cluster.rpc`) and :func:`render_status` lays the
+answer out: the quorum (voters, the active one, its epoch and metadata
+offset), each broker (live or fenced), each partition's leader, replicas and
+ISR, the partitions that are under-replicated (ISR smaller than the replica
+set) or offline (no leader), and the reassignments in progress.
+:func:`call_controller` sends any other request the same way (``platform topics reassign`` does).
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ from typing import Any
 
 import trio
 
-from eventplatform.log.broker.config import parse_voters
 from eventplatform.log.cluster.local import ClusterError, LocalCluster
 from eventplatform.log.cluster.metadata import NO_LEADER
 from eventplatform.log.cluster.rpc import ControllerClient, RpcError
+from eventplatform.log.config import parse_voters
 from eventplatform.tools.errors import ToolError
 
 STATUS_TIMEOUT_S = 10.0
@@ -52,8 +52,9 @@ def call_controller(
     *,
     timeout_s: float = STATUS_TIMEOUT_S,
 ) -> dict[str, Any]:
-    """The active controller's answer to one request (:mod:`.rpc`); raises ToolError when
-    none answers in time, or with the controller's message when it refuses."""
+    """The active controller's answer to one request
+    (:mod:`~eventplatform.log.cluster.rpc`); raises ToolError when none answers in time,
+    or with the controller's message when it refuses."""
 
     async def ask() -> dict[str, Any]:
         client = ControllerClient(voters)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from eventplatform.log.broker.topics import TopicRegistry
 from eventplatform.log.protocol import ErrorCode
+from eventplatform.log.replica.topics import TopicRegistry
 from eventplatform.log.storage import LogConfig
 from eventplatform.log.storage.record_batch import Record, encode_batch
 

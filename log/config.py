@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from eventplatform.log.broker.replica_selector import parse_selector
+from eventplatform.log.replica.selector import parse_selector
 from eventplatform.log.storage import InvalidConfigError, LogConfig
 from eventplatform.log.storage.config import SEGMENT_BYTES_MIN, boolean, integer_between
 
@@ -214,7 +214,7 @@ class BrokerConfig:
     """The rack (or zone) this broker is in, as Metadata tells clients; empty for none."""
     replica_selector_class: str = ""
     """Which replica a consumer reads from (KIP-392): empty for the leader, or
-    :data:`~eventplatform.log.broker.replica_selector.RACK_AWARE`."""
+    :data:`~eventplatform.log.replica.selector.RACK_AWARE`."""
     auto_create_topics_enable: bool = True
     delete_topic_enable: bool = True
     num_partitions: int = 1

@@ -3,7 +3,7 @@ watermark, acks=all and min.insync.replicas."""
 
 from __future__ import annotations
 
-from eventplatform.log.cluster.isr import LeaderReplicas
+from eventplatform.log.replica.isr import LeaderReplicas
 
 LAG_MS = 1_000
 

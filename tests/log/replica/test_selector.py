@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from eventplatform.log.broker.config import BrokerConfig, BrokerConfigError
-from eventplatform.log.broker.replica_selector import (
+from eventplatform.log.config import BrokerConfig, BrokerConfigError
+from eventplatform.log.replica.selector import (
     NO_PREFERENCE,
     RACK_AWARE,
     ReplicaView,
