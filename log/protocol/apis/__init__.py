@@ -49,13 +49,6 @@ from eventplatform.log.protocol.apis.groups import (
     OFFSET_FETCH,
     SYNC_GROUP,
 )
-from eventplatform.log.protocol.apis.quorum import (
-    BEGIN_QUORUM_EPOCH,
-    DESCRIBE_QUORUM,
-    END_QUORUM_EPOCH,
-    FETCH_SNAPSHOT,
-    VOTE,
-)
 from eventplatform.log.protocol.schema import Api
 
 APIS: dict[int, Api] = {
@@ -91,11 +84,6 @@ APIS: dict[int, Api] = {
         DELETE_GROUPS,
         INCREMENTAL_ALTER_CONFIGS,
         OFFSET_DELETE,
-        VOTE,
-        BEGIN_QUORUM_EPOCH,
-        END_QUORUM_EPOCH,
-        DESCRIBE_QUORUM,
-        FETCH_SNAPSHOT,
         DESCRIBE_CLUSTER,
         DESCRIBE_TOPIC_PARTITIONS,
         DESCRIBE_LOG_DIRS,
@@ -107,7 +95,6 @@ __all__ = [
     "ALTER_CONFIGS",
     "APIS",
     "API_VERSIONS",
-    "BEGIN_QUORUM_EPOCH",
     "CREATE_ACLS",
     "CREATE_PARTITIONS",
     "CREATE_TOPICS",
@@ -120,11 +107,8 @@ __all__ = [
     "DESCRIBE_CONFIGS",
     "DESCRIBE_GROUPS",
     "DESCRIBE_LOG_DIRS",
-    "DESCRIBE_QUORUM",
     "DESCRIBE_TOPIC_PARTITIONS",
-    "END_QUORUM_EPOCH",
     "FETCH",
-    "FETCH_SNAPSHOT",
     "FIND_COORDINATOR",
     "HEARTBEAT",
     "INCREMENTAL_ALTER_CONFIGS",
@@ -142,5 +126,4 @@ __all__ = [
     "SASL_AUTHENTICATE",
     "SASL_HANDSHAKE",
     "SYNC_GROUP",
-    "VOTE",
 ]

@@ -32,7 +32,6 @@ from eventplatform.log.storage.segment import SegmentSlice
 
 PRODUCE = APIS[0]
 FETCH = APIS[1]
-FETCH_SNAPSHOT = APIS[59]
 
 
 class Region:
@@ -158,36 +157,30 @@ def test_encoding_never_reads_the_region() -> None:
     assert region.reads == 1
 
 
-def _snapshot_body(records: Any) -> dict[str, Any]:
-    partition = {
-        "index": 0,
-        "error_code": 0,
-        "snapshot_id": {"end_offset": 10, "epoch": 1},
-        "current_leader": {"leader_id": 2, "leader_epoch": 3},
-        "size": 14,
-        "position": 0,
-        "unaligned_records": records,
-    }
-    return {
-        "throttle_time_ms": 0,
-        "error_code": 0,
-        "topics": [{"name": "__cluster_metadata", "partitions": [partition]}],
-        "node_endpoints": [{"node_id": 2, "host": "h", "port": 9093}],
-    }
+def _tagged_fetch_body(records: Any) -> dict[str, Any]:
+    """A Fetch v16 body whose partition and response carry tagged fields after the records."""
+    body = _fetch_body(16, [records])
+    body["responses"][0]["partitions"][0]["current_leader"] = {"leader_id": 2, "leader_epoch": 3}
+    body["node_endpoints"] = [{"node_id": 2, "host": "h", "port": 9093, "rack": None}]
+    return body
 
 
-def test_fetch_snapshot_response_region_then_tagged_fields() -> None:
-    region = Region(b"snapshot-bytes")
+def test_a_region_then_tagged_fields() -> None:
+    region = Region(b"record-bytes")
 
-    chunks = encode_response(FETCH_SNAPSHOT, 1, 5, _snapshot_body(region))
+    chunks = encode_response(FETCH, 16, 5, _tagged_fetch_body(region))
 
     assert _regions(chunks) == [region]
     _assert_well_formed(chunks)
     # After the region come the partition's, topic's and response's tagged fields.
     assert isinstance(chunks[-1], bytes)
-    inline = flatten(encode_response(FETCH_SNAPSHOT, 1, 5, _snapshot_body(b"snapshot-bytes")))
+    inline = flatten(encode_response(FETCH, 16, 5, _tagged_fetch_body(b"record-bytes")))
     assert flatten(chunks) == inline
-    assert decode_response(FETCH_SNAPSHOT, 1, inline) == (5, _snapshot_body(b"snapshot-bytes"))
+    _, decoded = decode_response(FETCH, 16, inline)
+    partition = decoded["responses"][0]["partitions"][0]
+    assert partition["records"] == b"record-bytes"
+    assert partition["current_leader"] == {"leader_id": 2, "leader_epoch": 3}
+    assert decoded["node_endpoints"] == [{"node_id": 2, "host": "h", "port": 9093, "rack": None}]
 
 
 def test_a_request_cannot_carry_a_region() -> None:
