@@ -26,11 +26,15 @@ from eventplatform.projections import migrate
 from eventplatform.projections.database import create_store_engine
 from eventplatform.projections.query import QueryError, named_parameters, parse_duration
 
-NOW = datetime.now(UTC).replace(second=0, microsecond=0)
+
+def now() -> datetime:
+    """This minute: the rows are stamped when each test's database is filled, since a
+    time taken at import lies far behind once a long suite reaches these tests."""
+    return datetime.now(UTC).replace(second=0, microsecond=0)
 
 
 def minute(ago: int) -> datetime:
-    return NOW - timedelta(minutes=ago)
+    return now() - timedelta(minutes=ago)
 
 
 VISITS = [  # (minutes ago, path, visitor, views)
@@ -47,6 +51,7 @@ def database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     with fresh_database(str(request.param), tmp_path) as url:
         migrate.upgrade(url, [app])
         engine = create_store_engine(url)
+        today = now().date()
         with engine.begin() as connection:
             connection.execute(
                 page_visitors.insert(),
@@ -64,9 +69,9 @@ def database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
             connection.execute(
                 referrers.insert(),
                 [
-                    {"day": NOW.date(), "referrer_host": "news.example", "sessions": 3},
-                    {"day": NOW.date(), "referrer_host": "(direct)", "sessions": 5},
-                    {"day": NOW.date() - timedelta(days=30), "referrer_host": "old", "sessions": 9},
+                    {"day": today, "referrer_host": "news.example", "sessions": 3},
+                    {"day": today, "referrer_host": "(direct)", "sessions": 5},
+                    {"day": today - timedelta(days=30), "referrer_host": "old", "sessions": 9},
                 ],
             )
         engine.dispose()
