@@ -6,31 +6,18 @@ from __future__ import annotations
 
 import resource
 from pathlib import Path
-from typing import Any
 
-import trio
 from admin_requests import create_topics_body, new_topic
+from cluster_requests import ask
 from cluster_workload import create_topic
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from eventplatform.log.cluster.local import LocalCluster
-from eventplatform.log.cluster.peer import PeerConnection
 from eventplatform.log.protocol import ErrorCode
 from eventplatform.log.protocol.apis import CREATE_TOPICS, METADATA
 
 TIMEOUT_S = 15.0
 OPEN_FILES_LIMIT = 512
-
-
-def ask(cluster: LocalCluster, node: int, api: Any, version: int, body: dict[str, Any]) -> Any:
-    async def call() -> Any:
-        connection = PeerConnection("127.0.0.1", cluster.nodes[node].kafka_port, "test")
-        try:
-            return await connection.request(api, version, body, timeout_s=TIMEOUT_S)
-        finally:
-            await connection.aclose()
-
-    return trio.run(call)
 
 
 def test_a_topic_whose_replicas_would_exhaust_each_brokers_descriptors_is_refused(
@@ -44,7 +31,7 @@ def test_a_topic_whose_replicas_would_exhaust_each_brokers_descriptors_is_refuse
             limit = (OPEN_FILES_LIMIT, OPEN_FILES_LIMIT)
             resource.prlimit(node.process.pid, resource.RLIMIT_NOFILE, limit)
         body = create_topics_body(new_topic("wide", 300, 3))
-        (result,) = ask(cluster, 2, CREATE_TOPICS, 4, body)["topics"]
+        (result,) = ask(cluster, 2, CREATE_TOPICS, 4, body, TIMEOUT_S)["topics"]
         assert result["error_code"] == ErrorCode.POLICY_VIOLATION, result
         assert f"open-file limit of {OPEN_FILES_LIMIT}" in result["error_message"]
         lookup = {
@@ -53,7 +40,7 @@ def test_a_topic_whose_replicas_would_exhaust_each_brokers_descriptors_is_refuse
             "include_cluster_authorized_operations": False,
             "include_topic_authorized_operations": False,
         }
-        metadata = ask(cluster, 1, METADATA, 8, lookup)
+        metadata = ask(cluster, 1, METADATA, 8, lookup, TIMEOUT_S)
         assert metadata["topics"][0]["error_code"] == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         create_topic(cluster.bootstrap, "narrow", 3, 3)
         producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})

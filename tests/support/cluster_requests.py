@@ -13,11 +13,20 @@ from eventplatform.log.protocol.apis import METADATA
 TIMEOUT_S = 10.0
 
 
-def ask(cluster: LocalCluster, node: int, api: Any, version: int, body: dict[str, Any]) -> Any:
+def ask(
+    cluster: LocalCluster,
+    node: int,
+    api: Any,
+    version: int,
+    body: dict[str, Any],
+    timeout_s: float = TIMEOUT_S,
+) -> Any:
+    """The node's answer to one request, over a connection of its own."""
+
     async def call() -> Any:
         connection = PeerConnection("127.0.0.1", cluster.nodes[node].kafka_port, "test")
         try:
-            return await connection.request(api, version, body, timeout_s=TIMEOUT_S)
+            return await connection.request(api, version, body, timeout_s=timeout_s)
         finally:
             await connection.aclose()
 
