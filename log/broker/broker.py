@@ -7,9 +7,10 @@ periodic work: retention and compaction, producer-id expiry. Compaction reads
 and writes in a worker thread and swaps the cleaned segments in on the event
 loop (see :meth:`Broker.compact_log`). ``run_flusher``
 fsyncs the logs whose ``flush.ms`` has passed, in a worker thread, so that a
-slow fsync never stalls the event loop's produce and fetch requests. A
-standalone broker creates new partitions' files in a worker thread too, one
-topic change at a time.
+slow fsync never stalls the event loop's produce and fetch requests. Topic
+changes are checked here and made by the node's :attr:`Broker.membership`
+(:mod:`eventplatform.log.cluster.membership`), the one thing that differs
+between a broker on its own and a cluster member.
 
 Everything here runs on the broker's trio thread; handlers receive the
 ``Broker`` through their ``RequestContext``.
@@ -17,14 +18,13 @@ Everything here runs on the broker's trio thread; handlers receive the
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import logging
 import struct
 import threading
 import uuid
 from base64 import urlsafe_b64encode
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -33,6 +33,8 @@ from trio.testing import MockClock
 
 from eventplatform.log.broker.descriptors import check_new_partitions, partitions_held_here
 from eventplatform.log.broker.memory_pool import MemoryPool
+from eventplatform.log.broker.solo import SoloNode
+from eventplatform.log.cluster.membership import Membership
 from eventplatform.log.cluster.metadata import MetadataError, check_replica_assignment
 from eventplatform.log.cluster.network import TCP, Network
 from eventplatform.log.config import BrokerConfig, format_voters
@@ -48,7 +50,6 @@ from eventplatform.log.storage.partition_log import (
 )
 
 if TYPE_CHECKING:
-    from eventplatform.log.cluster.node import BrokerMember
     from eventplatform.log.groups.coordinator import GroupCoordinator
     from eventplatform.log.replica.partition import Partition
 
@@ -106,8 +107,9 @@ class Broker:
         self.request_memory = MemoryPool(config.queued_max_request_bytes)
         """Request bytes every connection together holds (``queued.max.request.bytes``)."""
         self.groups: GroupCoordinator | None = None
-        self.member: BrokerMember | None = None
-        """The broker's cluster role (None for a standalone broker)."""
+        self.membership: Membership = SoloNode(self)
+        """What this node knows of its cluster and how it changes topics: a broker on its
+        own until the server makes it a cluster member (:mod:`.membership`)."""
         self.api_versions: list[dict[str, int]] = []
         self.was_clean_shutdown = False
         self.network: Network = TCP
@@ -115,9 +117,6 @@ class Broker:
         self.offline_partitions: set[tuple[str, int]] = set()
         """The partitions a storage error took offline (see :meth:`check_storage`)."""
         self.storage_failed = trio.Event()
-        self._topic_changes = trio.Lock()
-        """A standalone broker's topic changes, one at a time (their disk work runs in a
-        worker thread, while requests go on)."""
 
     @classmethod
     def open(cls, config: BrokerConfig, clock_ms: Callable[[], int] = wall_clock_ms) -> Broker:
@@ -157,8 +156,9 @@ class Broker:
         return topic
 
     # ------------------------------------------------------------ topic changes
-    # A standalone broker changes its own topics; a cluster member asks the controller
-    # and returns once the committed change has reached it.
+    # Checked here against what this node knows, then made by its membership: a broker on
+    # its own changes its own topics; a cluster member asks the controller and returns
+    # once the committed change has reached it.
 
     def check_assignment(
         self,
@@ -168,15 +168,15 @@ class Broker:
         first: int = 0,
     ) -> None:
         """Refuse (INVALID_REPLICA_ASSIGNMENT) an explicit replica assignment Kafka refuses,
-        against the brokers this one knows: the cluster's registered brokers, or this node
-        alone for a standalone broker. The active controller checks a cluster's again as it
+        against the brokers this one knows (the registered brokers of the cluster, this
+        node alone on its own). The active controller checks a cluster's again as it
         decides."""
-        brokers = (
-            [self.node_id] if self.member is None else list(self.member.replicas.image.brokers)
-        )
         try:
             check_replica_assignment(
-                assignment, brokers, replicas_per_partition=replicas_per_partition, first=first
+                assignment,
+                self.membership.broker_ids(),
+                replicas_per_partition=replicas_per_partition,
+                first=first,
             )
         except MetadataError as exc:
             raise TopicError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, str(exc)) from exc
@@ -192,48 +192,44 @@ class Broker:
         """Create ``name``: ``partitions`` of ``replication_factor`` replicas (-1: the
         default), or laid out by ``assignment`` (partition ``p`` on the brokers
         ``assignment[p]``; ``partitions`` is then its length)."""
+        self.check_new_topic(name, partitions, replication_factor, configs, assignment)
+        if assignment:
+            replication_factor = len(assignment[0])
+        await self.membership.create_topic(
+            name, partitions, replication_factor, configs, assignment
+        )
+
+    def check_new_topic(
+        self,
+        name: str,
+        partitions: int,
+        replication_factor: int,
+        configs: dict[str, str],
+        assignment: list[list[int]] | None = None,
+    ) -> None:
+        """Every check of a new topic this node can make before the change (CreateTopics'
+        ``validate_only`` stops here)."""
         self.topics.check_new_topic(name, partitions, configs)
         if assignment:
             self.check_assignment(assignment)
             replication_factor = len(assignment[0])
         self.check_descriptors(partitions, replication_factor)
-        if self.member is not None:
-            await self.member.create_topic(
-                name, partitions, replication_factor, configs, assignment
-            )
-            return
-        if replication_factor not in (-1, 1):
-            raise TopicError(
-                ErrorCode.INVALID_REPLICATION_FACTOR,
-                f"replication factor {replication_factor} is larger than the 1 available broker",
-            )
-        async with self._topic_changes:
-            with _storage_failure_answered(name):
-                topic = await self.off_loop(self.topics.prepare, name, partitions, configs)
-            self.topics.register(topic)
+        self.membership.check_replication_factor(replication_factor)
 
     def check_descriptors(self, partitions: int, replication_factor: int = -1) -> None:
         """Refuse (POLICY_VIOLATION) ``partitions`` new partitions whose replicas would
-        leave this broker too few file descriptors for its connections; a cluster
-        member counts the share of them it would hold."""
-        held = partitions
-        if self.member is not None:
-            if replication_factor == -1:
-                replication_factor = self.config.default_replication_factor
-            brokers = len(self.member.replicas.image.live_brokers())
-            held = partitions_held_here(partitions, replication_factor, brokers)
+        leave this broker too few file descriptors for its connections, counting the
+        share of them it would hold."""
+        if replication_factor == -1:
+            replication_factor = self.config.default_replication_factor
+        brokers = len(self.membership.live_brokers())
+        held = partitions_held_here(partitions, replication_factor, brokers)
         check_new_partitions(held, max_connections=self.config.max_connections)
 
     async def delete_topic(self, name: str) -> None:
         if self.topics.get(name) is None:
             raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
-        if self.member is not None:
-            await self.member.delete_topic(name)
-            return
-        async with self._topic_changes:
-            self.topics.delete(name)
-        if self.groups is not None:
-            self.groups.topic_deleted(name)
+        await self.membership.delete_topic(name)
 
     async def add_partitions(
         self, name: str, count: int, assignment: list[list[int]] | None = None
@@ -241,13 +237,7 @@ class Broker:
         """Grow ``name`` to ``count`` partitions, the new ones laid out by ``assignment``
         when given (its checks: :meth:`check_new_partitions`)."""
         self.check_new_partitions(name, count, assignment)
-        if self.member is not None:
-            await self.member.add_partitions(name, count, assignment)
-            return
-        async with self._topic_changes:
-            with _storage_failure_answered(name):
-                added = await self.off_loop(self.topics.prepare_partitions, name, count)
-            self.topics.extend(name, added)
+        await self.membership.add_partitions(name, count, assignment)
 
     def check_new_partitions(
         self, name: str, count: int, assignment: list[list[int]] | None
@@ -257,7 +247,8 @@ class Broker:
         each as long as the topic's replica lists, or partitions that would exhaust this
         broker's descriptor budget (:meth:`check_descriptors`)."""
         topic = self.topics.check_partition_count(name, count)
-        self.check_descriptors(count - len(topic.partitions), self._replication_factor(name))
+        replication_factor = self.membership.replication_factor(name)
+        self.check_descriptors(count - len(topic.partitions), replication_factor)
         if not assignment:
             return
         current = len(topic.partitions)
@@ -266,27 +257,12 @@ class Broker:
                 ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                 f"{count - current} partitions are added but {len(assignment)} are assigned",
             )
-        replicas = None
-        if self.member is not None:
-            state = self.member.replicas.image.topics.get(name)
-            if state is not None and state.partitions:
-                replicas = len(state.partitions[0].target or state.partitions[0].replicas)
+        replicas = self.membership.assigned_replicas(name)
         self.check_assignment(assignment, replicas_per_partition=replicas, first=current)
-
-    def _replication_factor(self, name: str) -> int:
-        """The replicas per partition of topic ``name`` (1 on a standalone broker)."""
-        if self.member is None:
-            return 1
-        state = self.member.replicas.image.topics.get(name)
-        return len(state.partitions[0].replicas) if state is not None and state.partitions else -1
 
     async def set_topic_configs(self, name: str, configs: dict[str, str]) -> None:
         self.topics.check_configs(name, configs)
-        if self.member is not None:
-            await self.member.set_topic_configs(name, configs)
-            return
-        async with self._topic_changes:
-            self.topics.set_configs(name, configs)
+        await self.membership.set_topic_configs(name, configs)
 
     @staticmethod
     async def off_loop(work: Callable[..., T], *arguments: Any) -> T:
@@ -439,19 +415,6 @@ class Broker:
             log.error("broker %d: cannot mark the shutdown clean: %s", self.node_id, exc)
             return
         log.info("broker %d shut down cleanly", self.node_id)
-
-
-@contextlib.contextmanager
-def _storage_failure_answered(topic: str) -> Iterator[None]:
-    """A topic change whose files cannot be created (out of descriptors, a full disk) is
-    answered KAFKA_STORAGE_ERROR; the partitions opened so far are closed again."""
-    try:
-        yield
-    except OSError as exc:
-        log.error("cannot create the files of topic %s: %s", topic, exc)
-        raise TopicError(
-            ErrorCode.KAFKA_STORAGE_ERROR, f"cannot create the partitions' files: {exc}"
-        ) from exc
 
 
 async def _abort_when_cancelled(abort: threading.Event) -> None:

@@ -127,13 +127,12 @@ class BrokerServer:
     async def _start_services(self, nursery: trio.Nursery, broker: Broker) -> None:
         nursery.start_soon(broker.run_background)
         nursery.start_soon(broker.run_flusher)
+        if "controller" in self.config.process_roles:
+            self.controller = ControllerNode(self.config, self.network)
+            await nursery.start(self.controller.run)
         if self.config.clustered:
-            if "controller" in self.config.process_roles:
-                self.controller = ControllerNode(self.config, self.network)
-                await nursery.start(self.controller.run)
-            member = BrokerMember(broker)
-            broker.member = member
-            await nursery.start(member.run)
+            broker.membership = BrokerMember(broker)
+        await nursery.start(broker.membership.run)
         if broker.groups is not None:
             await nursery.start(broker.groups.run)
 
@@ -143,8 +142,8 @@ class BrokerServer:
 
     async def controlled_shutdown(self) -> None:
         """A cluster member hands its leaderships over before it stops."""
-        if self.broker is not None and self.broker.member is not None:
-            await self.broker.member.link.controlled_shutdown()
+        if self.broker is not None:
+            await self.broker.membership.controlled_shutdown()
 
     async def _serve_listeners(
         self, listeners: Sequence[trio.abc.Listener[trio.abc.Stream]], connections: trio.Nursery

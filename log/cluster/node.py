@@ -30,6 +30,8 @@ from eventplatform.log.cluster.controller import (
     UNKNOWN_TOPIC,
     Controller,
 )
+from eventplatform.log.cluster.membership import BrokerAddress, PartitionLayout
+from eventplatform.log.cluster.metadata import BrokerState
 from eventplatform.log.cluster.network import TCP, Network
 from eventplatform.log.cluster.quorum import QuorumServer
 from eventplatform.log.cluster.quorum_storage import SegmentQuorumStorage
@@ -39,7 +41,7 @@ from eventplatform.log.cluster.rpc import NOT_CONTROLLER, RpcError, answer
 from eventplatform.log.config import BrokerConfig
 from eventplatform.log.invariants import find_invariant_error
 from eventplatform.log.protocol import ErrorCode
-from eventplatform.log.replica.topics import TopicError
+from eventplatform.log.replica.topics import Topic, TopicError
 
 if TYPE_CHECKING:
     from eventplatform.log.cluster.host import BrokerHost
@@ -108,7 +110,11 @@ class ControllerNode:
 
 
 class BrokerMember:
-    """The broker role: replica roles from the metadata, and the link that brings it."""
+    """The broker role: replica roles from the metadata, and the link that brings it.
+
+    It is the broker's :class:`~eventplatform.log.cluster.membership.Membership` in a
+    cluster: it answers from the metadata applied here and forwards topic changes to
+    the active controller."""
 
     def __init__(self, broker: BrokerHost) -> None:
         self.broker = broker
@@ -144,6 +150,56 @@ class BrokerMember:
             await trio.sleep(LEAVE_RETRY_DELAY_S)
             if self.link.leads_with_followers():
                 await self.link.controlled_shutdown()
+
+    # ------------------------------------------------------------ what the node knows
+
+    def live_brokers(self) -> list[BrokerAddress]:
+        brokers = self.replicas.image.brokers.values()
+        return [
+            BrokerAddress(b.broker, b.host, b.port, b.rack)
+            for b in sorted(brokers, key=lambda b: b.broker)
+            if not b.fenced
+        ]
+
+    def registered_broker(self, node_id: int) -> BrokerState | None:
+        return self.link.image.brokers.get(node_id)
+
+    def broker_ids(self) -> list[int]:
+        return list(self.replicas.image.brokers)
+
+    def layout(self, topic: Topic) -> list[PartitionLayout]:
+        image = self.replicas.image
+        state = image.topics.get(topic.name)
+        fenced = {b.broker for b in image.brokers.values() if b.fenced}
+        return [
+            PartitionLayout(
+                index,
+                partition.leader,
+                partition.leader_epoch,
+                partition.replicas,
+                partition.isr,
+                tuple(r for r in partition.replicas if r in fenced),
+            )
+            for index, partition in enumerate(state.partitions if state is not None else [])
+        ]
+
+    def replication_factor(self, topic: str) -> int:
+        state = self.replicas.image.topics.get(topic)
+        return len(state.partitions[0].replicas) if state is not None and state.partitions else -1
+
+    def assigned_replicas(self, topic: str) -> int | None:
+        state = self.replicas.image.topics.get(topic)
+        if state is None or not state.partitions:
+            return None
+        return len(state.partitions[0].target or state.partitions[0].replicas)
+
+    def check_replication_factor(self, replication_factor: int) -> None:
+        """The active controller judges every factor, against the brokers it knows."""
+
+    async def controlled_shutdown(self) -> None:
+        await self.link.controlled_shutdown()
+
+    # ------------------------------------------------------------ changes
 
     async def allocate_producer_id(self) -> int:
         """The next producer id of this broker's block, fetching a new block when it is

@@ -124,9 +124,10 @@ class OffsetsTopic:
                 result.error.name,
                 result.message or "",
             )
-        elif partition.clustered and self._receipts is not None:
-            receipt = Unreplicated(partition, result.last_offset, partition.leader_epoch)
-            self._receipts.append(receipt)
+        elif self._receipts is not None:
+            epoch = partition.replication_epoch(result.last_offset)
+            if epoch is not None:
+                self._receipts.append(Unreplicated(partition, result.last_offset, epoch))
         return result.error
 
     @contextmanager

@@ -96,7 +96,7 @@ class Partition:
         self.leader_epoch = 0
         self.producers = ProducerStates.load(directory, log)
         self._waiters: set[trio.Event] = set()
-        # replication (cluster mode); a standalone partition leads with no followers
+        # replication (cluster mode); a partition of a broker on its own leads alone
         self.clustered = False
         self.node_id = NO_LEADER
         self.is_leader = True
@@ -293,6 +293,37 @@ class Partition:
             raise self.log.take_offline(exc) from exc
         self.follower_high_watermark = offset
         self._wake_replicated()
+
+    def replication_epoch(self, last_offset: int) -> int | None:
+        """The epoch an acks=all answer for the append ending at ``last_offset`` waits on
+        (:meth:`wait_replicated`); None when the append is already all the replication it
+        gets (the partition of a broker on its own: its ISR is itself)."""
+        return self.epoch_of(last_offset) if self.clustered else None
+
+    def end_offset_for(self, leader_epoch: int) -> tuple[int, int]:
+        """OffsetForLeaderEpoch: the largest epoch up to ``leader_epoch`` this log holds,
+        and the offset where it ends; (-1, -1) when there is none. A broker on its own has
+        led since epoch 0 with no history to consult."""
+        if self.clustered:
+            return self.epochs.end_offset_for(leader_epoch, self.log.log_end_offset)
+        if leader_epoch <= self.leader_epoch:
+            return self.leader_epoch, self.log.log_end_offset
+        return -1, -1
+
+    def on_follower_fetch(
+        self, replica: int, broker_epoch_current: bool, fetch_offset: int, now_ms: int
+    ) -> ErrorCode:
+        """A fetch of ``replica`` (whose registration's epoch matches the request's when
+        ``broker_epoch_current``): NONE when believed (:meth:`on_replica_fetch`) or when
+        there are no followers to believe (a broker on its own), else why not."""
+        if not self.clustered:
+            return ErrorCode.NONE
+        error = self.check_follower(replica)
+        if error != ErrorCode.NONE:
+            return error
+        if not broker_epoch_current:
+            return ErrorCode.STALE_BROKER_EPOCH
+        return self.on_replica_fetch(replica, fetch_offset, now_ms)
 
     def check_follower(self, replica: int) -> ErrorCode:
         """Whether ``replica`` is another replica of this partition, whose fetches count."""

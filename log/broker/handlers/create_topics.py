@@ -70,16 +70,7 @@ async def _create(context: RequestContext, topic: Body, *, validate_only: bool) 
     if any(value is None for value in configs.values()):
         raise TopicError(ErrorCode.INVALID_CONFIG, "config values may not be null")
     if validate_only:
-        broker.topics.check_new_topic(topic["name"], partitions, configs)
-        if assignment:
-            broker.check_assignment(assignment)
-        factor = len(assignment[0]) if assignment else replication_factor
-        broker.check_descriptors(partitions, factor)
-        if broker.member is None and replication_factor not in (-1, 1):
-            raise TopicError(
-                ErrorCode.INVALID_REPLICATION_FACTOR,
-                f"replication factor {replication_factor} is larger than the 1 available broker",
-            )
+        broker.check_new_topic(topic["name"], partitions, replication_factor, configs, assignment)
     else:
         await broker.create_topic(
             topic["name"], partitions, replication_factor, configs, assignment

@@ -128,23 +128,18 @@ def _note_replica_fetch(
 ) -> dict[tuple[str, int], ErrorCode]:
     """Tell each partition a follower fetched; the partitions that refused to believe it."""
     now_ms = context.broker.clock_ms()
-    member = context.broker.member
-    registered = member.link.image.brokers.get(replica) if member is not None else None
+    registered = context.broker.membership.registered_broker(replica)
     current = registered is not None and registered.epoch == replica_epoch
     refused: dict[tuple[str, int], ErrorCode] = {}
     for topic_entry in request["topics"]:
         for entry in topic_entry["partitions"]:
             key = (topic_entry["topic"], entry["partition"])
             partition = context.broker.topics.partition(*key)
-            if partition is None or not partition.clustered:
-                continue  # a standalone broker has no followers to believe
+            if partition is None:
+                continue  # the read answers that
             if partition.check_leader(entry["current_leader_epoch"]) != ErrorCode.NONE:
                 continue  # the read answers that
-            error = partition.check_follower(replica)
-            if error == ErrorCode.NONE:
-                error = ErrorCode.STALE_BROKER_EPOCH
-                if current:
-                    error = partition.on_replica_fetch(replica, entry["fetch_offset"], now_ms)
+            error = partition.on_follower_fetch(replica, current, entry["fetch_offset"], now_ms)
             if error != ErrorCode.NONE:
                 refused[key] = error
     return refused
@@ -197,27 +192,20 @@ def _preferred_replica(
 ) -> int:
     """The follower the leader sends a consumer in ``rack`` to, or NO_PREFERENCE."""
     broker = context.broker
-    member = broker.member
     replicas = partition.replicas
-    if not rack or not broker.config.replica_selector_class or member is None:
+    if not rack or not broker.config.replica_selector_class:
         return NO_PREFERENCE
     if replicas is None or partition.check_leader() != ErrorCode.NONE:
-        return NO_PREFERENCE
-    registered = member.link.image.brokers
+        return NO_PREFERENCE  # no followers (a broker on its own), or not the leader
     now_ms = broker.clock_ms()
     leader = ReplicaView(partition.node_id, broker.config.broker_rack, partition.log.log_end_offset)
     followers = [
-        ReplicaView(
-            replica,
-            registered[replica].rack,
-            state.log_end_offset,
-            now_ms - state.last_caught_up_ms,
-        )
+        ReplicaView(replica, known.rack, state.log_end_offset, now_ms - state.last_caught_up_ms)
         for replica, state in replicas.followers.items()
         if replica in replicas.isr
         and state.log_end_offset >= fetch_offset
-        and replica in registered
-        and not registered[replica].fenced
+        and (known := broker.membership.registered_broker(replica)) is not None
+        and not known.fenced
     ]
     return select_rack_aware(rack, leader, followers)
 

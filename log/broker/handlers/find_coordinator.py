@@ -1,7 +1,9 @@
 """FindCoordinator (key 10), v0-2.
 
-This single broker is the coordinator of every group (key type 0) and of
-every transactional id (key type 1); v0 has no key type and means a group.
+The coordinator of a group (key type 0) is the leader of the group's
+``__consumer_offsets`` partition (a broker on its own leads them all; a
+cluster creates the topic at the first FindCoordinator); this broker answers
+for every transactional id (key type 1). v0 has no key type and means a group.
 Any other key type is INVALID_REQUEST. Until the group coordinator has
 started (or after it stopped) the answer is COORDINATOR_NOT_AVAILABLE with
 no node, and clients retry; while it loads ``__consumer_offsets`` the broker
@@ -33,19 +35,23 @@ async def handle(context: RequestContext, request: Body) -> Body:
     key_type = request["key_type"]
     if key_type not in (GROUP_KEY_TYPE, TRANSACTION_KEY_TYPE):
         return _no_coordinator(ErrorCode.INVALID_REQUEST, f"unknown key type {key_type}")
+    if key_type == TRANSACTION_KEY_TYPE:
+        return _named(broker.node_id, broker.advertised_host, broker.port)
     coordinator = broker.groups
-    if key_type == GROUP_KEY_TYPE and (coordinator is None or not coordinator.is_available):
+    if coordinator is None or not coordinator.is_available:
         return _no_coordinator(
             ErrorCode.COORDINATOR_NOT_AVAILABLE, "the group coordinator is not running"
         )
-    if key_type == GROUP_KEY_TYPE and broker.member is not None:
-        return await _leader_of_group_partition(broker, request["key"])
+    return await _leader_of_group_partition(broker, request["key"])
+
+
+def _named(node_id: int, host: str, port: int) -> Body:
     return {
         "error_code": ErrorCode.NONE,
         "error_message": None,
-        "node_id": broker.node_id,
-        "host": broker.advertised_host,
-        "port": broker.port,
+        "node_id": node_id,
+        "host": host,
+        "port": port,
     }
 
 
@@ -54,13 +60,12 @@ def _no_coordinator(error: ErrorCode, message: str) -> Body:
 
 
 async def _leader_of_group_partition(broker: Broker, group_id: str) -> Body:
-    """In a cluster, the coordinator is the leader of the group's ``__consumer_offsets``
-    partition; the first FindCoordinator creates that topic through the controller."""
-    assert broker.member is not None
+    """The coordinator is the leader of the group's ``__consumer_offsets`` partition; the
+    first FindCoordinator of a cluster creates that topic through the controller."""
     topic = broker.topics.get(OFFSETS_TOPIC)
     if topic is None:
-        image = broker.member.replicas.image
-        factor = min(broker.config.offsets_topic_replication_factor, len(image.live_brokers()))
+        live = len(broker.membership.live_brokers())
+        factor = min(broker.config.offsets_topic_replication_factor, live)
         configs = {
             "cleanup.policy": "compact",
             "segment.bytes": str(broker.config.offsets_topic_segment_bytes),
@@ -75,18 +80,11 @@ async def _leader_of_group_partition(broker: Broker, group_id: str) -> Body:
         topic = broker.topics.get(OFFSETS_TOPIC)
         if topic is None:
             return _no_coordinator(ErrorCode.COORDINATOR_NOT_AVAILABLE, "creating the topic")
-    image = broker.member.replicas.image
-    state = image.topics.get(OFFSETS_TOPIC)
-    if state is None:
+    layout = broker.membership.layout(topic)
+    if not layout:
         return _no_coordinator(ErrorCode.COORDINATOR_NOT_AVAILABLE, "creating the topic")
-    leader = state.partitions[partition_for(group_id, len(state.partitions))].leader
-    node = image.brokers.get(leader)
-    if node is None or node.fenced:
-        return _no_coordinator(ErrorCode.COORDINATOR_NOT_AVAILABLE, "the partition has no leader")
-    return {
-        "error_code": ErrorCode.NONE,
-        "error_message": None,
-        "node_id": node.broker,
-        "host": node.host,
-        "port": node.port,
-    }
+    leader = layout[partition_for(group_id, len(layout))].leader
+    for node in broker.membership.live_brokers():
+        if node.node_id == leader:
+            return _named(node.node_id, node.host, node.port)
+    return _no_coordinator(ErrorCode.COORDINATOR_NOT_AVAILABLE, "the partition has no leader")

@@ -30,12 +30,8 @@ async def handle(context: RequestContext, request: Body) -> Body:
             "producer_id": -1,
             "producer_epoch": -1,
         }
-    member = context.broker.member
-    if member is None:
-        producer_id = context.broker.producer_ids.allocate()
-    else:
-        try:
-            producer_id = await member.allocate_producer_id()
-        except TopicError as exc:
-            return {"error_code": exc.code, "producer_id": -1, "producer_epoch": -1}
+    try:
+        producer_id = await context.broker.membership.allocate_producer_id()
+    except TopicError as exc:
+        return {"error_code": exc.code, "producer_id": -1, "producer_epoch": -1}
     return {"error_code": ErrorCode.NONE, "producer_id": producer_id, "producer_epoch": 0}

@@ -1,8 +1,9 @@
 """Metadata (key 3), v1-12.
 
-A standalone broker answers with itself as the only node, controller and
-leader of every partition. A cluster member answers from the metadata it
-has applied: the live brokers, each partition's leader (or
+The brokers and the partitions' layout come from the node's membership
+(:mod:`eventplatform.log.cluster.membership`). A broker on its own is the only
+node, controller and leader of every partition. A cluster member answers from
+the metadata it has applied: the live brokers, each partition's leader (or
 LEADER_NOT_AVAILABLE while it has none), leader epoch, replicas, ISR and
 fenced ("offline") replicas; it names itself as the controller, since it
 forwards admin requests to the active one.
@@ -37,7 +38,7 @@ from eventplatform.log.broker.authorizer import (
     authorized_operations,
 )
 from eventplatform.log.broker.context import Body, RequestContext
-from eventplatform.log.cluster.metadata import NO_LEADER, MetadataImage
+from eventplatform.log.cluster.metadata import NO_LEADER
 from eventplatform.log.protocol import ErrorCode
 from eventplatform.log.protocol.apis import METADATA
 from eventplatform.log.protocol.schema import Versions
@@ -79,17 +80,10 @@ async def handle(context: RequestContext, request: Body) -> Body:
 
 
 def live_brokers(context: RequestContext) -> list[Body]:
-    """The brokers clients may connect to (``node_id``, ``host``, ``port``, ``rack``): this
-    one alone when standalone, every unfenced broker of the applied metadata on a cluster."""
-    broker = context.broker
-    if broker.member is None:
-        host, port, rack = broker.advertised_host, broker.port, broker.config.broker_rack
-        return [{"node_id": broker.node_id, "host": host, "port": port, "rack": rack or None}]
-    image = broker.member.replicas.image
+    """The brokers clients may connect to (``node_id``, ``host``, ``port``, ``rack``)."""
     return [
-        {"node_id": b.broker, "host": b.host, "port": b.port, "rack": b.rack}
-        for b in sorted(image.brokers.values(), key=lambda b: b.broker)
-        if not b.fenced
+        {"node_id": b.node_id, "host": b.host, "port": b.port, "rack": b.rack}
+        for b in context.broker.membership.live_brokers()
     ]
 
 
@@ -121,47 +115,20 @@ def _topic_error(code: ErrorCode, name: str | None, topic_id: bytes = NO_TOPIC_I
 
 
 def describe_topic(context: RequestContext, topic: Topic) -> Body:
-    node = context.broker.node_id
-    member = context.broker.member
-    if member is not None:
-        return _describe_replicated(member.replicas.image, topic)
     partitions: list[dict[str, Any]] = [
         {
-            "partition_index": partition.index,
-            "leader_id": node,
-            "leader_epoch": partition.leader_epoch,
-            "replica_nodes": [node],
-            "isr_nodes": [node],
+            "error_code": (
+                ErrorCode.LEADER_NOT_AVAILABLE if p.leader == NO_LEADER else ErrorCode.NONE
+            ),
+            "partition_index": p.index,
+            "leader_id": p.leader,
+            "leader_epoch": p.leader_epoch,
+            "replica_nodes": list(p.replicas),
+            "isr_nodes": list(p.isr),
+            "offline_replicas": list(p.offline),
         }
-        for partition in topic.partitions
-        if partition is not None
+        for p in context.broker.membership.layout(topic)
     ]
-    return {
-        "error_code": ErrorCode.NONE,
-        "name": topic.name,
-        "topic_id": topic.topic_id,
-        "is_internal": topic.internal,
-        "partitions": partitions,
-    }
-
-
-def _describe_replicated(image: MetadataImage, topic: Topic) -> Body:
-    state = image.topics.get(topic.name)
-    fenced = {b.broker for b in image.brokers.values() if b.fenced}
-    partitions: list[dict[str, Any]] = []
-    for index, partition in enumerate(state.partitions if state is not None else []):
-        leaderless = partition.leader == NO_LEADER
-        partitions.append(
-            {
-                "error_code": ErrorCode.LEADER_NOT_AVAILABLE if leaderless else ErrorCode.NONE,
-                "partition_index": index,
-                "leader_id": partition.leader,
-                "leader_epoch": partition.leader_epoch,
-                "replica_nodes": list(partition.replicas),
-                "isr_nodes": list(partition.isr),
-                "offline_replicas": [r for r in partition.replicas if r in fenced],
-            }
-        )
     return {
         "error_code": ErrorCode.NONE,
         "name": topic.name,

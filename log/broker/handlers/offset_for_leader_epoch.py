@@ -42,12 +42,5 @@ def _answer(partition: Partition | ErrorCode, entry: Body) -> Body:
     answer["error_code"] = partition.check_leader(entry["current_leader_epoch"])
     if answer["error_code"] != ErrorCode.NONE:
         return answer
-    if partition.clustered:
-        epoch, end = partition.epochs.end_offset_for(
-            entry["leader_epoch"], partition.log.log_end_offset
-        )
-        answer["leader_epoch"], answer["end_offset"] = epoch, end
-    elif entry["leader_epoch"] <= partition.leader_epoch:
-        answer["leader_epoch"] = partition.leader_epoch
-        answer["end_offset"] = partition.log.log_end_offset
+    answer["leader_epoch"], answer["end_offset"] = partition.end_offset_for(entry["leader_epoch"])
     return answer

@@ -110,10 +110,12 @@ async def _append_all(context: RequestContext, request: Body) -> tuple[list[Body
                 result = ProduceResult(ErrorCode.NOT_LEADER_OR_FOLLOWER)
             else:
                 result = partition.append(records, acks=acks)
-                if acks == ACKS_ALL and result.error == ErrorCode.NONE and partition.clustered:
+                epoch = None
+                if acks == ACKS_ALL and result.error == ErrorCode.NONE:
+                    epoch = partition.replication_epoch(result.last_offset)
+                if epoch is not None:
                     entry = _partition_response(index, result)
                     partitions.append(entry)
-                    epoch = partition.epoch_of(result.last_offset)
                     waits.append((entry, partition, result.last_offset, epoch))
                     continue
             partitions.append(_partition_response(index, result))

@@ -15,6 +15,7 @@ import trio
 from quorum_cluster import free_ports
 
 from eventplatform.log.broker.server import BrokerServer
+from eventplatform.log.cluster.node import BrokerMember
 from eventplatform.log.cluster.controller import Controller
 from eventplatform.log.config import BrokerConfig
 
@@ -64,8 +65,8 @@ async def test_a_broker_registering_after_truncation_gets_the_whole_image(
         assert raft.log_start > 0, "the controller's log was not truncated"
 
         await nursery.start(late.run)
-        assert late.broker is not None and late.broker.member is not None
-        link = late.broker.member.link
+        assert late.broker is not None and isinstance(late.broker.membership, BrokerMember)
+        link = late.broker.membership.link
         with trio.fail_after(WAIT_S):
             await link.caught_up.wait()
         assert link.offset >= raft.log_start

@@ -1,0 +1,136 @@
+"""A broker on its own: the :class:`Membership` of a cluster of one.
+
+A broker started without a controller quorum (no ``process.roles``) is the only
+broker of its cluster: the only replica and the leader of every partition, at
+leader epoch 0, with itself as the whole ISR. It changes its own topics: their
+files are created in a worker thread (:meth:`Broker.off_loop`), one change at a
+time, while requests go on; and it hands out producer ids from its own
+:class:`~eventplatform.log.broker.broker.ProducerIdAllocator`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+import trio
+
+from eventplatform.log.cluster.membership import BrokerAddress, PartitionLayout
+from eventplatform.log.cluster.metadata import BrokerState
+from eventplatform.log.protocol import ErrorCode
+from eventplatform.log.replica.topics import Topic, TopicError
+
+if TYPE_CHECKING:
+    from eventplatform.log.broker.broker import Broker
+
+log = logging.getLogger("eventplatform.broker")
+
+SOLO_REPLICATION_FACTORS = (-1, 1)
+"""The factors a broker on its own offers: the default (-1), or itself alone."""
+
+
+class SoloNode:
+    """See the module docstring."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self._topic_changes = trio.Lock()
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Nothing to join."""
+        task_status.started()
+
+    # ------------------------------------------------------------ what the node knows
+
+    def live_brokers(self) -> list[BrokerAddress]:
+        broker = self.broker
+        rack = broker.config.broker_rack or None
+        return [BrokerAddress(broker.node_id, broker.advertised_host, broker.port, rack)]
+
+    def registered_broker(self, node_id: int) -> BrokerState | None:
+        """No other broker registers with a broker on its own."""
+        return None
+
+    def broker_ids(self) -> list[int]:
+        return [self.broker.node_id]
+
+    def layout(self, topic: Topic) -> list[PartitionLayout]:
+        node = self.broker.node_id
+        return [
+            PartitionLayout(partition.index, node, partition.leader_epoch, (node,), (node,))
+            for partition in topic.partitions
+            if partition is not None
+        ]
+
+    def replication_factor(self, topic: str) -> int:
+        return 1
+
+    def assigned_replicas(self, topic: str) -> int | None:
+        return None
+
+    # ------------------------------------------------------------ changes
+
+    def check_replication_factor(self, replication_factor: int) -> None:
+        if replication_factor not in SOLO_REPLICATION_FACTORS:
+            raise TopicError(
+                ErrorCode.INVALID_REPLICATION_FACTOR,
+                f"replication factor {replication_factor} is larger than the 1 available broker",
+            )
+
+    async def allocate_producer_id(self) -> int:
+        await trio.lowlevel.checkpoint()
+        return self.broker.producer_ids.allocate()
+
+    async def create_topic(
+        self,
+        name: str,
+        partitions: int,
+        replication_factor: int,
+        configs: dict[str, str],
+        assignment: list[list[int]] | None = None,
+    ) -> None:
+        """Create the files of ``name`` (the caller checked ``assignment``: this node
+        alone, and the factor: :meth:`Broker.check_new_topic`)."""
+        topics = self.broker.topics
+        async with self._topic_changes:
+            with _storage_failure_answered(name):
+                topic = await self.broker.off_loop(topics.prepare, name, partitions, configs)
+            topics.register(topic)
+
+    async def delete_topic(self, name: str) -> None:
+        async with self._topic_changes:
+            self.broker.topics.delete(name)
+        if self.broker.groups is not None:
+            self.broker.groups.topic_deleted(name)
+
+    async def add_partitions(
+        self, name: str, count: int, assignment: list[list[int]] | None = None
+    ) -> None:
+        topics = self.broker.topics
+        async with self._topic_changes:
+            with _storage_failure_answered(name):
+                added = await self.broker.off_loop(topics.prepare_partitions, name, count)
+            topics.extend(name, added)
+
+    async def set_topic_configs(self, name: str, configs: dict[str, str]) -> None:
+        async with self._topic_changes:
+            self.broker.topics.set_configs(name, configs)
+
+    async def controlled_shutdown(self) -> None:
+        """Nobody to hand leaderships to."""
+        await trio.lowlevel.checkpoint()
+
+
+@contextlib.contextmanager
+def _storage_failure_answered(topic: str) -> Iterator[None]:
+    """A topic change whose files cannot be created (out of descriptors, a full disk) is
+    answered KAFKA_STORAGE_ERROR; the partitions opened so far are closed again."""
+    try:
+        yield
+    except OSError as exc:
+        log.error("cannot create the files of topic %s: %s", topic, exc)
+        raise TopicError(
+            ErrorCode.KAFKA_STORAGE_ERROR, f"cannot create the partitions' files: {exc}"
+        ) from exc
