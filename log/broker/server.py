@@ -86,9 +86,7 @@ class BrokerServer:
         broker = Broker.open(self.config, self.clock_ms)
         broker.network = self.network
         broker.api_versions = advertised_versions(self.handlers)
-        broker.groups = GroupCoordinator(
-            broker.config, broker.topics, broker.clock_ms, clustered=broker.config.clustered
-        )
+        broker.groups = GroupCoordinator(broker.config, broker.topics, broker.clock_ms)
         self.broker = broker
         try:
             listeners, self.port = await self.network.listen(

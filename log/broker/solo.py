@@ -11,6 +11,7 @@ time, while requests go on; and it hands out producer ids from its own
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
@@ -19,6 +20,7 @@ import trio
 
 from eventplatform.log.cluster.membership import BrokerAddress, PartitionLayout
 from eventplatform.log.cluster.metadata import BrokerState
+from eventplatform.log.groups.records import OFFSETS_TOPIC
 from eventplatform.log.protocol import ErrorCode
 from eventplatform.log.replica.topics import Topic, TopicError
 
@@ -39,7 +41,11 @@ class SoloNode:
         self._topic_changes = trio.Lock()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Nothing to join."""
+        """Nothing to join. A broker on its own creates ``__consumer_offsets`` at its first
+        start (a cluster, at its first FindCoordinator), so that its group coordinator,
+        which leads every partition, serves from the start."""
+        if self.broker.groups is not None:
+            self.broker.groups.offsets_topic.ensure_created()
         task_status.started()
 
     # ------------------------------------------------------------ what the node knows
@@ -96,8 +102,11 @@ class SoloNode:
         topics = self.broker.topics
         async with self._topic_changes:
             with _storage_failure_answered(name):
-                topic = await self.broker.off_loop(topics.prepare, name, partitions, configs)
+                prepare = functools.partial(topics.prepare, internal=name == OFFSETS_TOPIC)
+                topic = await self.broker.off_loop(prepare, name, partitions, configs)
             topics.register(topic)
+        if self.broker.groups is not None and topic.internal:
+            self.broker.groups.leadership_changed()  # it leads the new offsets partitions
 
     async def delete_topic(self, name: str) -> None:
         async with self._topic_changes:

@@ -4,13 +4,16 @@ Membership requests go to the core, OffsetCommit and OffsetFetch to its
 ``offsets``, and DescribeGroups, ListGroups, DeleteGroups, offset expiry
 and deleted topics to its ``admin``; all three share the core's groups.
 
-``GroupCoordinator.run`` is a trio task. It creates ``__consumer_offsets``
-when missing, reports itself started, replays the topic into the core
-(meanwhile group requests are answered COORDINATOR_LOAD_IN_PROGRESS, as
-Kafka does; heartbeats are answered NONE and SyncGroup
-REBALANCE_IN_PROGRESS so clients simply carry on), then serves until
-cancelled. Before ``run`` and after ``close`` every group request gets
-COORDINATOR_NOT_AVAILABLE.
+``GroupCoordinator.run`` is a trio task. A node coordinates the groups of
+the ``__consumer_offsets`` partitions it leads (all of them, on a broker on its
+own): as it comes to lead one (:meth:`GroupCoordinator.leadership_changed`) it
+replays the partition into the core, and meanwhile that partition's groups are
+answered COORDINATOR_LOAD_IN_PROGRESS, as Kafka does (heartbeats are answered
+NONE and SyncGroup REBALANCE_IN_PROGRESS so clients simply carry on); the
+groups of a partition it does not lead are NOT_COORDINATOR. Before ``run`` and
+after ``close`` every group request gets COORDINATOR_NOT_AVAILABLE. The topic
+itself is created by the node's membership: at the first start of a broker on
+its own, through the controller at a cluster's first FindCoordinator.
 
 One timer task sleeps until the core's next deadline and then calls
 ``advance``; every request that may move a deadline earlier wakes it. A
@@ -29,7 +32,6 @@ from __future__ import annotations
 
 import logging
 import math
-import time
 from collections.abc import Callable, Mapping, Sequence
 from enum import Enum
 from typing import TYPE_CHECKING, Generic, TypeVar
@@ -69,8 +71,9 @@ log = logging.getLogger("eventplatform.groups")
 REPLY_MARGIN_MS = 5_000
 """How much longer than the core's own bound a handler waits for a held answer."""
 LOAD_CHECKPOINT_RECORDS = 1_000
+"""Records replayed between yields to the scheduler while loading a partition."""
 LOAD_RETRY_S = 0.5
-"""Records replayed between yields to the scheduler while loading."""
+"""How long a load that met a storage error waits before it starts again."""
 OFFSETS_RETENTION_CHECK_INTERVAL_S = 600.0
 
 T = TypeVar("T")
@@ -78,7 +81,6 @@ T = TypeVar("T")
 
 class Status(Enum):
     STARTING = "starting"
-    LOADING = "loading"
     ACTIVE = "active"
     CLOSED = "closed"
 
@@ -122,8 +124,6 @@ class GroupCoordinator:
         config: BrokerConfig,
         topics: TopicRegistry,
         clock_ms: Callable[[], int],
-        *,
-        clustered: bool = False,
     ) -> None:
         self.offsets_topic = OffsetsTopic(
             topics,
@@ -134,12 +134,11 @@ class GroupCoordinator:
         self.core = GroupCoordinatorCore(group_config(config), self.offsets_topic, clock_ms)
         self._commit_timeout_s = config.offsets_commit_timeout_ms / 1000
         self.status = Status.STARTING
-        self._loaded = trio.Event()
+        self._progress = trio.Event()
         self._timer_changed = trio.Event()
         self._timer_wake_s = math.inf
-        # in a cluster: the __consumer_offsets partitions this broker leads and has loaded,
-        # by leader epoch, and those it is loading
-        self.clustered = clustered
+        # the __consumer_offsets partitions this node leads and has loaded, by leader
+        # epoch, and those it is loading
         self._owned: dict[int, int] = {}
         self._loading: dict[int, int] = {}
         self._nursery: trio.Nursery | None = None
@@ -147,39 +146,28 @@ class GroupCoordinator:
     # ------------------------------------------------------------ lifecycle
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Create and load ``__consumer_offsets``, then keep the timers until cancelled.
-
-        In a cluster the controller creates the topic (at the first FindCoordinator) and
-        this broker coordinates the groups of the partitions it leads, loading each as it
-        takes over (:meth:`leadership_changed`)."""
-        if self.clustered:
-            self.status = Status.ACTIVE
-            try:
-                async with trio.open_nursery() as nursery:
-                    self._nursery = nursery
-                    nursery.start_soon(self._run_timers)
-                    self._loaded.set()
-                    task_status.started()
-                    nursery.start_soon(self._expire_offsets_periodically)
-                    self.leadership_changed()
-            finally:
-                self.close()
-            return
-        self.offsets_topic.ensure_created()
-        self.status = Status.LOADING
+        """Serve until cancelled, loading the groups of every ``__consumer_offsets``
+        partition this node leads now, and of each it comes to lead."""
+        self.status = Status.ACTIVE
         try:
             async with trio.open_nursery() as nursery:
+                self._nursery = nursery
                 nursery.start_soon(self._run_timers)
                 task_status.started()
-                await self._load()
-                self.status = Status.ACTIVE
-                self._loaded.set()
                 nursery.start_soon(self._expire_offsets_periodically)
+                self.leadership_changed()
+                self._progressed()
         finally:
             self.close()
 
     async def wait_loaded(self) -> None:
-        await self._loaded.wait()
+        """Until the coordinator runs and has loaded every partition it leads."""
+        while self.status is Status.STARTING or self._loading:
+            await self._progress.wait()
+
+    def _progressed(self) -> None:
+        self._progress.set()
+        self._progress = trio.Event()
 
     def close(self) -> None:
         """Stop serving: held requests are answered NOT_COORDINATOR, later ones NOT_AVAILABLE."""
@@ -187,38 +175,14 @@ class GroupCoordinator:
             return
         self.status = Status.CLOSED
         self.core.shutdown()
-
-    async def _load(self) -> None:
-        started = time.monotonic()
-        replay = OffsetsReplay()
-        since_checkpoint = 0
-        for partition in self.offsets_topic.partitions():
-            for batch in partition.log.iter_batches(None, partition.high_watermark):
-                replay.apply_batch(batch)
-                since_checkpoint += len(batch.records)
-                if since_checkpoint >= LOAD_CHECKPOINT_RECORDS:
-                    since_checkpoint = 0
-                    await trio.lowlevel.checkpoint()
-        now_ms = self._now_ms()
-        count = 0
-        for group_id, loaded in replay.groups():
-            self.core.load_group(group_id, loaded.record, loaded.offsets, now_ms)
-            count += 1
-        self._poke()
-        log.info(
-            "loaded %d groups from %s in %.3f s (%d records skipped)",
-            count,
-            OFFSETS_TOPIC,
-            time.monotonic() - started,
-            replay.skipped,
-        )
+        self._progressed()
 
     # ------------------------------------------------------------ cluster ownership
 
     def leadership_changed(self) -> None:
         """Load the groups of offsets partitions this broker now leads; drop those of
         partitions it no longer leads (their clients find the new coordinator)."""
-        if not self.clustered or self._nursery is None or self.status is not Status.ACTIVE:
+        if self._nursery is None or self.status is not Status.ACTIVE:
             return
         partitions = self.offsets_topic.partitions()
         for index, partition in enumerate(partitions):
@@ -245,11 +209,12 @@ class GroupCoordinator:
         while current():
             try:
                 replay = OffsetsReplay()
-                for number, batch in enumerate(
-                    partition.log.iter_batches(None, partition.log.log_end_offset)
-                ):
+                since_checkpoint = 0
+                for batch in partition.log.iter_batches(None, partition.log.log_end_offset):
                     replay.apply_batch(batch)
-                    if number % 100 == 99:
+                    since_checkpoint += len(batch.records)
+                    if since_checkpoint >= LOAD_CHECKPOINT_RECORDS:
+                        since_checkpoint = 0
                         await trio.lowlevel.checkpoint()
                         if not current():
                             return
@@ -267,12 +232,13 @@ class GroupCoordinator:
             del self._loading[index]
             self._owned[index] = epoch
             self._poke()
+            self._progressed()
             log.info(
                 "coordinating %d groups of %s-%d (epoch %d)", loaded, OFFSETS_TOPIC, index, epoch
             )
             return
 
-    def _cluster_status(self, group_id: str) -> ErrorCode:
+    def _partition_status(self, group_id: str) -> ErrorCode:
         partitions = self.offsets_topic.partitions()
         if not partitions:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
@@ -321,21 +287,18 @@ class GroupCoordinator:
     # ------------------------------------------------------------ status
 
     def _status_error(self, group_id: str | None, *, allow_empty_id: bool) -> ErrorCode:
-        """Kafka's ``validateGroupStatus``; one broker is the coordinator of every group."""
+        """Kafka's ``validateGroupStatus``: this node coordinates the group once it has
+        loaded the ``__consumer_offsets`` partition it leads that holds the group."""
         if group_id is None or (not group_id and not allow_empty_id):
             return ErrorCode.INVALID_GROUP_ID
-        if self.status is Status.LOADING:
-            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
         if self.status is not Status.ACTIVE:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
-        if self.clustered:
-            return self._cluster_status(group_id)
-        return ErrorCode.NONE
+        return self._partition_status(group_id)
 
     @property
     def is_available(self) -> bool:
         """Whether FindCoordinator may name this broker (loading counts: clients retry)."""
-        return self.status in (Status.LOADING, Status.ACTIVE)
+        return self.status is Status.ACTIVE
 
     def _hold_bound_s(self, group_id: str, *, rebalance_timeout_ms: int, join: bool) -> float:
         longest_ms = max(self.core.rebalance_timeout_ms(group_id), rebalance_timeout_ms)
@@ -484,7 +447,7 @@ class GroupCoordinator:
         self, states: Sequence[str] = (), types: Sequence[str] = ()
     ) -> tuple[ErrorCode, list[GroupOverview]]:
         await trio.lowlevel.checkpoint()
-        if self.status is Status.LOADING:
+        if self.status is Status.ACTIVE and self._loading:
             return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, self.core.admin.list_groups(
                 states, types
             )

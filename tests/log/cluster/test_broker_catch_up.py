@@ -15,8 +15,8 @@ import trio
 from quorum_cluster import free_ports
 
 from eventplatform.log.broker.server import BrokerServer
-from eventplatform.log.cluster.node import BrokerMember
 from eventplatform.log.cluster.controller import Controller
+from eventplatform.log.cluster.node import BrokerMember
 from eventplatform.log.config import BrokerConfig
 
 WAIT_S = 15.0

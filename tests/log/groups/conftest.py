@@ -78,6 +78,7 @@ class Node:
         self.config = config or self.config
         self.topics = TopicRegistry.open(self.config.data_dir, LogConfig(), wall_clock_ms)
         self.coordinator = GroupCoordinator(self.config, self.topics, wall_clock_ms)
+        self.coordinator.offsets_topic.ensure_created()  # as a broker on its own does
         await self.nursery.start(self._run, self.coordinator)
         if wait_loaded:
             with trio.fail_after(10):

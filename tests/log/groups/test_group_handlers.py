@@ -87,9 +87,8 @@ async def broker(tmp_path: Path, nursery: trio.Nursery) -> AsyncIterator[Broker]
     )
     opened = Broker.open(config)
     opened.topics.create("events", 2, {})
-    opened.groups = GroupCoordinator(
-        opened.config, opened.topics, opened.clock_ms, clustered=opened.config.clustered
-    )
+    opened.groups = GroupCoordinator(opened.config, opened.topics, opened.clock_ms)
+    opened.groups.offsets_topic.ensure_created()  # what a broker on its own does at start
     await nursery.start(opened.groups.run)
     await opened.groups.wait_loaded()
     yield opened

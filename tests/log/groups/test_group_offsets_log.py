@@ -40,6 +40,8 @@ from eventplatform.log.storage.record_batch import encode_batch
 if TYPE_CHECKING:
     from conftest import Client, Node
 
+    from eventplatform.log.groups.coordinator import GroupCoordinator
+
 SESSION_S = 10.0
 PARTITION = TopicPartition("events", 0)
 
@@ -319,21 +321,28 @@ async def test_groups_written_in_older_formats_load(
     assert await client.heartbeat(legacy, "legacy") is ErrorCode.NONE
 
 
-async def test_while_loading_group_requests_are_told_to_retry(
-    autojump_clock: trio.testing.MockClock, node: Node, client: Client
-) -> None:
-    coordinator = await node.start(delayed(node))
-    leader, _ = await form_group(client, node)
-    # Twenty batches of a thousand records: the load yields between them.
+async def commit_twenty_thousand(coordinator: GroupCoordinator, group_id: str) -> None:
+    """Twenty batches of a thousand committed offsets: a load yields between them."""
     for batch in range(20):
         many = {
             TopicPartition(f"topic-{batch}", index): OffsetCommit(index, -1, "")
             for index in range(1_000)
         }
         committed = await coordinator.commit_offsets(
-            "big", member_id="", group_instance_id=None, generation_id=-1, offsets=many
+            group_id, member_id="", group_instance_id=None, generation_id=-1, offsets=many
         )
         assert set(committed.values()) == {ErrorCode.NONE}
+
+
+async def test_while_loading_group_requests_are_told_to_retry(
+    autojump_clock: trio.testing.MockClock, node: Node, client: Client
+) -> None:
+    # One offsets partition: "group" loads behind "big".
+    coordinator = await node.start(
+        dataclasses.replace(delayed(node), offsets_topic_num_partitions=1)
+    )
+    leader, _ = await form_group(client, node)
+    await commit_twenty_thousand(coordinator, "big")
     await node.stop()
 
     coordinator = await node.start(wait_loaded=False)
@@ -343,10 +352,40 @@ async def test_while_loading_group_requests_are_told_to_retry(
     assert (await client.sync(leader)).error is ErrorCode.REBALANCE_IN_PROGRESS
     error, _ = await coordinator.fetch_offsets("big", None)
     assert error is ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+    error, _ = await coordinator.list_groups()
+    assert error is ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
     with trio.fail_after(10):
         await coordinator.wait_loaded()
     assert len(await client.committed("big")) == 20_000
     assert await client.heartbeat(leader) is ErrorCode.NONE
+    error, groups = await coordinator.list_groups()
+    assert error is ErrorCode.NONE and {g.group_id for g in groups} >= {"group", "big"}
+
+
+async def test_groups_of_a_loaded_partition_are_served_while_another_loads(
+    autojump_clock: trio.testing.MockClock, node: Node, client: Client
+) -> None:
+    partitions = node.config.offsets_topic_num_partitions
+    other = next(
+        name
+        for name in (f"other-{n}" for n in range(100))
+        if partition_for(name, partitions) != partition_for("big", partitions)
+    )
+    coordinator = await node.start()
+    await commit_twenty_thousand(coordinator, "big")
+    await client.commit(other, {PARTITION: 7})
+    await node.stop()
+
+    coordinator = await node.start(wait_loaded=False)
+    error, _ = await coordinator.fetch_offsets("big", None)
+    assert error is ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+    await trio.sleep(0)  # the small partitions' loads finish between the big one's batches
+    assert await client.committed(other) == {PARTITION: 7}
+    error, _ = await coordinator.fetch_offsets("big", None)
+    assert error is ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+    with trio.fail_after(10):
+        await coordinator.wait_loaded()
+    assert len(await client.committed("big")) == 20_000
 
 
 async def test_offsets_of_a_deleted_topic_are_forgotten_for_good(
