@@ -39,7 +39,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "support"))
 
 import orjson
-from broker_process import BrokerProcess
 from harness import (
     Spread,
     format_spread,
@@ -51,6 +50,7 @@ from harness import (
 
 from eventplatform.apps.activity_tracking.events import TOPIC
 from eventplatform.projections.kafka import log_ends
+from eventplatform.testing import BrokerProcess
 
 CLIENTS_DEFAULT = 4
 SECONDS_DEFAULT = 10.0

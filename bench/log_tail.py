@@ -36,8 +36,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "support"))
 
-from broker_process import BrokerProcess
-from database_fixtures import fresh_database
 from harness import (
     Deadline,
     Spread,
@@ -55,6 +53,7 @@ from eventplatform.projections import migrate
 from eventplatform.projections.apps import installed_apps
 from eventplatform.projections.database import create_store_engine
 from eventplatform.projections.kafka import log_ends
+from eventplatform.testing import BrokerProcess, fresh_database
 
 LINES_DEFAULT = 200_000
 REPEAT_DEFAULT = 3

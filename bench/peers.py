@@ -217,7 +217,7 @@ class OurBroker(System):
             wait_for_port(port, self.processes[0], self.label)
             self.endpoint = {"bootstrap": f"{HOST}:{port}", "acks": 1}
             return
-        from eventplatform.log.cluster.local import LocalCluster
+        from eventplatform.testing import LocalCluster
         from eventplatform.tools.cluster_status import wait_healthy
 
         self.cluster = LocalCluster.create(scratch / self.name, self.nodes, settings)

@@ -68,7 +68,6 @@ from eventplatform.projections.store import ProjectionStore
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "support"))
 
-from broker_process import BrokerProcess
 from harness import (
     Deadline,
     PageViewed,
@@ -84,6 +83,8 @@ from harness import (
     progress,
     user_stats,
 )
+
+from eventplatform.testing import BrokerProcess
 
 try:
     from eventsourcing.application import Application

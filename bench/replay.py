@@ -69,7 +69,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "support"))
 
 import pyarrow as pa
-from broker_process import BrokerProcess
 from harness import (
     Deadline,
     Spread,
@@ -99,6 +98,7 @@ from eventplatform.projections.migrate import upgrade
 from eventplatform.spark_projections.offsets import parse_options
 from eventplatform.spark_projections.offsets import plan as read_plan
 from eventplatform.spark_projections.read_paths import read_chunk
+from eventplatform.testing import BrokerProcess
 from projections import POSTGRES_ADMIN_DEFAULT, fresh_database, run_eventplatform
 
 EVENTS_DEFAULT = 5_000_000

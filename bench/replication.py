@@ -48,7 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from broker import produce_worker, run_in_process
 from harness import Deadline, Spread, describe_machine, format_spread, markdown_table, progress
 
-from eventplatform.log.cluster.local import LocalCluster
+from eventplatform.testing import LocalCluster
 from eventplatform.tools.cluster_status import describe_cluster, wait_healthy
 
 KAFKA_RATIO = 0.51

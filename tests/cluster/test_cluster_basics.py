@@ -19,10 +19,10 @@ from cluster_requests import ask, fetch_body, partition_metadata
 from cluster_workload import create_topic, wait_healed
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from eventplatform.log.cluster.local import LocalCluster
 from eventplatform.log.protocol import ErrorCode
 from eventplatform.log.protocol.apis import FETCH, INIT_PRODUCER_ID, PRODUCE
 from eventplatform.log.storage.record_batch import Record, encode_batch
+from eventplatform.testing import LocalCluster
 from eventplatform.tools.cluster_status import describe_cluster
 
 

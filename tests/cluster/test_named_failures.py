@@ -14,7 +14,7 @@ from pathlib import Path
 
 from cluster_workload import AckedLog, check_acked, create_topic, leaders, producer, read_partitions
 
-from eventplatform.log.cluster.local import LocalCluster
+from eventplatform.testing import LocalCluster
 from eventplatform.tools.cluster_status import describe_cluster
 
 TOPIC = "isolated"

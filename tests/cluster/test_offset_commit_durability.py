@@ -15,8 +15,8 @@ from pathlib import Path
 from cluster_workload import create_topic
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-from eventplatform.log.cluster.local import LocalCluster
 from eventplatform.log.groups.records import OFFSETS_TOPIC, partition_for
+from eventplatform.testing import LocalCluster
 from eventplatform.tools.cluster_status import describe_cluster
 from eventplatform.tools.errors import ToolError
 

@@ -30,7 +30,7 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 
 from eventplatform.cli import main
-from eventplatform.log.cluster.local import LocalCluster
+from eventplatform.testing import LocalCluster
 from eventplatform.tools.cluster_status import describe_cluster
 
 BROKERS = 4

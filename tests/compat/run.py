@@ -34,7 +34,6 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
 
-from broker_process import BrokerProcess
 from librdkafka_suite import (
     CRASHED,
     FAILED,
@@ -49,8 +48,8 @@ from librdkafka_suite import (
     verdicts,
 )
 
-from eventplatform.log.cluster.local import LocalCluster
 from eventplatform.log.replica.selector import RACK_AWARE
+from eventplatform.testing import BrokerProcess, LocalCluster
 
 HERE = Path(__file__).resolve().parent
 EXPECTATIONS = HERE / "expectations.toml"

@@ -11,7 +11,6 @@ import random
 from collections.abc import Callable
 
 import pytest
-from broker_process import BrokerProcess
 from confluent_records import (
     BASE_TIMESTAMP_MS,
     CODECS,
@@ -31,6 +30,7 @@ from confluent_records import (
 )
 
 from eventplatform import partitioner
+from eventplatform.testing import BrokerProcess
 
 # ---------------------------------------------------------------- round trips
 

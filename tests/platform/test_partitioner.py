@@ -22,7 +22,7 @@ from eventplatform.partitioner import (
 )
 
 if TYPE_CHECKING:
-    from broker_process import BrokerProcess
+    from eventplatform.testing import BrokerProcess
 
 UNALIGNED = b"PreAmbleWillBeRemoved,ThePrePartThatIs"
 

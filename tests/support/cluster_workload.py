@@ -19,7 +19,7 @@ from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartit
 from confluent_kafka.admin import AdminClient, NewTopic
 from fault_checker import History, check
 
-from eventplatform.log.cluster.local import LocalCluster
+from eventplatform.testing import LocalCluster
 from eventplatform.tools.cluster_status import describe_cluster, wait_healthy
 
 READ_TIMEOUT_S = 60.0

@@ -37,9 +37,9 @@ from cluster_workload import create_topic, read_partitions
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer
 from fault_checker import History, Verdict, check
 
-from eventplatform.log.cluster.local import LocalCluster
 from eventplatform.log.storage.reader import PartitionReader
 from eventplatform.log.storage.record_batch import decode_batch
+from eventplatform.testing import LocalCluster
 from eventplatform.tools.cluster_status import describe_cluster, healthy
 from eventplatform.tools.errors import ToolError
 

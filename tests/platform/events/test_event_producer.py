@@ -32,8 +32,9 @@ from eventplatform.events.registry import SchemaRegistry
 from eventplatform.partitioner import partition_for_key
 
 if TYPE_CHECKING:
-    from broker_process import BrokerProcess
     from conftest import Log
+
+    from eventplatform.testing import BrokerProcess
 
 DELIVERY_TIMEOUT_S = 20.0
 ASYNC_TIMEOUT_S = 30.0
