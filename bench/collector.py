@@ -35,11 +35,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "support"))
-
 import orjson
-from harness import (
+
+from bench.harness import (
     Spread,
     format_spread,
     invocation,
@@ -47,7 +45,6 @@ from harness import (
     progress,
     write_results,
 )
-
 from eventplatform.apps.activity_tracking.events import TOPIC
 from eventplatform.projections.kafka import log_ends
 from eventplatform.testing import BrokerProcess

@@ -33,10 +33,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "support"))
+from sqlalchemy import text
 
-from harness import (
+from bench.harness import (
     Deadline,
     Spread,
     format_spread,
@@ -45,8 +44,6 @@ from harness import (
     progress,
     write_results,
 )
-from sqlalchemy import text
-
 from eventplatform.apps.log_aggregation.events import TOPIC
 from eventplatform.apps.log_aggregation.simulator import LogSimulator
 from eventplatform.projections import migrate

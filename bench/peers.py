@@ -28,9 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from harness import Deadline
+from bench.harness import Deadline
 
 STEP_TIMEOUT_S = 300.0
 LOG_TAIL_BYTES = 4_000

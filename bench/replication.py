@@ -43,11 +43,15 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from broker import produce_worker, run_in_process
-from harness import Deadline, Spread, describe_machine, format_spread, markdown_table, progress
-
+from bench.broker import produce_worker, run_in_process
+from bench.harness import (
+    Deadline,
+    Spread,
+    describe_machine,
+    format_spread,
+    markdown_table,
+    progress,
+)
 from eventplatform.testing import LocalCluster
 from eventplatform.tools.cluster_status import describe_cluster, wait_healthy
 
