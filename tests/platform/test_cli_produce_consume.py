@@ -10,8 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 from confluent_kafka import Producer
-
-from eventplatform.partitioner import partition_for_key
+from partitioner import partition_for_key
 
 if TYPE_CHECKING:
     from conftest import Platform
