@@ -53,7 +53,7 @@ from bench.harness import (
     progress,
 )
 from eventplatform.testing import LocalCluster
-from eventplatform.tools.cluster_status import describe_cluster, wait_healthy
+from eventplatform.tools.cluster_status import fetch_cluster_status, wait_healthy
 
 KAFKA_RATIO = 0.51
 RECORD_BYTES = 100
@@ -93,7 +93,7 @@ def create_topic(
 
 
 def describe(cluster: LocalCluster) -> dict[str, Any]:
-    return describe_cluster(data_dir=cluster.directory, controllers=None)
+    return fetch_cluster_status(data_dir=cluster.directory, controllers=None)
 
 
 def wait_healed(cluster: LocalCluster, topic: str) -> None:

@@ -40,7 +40,7 @@ from fault_checker import History, Verdict, check
 from eventplatform.log.storage.reader import PartitionReader
 from eventplatform.log.storage.record_batch import decode_batch
 from eventplatform.testing import LocalCluster
-from eventplatform.tools.cluster_status import describe_cluster, healthy
+from eventplatform.tools.cluster_status import fetch_cluster_status, healthy
 from eventplatform.tools.errors import ToolError
 
 TOPIC = "faults"
@@ -224,7 +224,7 @@ class FenceMonitor:
     def run(self) -> None:
         while not self.stop.wait(MONITOR_INTERVAL_S):
             try:
-                status = describe_cluster(data_dir=self.cluster.directory, controllers=None)
+                status = fetch_cluster_status(data_dir=self.cluster.directory, controllers=None)
             except ToolError:
                 continue
             with self.lock:
@@ -242,7 +242,7 @@ def describe(cluster: LocalCluster) -> dict[str, Any]:
     """The active controller's view, waiting out an election."""
     for _ in range(DESCRIBE_ATTEMPTS):
         try:
-            return describe_cluster(data_dir=cluster.directory, controllers=None)
+            return fetch_cluster_status(data_dir=cluster.directory, controllers=None)
         except ToolError:
             time.sleep(0.2)
     raise AssertionError("no active controller answered")
@@ -254,7 +254,7 @@ def wait_healed(cluster: LocalCluster, timeout_s: float) -> dict[str, Any] | Non
     status: dict[str, Any] = {}
     while time.monotonic() < deadline:
         try:
-            status = describe_cluster(data_dir=cluster.directory, controllers=None)
+            status = fetch_cluster_status(data_dir=cluster.directory, controllers=None)
             if healthy(status):
                 return None
         except ToolError as exc:
