@@ -263,9 +263,9 @@ def wait_healed(cluster: LocalCluster, timeout_s: float) -> dict[str, Any] | Non
     return status
 
 
-def nemesis_cluster(
+def nemesis_target(
     cluster: LocalCluster, monitor: FenceMonitor, kills: list[tuple[int, float]]
-) -> nemesis.Cluster:
+) -> nemesis.NemesisTarget:
     def leader_of(partition: int) -> int:
         leader: int = describe(cluster)["topics"][TOPIC]["partitions"][partition]["leader"]
         return leader
@@ -279,7 +279,7 @@ def nemesis_cluster(
         monitor.touch(node)
         cluster.pause(node)
 
-    return nemesis.Cluster(
+    return nemesis.NemesisTarget(
         nodes=sorted(cluster.nodes),
         leader_of=leader_of,
         active_controller=lambda: int(describe(cluster)["controller"]),
@@ -360,7 +360,7 @@ def _round(
     monitor.start_round(label)
     kills: list[tuple[int, float]] = []
     started = time.monotonic()
-    victims = nemesis.apply(fault, nemesis_cluster(cluster, monitor, kills))
+    victims = nemesis.apply(fault, nemesis_target(cluster, monitor, kills))
     status = wait_healed(cluster, HEAL_TIMEOUT_S)
     if status is not None:
         recorder.history.unhealed_rounds.append(f"{label}: {status}")
