@@ -42,10 +42,10 @@ pytest: $(STAMP)
 test: lint typecheck pytest
 
 bench-storage: $(STAMP)
-	$(BIN)/python bench/storage.py
+	$(BIN)/python -m bench.storage
 
 bench-broker: $(STAMP)
-	$(BIN)/python bench/broker.py
+	$(BIN)/python -m bench.broker
 
 # The projection benchmark also runs the eventsourcing library, from the bench extra.
 BENCH_STAMP := $(VENV)/.installed-bench
@@ -54,25 +54,25 @@ $(BENCH_STAMP): $(STAMP)
 	touch $(BENCH_STAMP)
 
 bench-projections: $(BENCH_STAMP)
-	$(BIN)/python bench/projections.py
+	$(BIN)/python -m bench.projections
 
 # The suite against peers and this machine's limits: make bench rewrites the generated
 # section of docs/benchmarks.md and docs/benchmarks.json (at most 30 minutes); make
 # bench-quick is the smoke run (under 3 minutes) that CI runs, its report under build/.
 bench: $(BENCH_STAMP)
-	$(BIN)/python bench/suite.py --markdown docs/benchmarks.md --json docs/benchmarks.json
+	$(BIN)/python -m bench.suite --markdown docs/benchmarks.md --json docs/benchmarks.json
 
 bench-quick: $(BENCH_STAMP)
-	$(BIN)/python bench/suite.py --quick --markdown build/bench-quick/benchmarks.md --json build/bench-quick/benchmarks.json
+	$(BIN)/python -m bench.suite --quick --markdown build/bench-quick/benchmarks.md --json build/bench-quick/benchmarks.json
 
 bench-replay: $(STAMP)
-	$(BIN)/python bench/replay.py --phases --rebuild-repeat 3
+	$(BIN)/python -m bench.replay --phases --rebuild-repeat 3
 
 bench-replay-kafka: $(STAMP)
-	$(BIN)/python bench/replay_kafka.py
+	$(BIN)/python -m bench.replay_kafka
 
 bench-collector: $(STAMP)
-	$(BIN)/python bench/collector.py
+	$(BIN)/python -m bench.collector
 
 # The deterministic simulations with many more seeds than CI runs (200, 50 and 200):
 # the Raft core alone, the quorum's trio shell, and the whole cluster (about 1.5 s a seed).
@@ -92,10 +92,10 @@ faults: $(STAMP)
 		--quiet --json build/faults.json
 
 bench-log-tail: $(STAMP)
-	$(BIN)/python bench/log_tail.py
+	$(BIN)/python -m bench.log_tail
 
 bench-replication: $(STAMP)
-	$(BIN)/python bench/replication.py
+	$(BIN)/python -m bench.replication
 
 # librdkafka's own test suite against our broker (docs/compatibility.md). The source is
 # unpacked from ../shared/conformance/ into build/compat/ (ignored by git) and built there

@@ -20,7 +20,7 @@ Each throughput measurement is repeated (``--repetitions``) with a new topic
 each time; medians and min-max spreads are reported, and each median is set
 against the goal for this machine (ratio = measured / goal).
 
-Run ``python bench/broker.py --quick`` for a smoke run of about a minute.
+Run ``python -m bench.broker --quick`` for a smoke run of about a minute.
 """
 
 from __future__ import annotations
@@ -41,10 +41,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from clients import connected_consumer, send_all
-from harness import (
+from bench.clients import connected_consumer, send_all
+from bench.harness import (
     MEGABYTE,
     Deadline,
     Spread,

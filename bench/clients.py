@@ -12,16 +12,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from harness import Deadline
-from peers import (
+from bench.harness import Deadline
+from bench.peers import (
     KAFKA_FETCH_QUEUE_BACKOFF_MS,
     KAFKA_QUEUED_MESSAGES_MIN,
     LATENCY_WARMUP_S,

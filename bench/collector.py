@@ -35,12 +35,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "support"))
-
 import orjson
-from broker_process import BrokerProcess
-from harness import (
+
+from bench.harness import (
     Spread,
     format_spread,
     invocation,
@@ -48,9 +45,9 @@ from harness import (
     progress,
     write_results,
 )
-
 from eventplatform.apps.activity_tracking.events import TOPIC
 from eventplatform.projections.kafka import log_ends
+from eventplatform.testing import BrokerProcess
 
 CLIENTS_DEFAULT = 4
 SECONDS_DEFAULT = 10.0

@@ -4,7 +4,7 @@ latencies, median and min-max over the runs of each group, and the ratio of medi
 For a before-and-after comparison of a change, run the suite alternately on a checkout
 of each commit (A B A B ...), each with its own virtual environment, then::
 
-    python bench/compare_runs.py --before before-*.json --after after-*.json
+    python -m bench.compare_runs --before before-*.json --after after-*.json
 """
 
 from __future__ import annotations
@@ -17,9 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from harness import Spread, format_spread, markdown_table
+from bench.harness import Spread, format_spread, markdown_table
 
 
 def load(paths: Sequence[Path]) -> list[dict[str, Any]]:

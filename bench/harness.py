@@ -6,8 +6,10 @@ checks a :class:`Deadline` besides its count in every loop, and records the
 machine it ran on, because the machines these run on are usually shared.
 
 The workload lives here, in a module Spark's Python workers can import by
-name (``bench/`` on ``PYTHONPATH``): a worker runs in the repository root,
-where ``projections`` is the package of that name, not ``bench/projections.py``.
+name, ``bench.harness`` (the repository root on ``PYTHONPATH``).
+
+Each script runs from the repository root as a module of the ``bench`` package
+(``python -m bench.suite``), and imports its siblings as ``bench.<module>``.
 """
 
 from __future__ import annotations
@@ -132,14 +134,13 @@ def command_output(arguments: list[str], lines_max: int | None = None) -> str:
 
 
 def invocation(script_file: str, argv: Sequence[str]) -> str:
-    """The command line as typed from the repository root, for the report."""
+    """The command line as typed from the repository root, for the report:
+    ``python -m bench.<script>`` with the script's arguments."""
     interpreter = Path(sys.executable)
     if interpreter.is_relative_to(Path.cwd()):
         interpreter = interpreter.relative_to(Path.cwd())
-    script = Path(script_file).resolve()
-    if script.is_relative_to(Path.cwd()):
-        script = script.relative_to(Path.cwd())
-    return shlex.join([str(interpreter), str(script), *argv])
+    module = f"{Path(__file__).resolve().parent.name}.{Path(script_file).stem}"
+    return shlex.join([str(interpreter), "-m", module, *argv])
 
 
 def describe_machine(data_directory: Path) -> dict[str, str]:

@@ -33,12 +33,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "support"))
+from sqlalchemy import text
 
-from broker_process import BrokerProcess
-from database_fixtures import fresh_database
-from harness import (
+from bench.harness import (
     Deadline,
     Spread,
     format_spread,
@@ -47,14 +44,13 @@ from harness import (
     progress,
     write_results,
 )
-from sqlalchemy import text
-
 from eventplatform.apps.log_aggregation.events import TOPIC
 from eventplatform.apps.log_aggregation.simulator import LogSimulator
 from eventplatform.projections import migrate
 from eventplatform.projections.apps import installed_apps
 from eventplatform.projections.database import create_store_engine
 from eventplatform.projections.kafka import log_ends
+from eventplatform.testing import BrokerProcess, fresh_database
 
 LINES_DEFAULT = 200_000
 REPEAT_DEFAULT = 3

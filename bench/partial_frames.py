@@ -28,14 +28,10 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "support"))
-
-from broker_process import BrokerProcess
-from harness import invocation
-
+from bench.harness import invocation
 from eventplatform.log.protocol import decode_response, encode_request
 from eventplatform.log.protocol.apis import API_VERSIONS
+from eventplatform.testing import BrokerProcess
 
 MIB = 1024 * 1024
 CONNECTIONS_DEFAULT = 100

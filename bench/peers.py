@@ -28,9 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from harness import Deadline
+from bench.harness import Deadline
 
 STEP_TIMEOUT_S = 300.0
 LOG_TAIL_BYTES = 4_000
@@ -217,7 +215,7 @@ class OurBroker(System):
             wait_for_port(port, self.processes[0], self.label)
             self.endpoint = {"bootstrap": f"{HOST}:{port}", "acks": 1}
             return
-        from eventplatform.log.cluster.local import LocalCluster
+        from eventplatform.testing import LocalCluster
         from eventplatform.tools.cluster_status import wait_healthy
 
         self.cluster = LocalCluster.create(scratch / self.name, self.nodes, settings)

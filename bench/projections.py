@@ -59,17 +59,7 @@ from typing import Any
 import psycopg
 from sqlalchemy.engine import make_url
 
-from eventplatform.events import EventProducer
-from eventplatform.projections.database import create_store_engine
-from eventplatform.projections.migrate import upgrade
-from eventplatform.projections.runner import ProjectionRunner, RunnerStats
-from eventplatform.projections.store import ProjectionStore
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "support"))
-
-from broker_process import BrokerProcess
-from harness import (
+from bench.harness import (
     Deadline,
     PageViewed,
     Spread,
@@ -84,6 +74,12 @@ from harness import (
     progress,
     user_stats,
 )
+from eventplatform.events import EventProducer
+from eventplatform.projections.database import create_store_engine
+from eventplatform.projections.migrate import upgrade
+from eventplatform.projections.runner import ProjectionRunner, RunnerStats
+from eventplatform.projections.store import ProjectionStore
+from eventplatform.testing import BrokerProcess
 
 try:
     from eventsourcing.application import Application

@@ -39,8 +39,8 @@ pre-merge them (its second job, without the shuffle and the writes). The
 same pre-merge also runs fed through the ``eventlog`` DataFrame and
 ``mapInArrow``, as rebuilds did before they read their chunks themselves.
 
-Spark's Python workers import this workload from ``harness``, so ``bench/``
-goes on ``PYTHONPATH``; they run this interpreter (``PYSPARK_PYTHON``).
+Spark's Python workers import this workload from ``bench.harness``, so the repository
+root goes on their ``PYTHONPATH``; they run this interpreter (``PYSPARK_PYTHON``).
 """
 
 from __future__ import annotations
@@ -65,12 +65,10 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "support"))
-
 import pyarrow as pa
-from broker_process import BrokerProcess
-from harness import (
+from sqlalchemy import select
+
+from bench.harness import (
     Deadline,
     Spread,
     describe_bytes,
@@ -85,21 +83,20 @@ from harness import (
     progress,
     user_stats,
 )
-from replay_sources import (
+from bench.projections import POSTGRES_ADMIN_DEFAULT, fresh_database, run_eventplatform
+from bench.replay_sources import (
     NUMPY_COUNT_STEP,
     REPEATED_STEP,
     NumpyDecoded,
     RepeatedBatches,
 )
-from sqlalchemy import select
-
 from eventplatform.events import EventProducer, EventRef
 from eventplatform.projections.database import create_store_engine
 from eventplatform.projections.migrate import upgrade
 from eventplatform.spark_projections.offsets import parse_options
 from eventplatform.spark_projections.offsets import plan as read_plan
 from eventplatform.spark_projections.read_paths import read_chunk
-from projections import POSTGRES_ADMIN_DEFAULT, fresh_database, run_eventplatform
+from eventplatform.testing import BrokerProcess
 
 EVENTS_DEFAULT = 5_000_000
 PARTITIONS_DEFAULT = 4
@@ -109,7 +106,7 @@ BATCH_SIZE = 1000
 MASTER = "local[2]"
 GOAL_RATIO = 3.0
 GOAL_COUNT_PER_S = 1_000_000
-BENCH = Path(__file__).resolve().parent
+REPOSITORY = Path(__file__).resolve().parent.parent
 PRODUCE_CHUNK = 20_000
 PRODUCE_IN_FLIGHT = 4
 PRODUCER_CONFIG = {"compression.type": "none", "linger.ms": 20, "batch.size": 1_000_000}
@@ -155,7 +152,7 @@ def start_spark(settings: dict[str, str], event_dir: Path) -> Any:
     from eventplatform.spark_projections.session import spark_session
 
     os.environ["PYSPARK_PYTHON"] = sys.executable
-    paths = [str(BENCH), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    paths = [str(REPOSITORY), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
     os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
     event_dir.mkdir(parents=True, exist_ok=True)
     event_log = {

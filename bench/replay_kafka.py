@@ -8,7 +8,7 @@ the records turned into Arrow batches) in this process; the two settings alterna
 stretches of the shared machine fall on both. Reported: the median and min-max of the
 records per second, and the ratio of the medians.
 
-``python bench/replay_kafka.py`` takes about a minute; ``--records`` and ``--repeat``
+``python -m bench.replay_kafka`` takes about a minute; ``--records`` and ``--repeat``
 change the plan, ``--json`` writes the raw runs.
 """
 
@@ -25,10 +25,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from clients import kafka_produce
-from harness import (
+from bench.clients import kafka_produce
+from bench.harness import (
     Deadline,
     Spread,
     format_spread,
@@ -37,8 +35,7 @@ from harness import (
     progress,
     write_results,
 )
-from peers import OurBroker
-
+from bench.peers import OurBroker
 from eventplatform.spark_projections.offsets import OffsetRange, ReadOptions, parse_options
 from eventplatform.spark_projections.read_paths import FETCH_QUEUE_BACKOFF_MS, read_chunk
 

@@ -3,7 +3,8 @@
 * ``bench_repeated``: what Spark costs to take rows in from a Python source;
 * ``eventlog_numpy``: ``eventlog`` with the NumPy decoder instead of the compiled one.
 
-Spark's Python workers import this module (``bench/`` is on their ``PYTHONPATH``).
+Spark's Python workers import this module as ``bench.replay_sources`` (the repository root
+is on their ``PYTHONPATH``).
 """
 
 from __future__ import annotations

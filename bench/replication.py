@@ -43,13 +43,17 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from broker import produce_worker, run_in_process
-from harness import Deadline, Spread, describe_machine, format_spread, markdown_table, progress
-
-from eventplatform.log.cluster.local import LocalCluster
-from eventplatform.tools.cluster_status import describe_cluster, wait_healthy
+from bench.broker import produce_worker, run_in_process
+from bench.harness import (
+    Deadline,
+    Spread,
+    describe_machine,
+    format_spread,
+    markdown_table,
+    progress,
+)
+from eventplatform.testing import LocalCluster
+from eventplatform.tools.cluster_status import fetch_cluster_status, wait_healthy
 
 KAFKA_RATIO = 0.51
 RECORD_BYTES = 100
@@ -89,7 +93,7 @@ def create_topic(
 
 
 def describe(cluster: LocalCluster) -> dict[str, Any]:
-    return describe_cluster(data_dir=cluster.directory, controllers=None)
+    return fetch_cluster_status(data_dir=cluster.directory, controllers=None)
 
 
 def wait_healed(cluster: LocalCluster, topic: str) -> None:

@@ -35,7 +35,7 @@ separate spawned processes:
 Client processes are spawned once and reused (spawning one costs about a
 second here, mostly importing the bench harness). The machine is shared and
 noisy: repeated steps report medians with min-max spreads. Run
-``python bench/scaling.py --quick`` for a smoke run of under 35 s (20 MB
+``python -m bench.scaling --quick`` for a smoke run of under 35 s (20 MB
 against 500 MB retained); the full run takes about 3 minutes on a 2-core VM
 (8 at most) and needs 25 GB free.
 """
@@ -53,10 +53,8 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from broker import Broker, Throughput, consume_worker, produce_worker
-from harness import (
+from bench.broker import Broker, Throughput, consume_worker, produce_worker
+from bench.harness import (
     GIGABYTE,
     MEGABYTE,
     MIB,
@@ -67,7 +65,7 @@ from harness import (
     invocation,
     progress,
 )
-from scaling_clients import (
+from bench.scaling_clients import (
     CLIENT_PROCESSES,
     CONSUMERS,
     PRODUCERS,
@@ -79,8 +77,7 @@ from scaling_clients import (
     restart_probe,
     wait_result,
 )
-from scaling_report import scaling_markdown
-
+from bench.scaling_report import scaling_markdown
 from eventplatform.log.storage.files import (
     LOG_SUFFIX,
     parse_base_offset,

@@ -5,19 +5,15 @@ parent (see :mod:`scaling`)."""
 from __future__ import annotations
 
 import multiprocessing
-import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
 from multiprocessing.pool import AsyncResult
-from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from broker import STEP_TIMEOUT_S
-from harness import Deadline
+from bench.broker import STEP_TIMEOUT_S
+from bench.harness import Deadline
 
 PRODUCERS = 2
 CONSUMERS = 2

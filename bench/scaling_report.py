@@ -4,16 +4,12 @@
 from __future__ import annotations
 
 import statistics
-import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from broker import Throughput
-from harness import GIGABYTE, KIB, MEGABYTE, MIB, Spread, format_spread, markdown_table
-from scaling_clients import CONSUMERS, PRODUCERS
+from bench.broker import Throughput
+from bench.harness import GIGABYTE, KIB, MEGABYTE, MIB, Spread, format_spread, markdown_table
+from bench.scaling_clients import CONSUMERS, PRODUCERS
 
 RESTART_GOAL_S = 10.0
 

@@ -20,7 +20,7 @@ Three measurements, in one run, in one fresh folder that is deleted at the end:
    sequential read of the tail, to show that the rates stay flat as the log
    grows.
 
-Run ``python bench/storage.py --quick`` for a smoke run of well under a minute.
+Run ``python -m bench.storage --quick`` for a smoke run of well under a minute.
 The machine this runs on is usually shared: medians and min-max spreads are
 reported, and ratios are taken between runs that were adjacent in time.
 """
@@ -41,7 +41,7 @@ from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
-from harness import (
+from bench.harness import (
     GIB,
     GIGABYTE,
     KIB,
@@ -60,7 +60,6 @@ from harness import (
     progress,
     text_table,
 )
-
 from eventplatform.log.storage import LogConfig, PartitionLog, Record
 from eventplatform.log.storage.record_batch import encode_batch
 

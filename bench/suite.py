@@ -41,13 +41,11 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from harness import describe_machine, invocation, progress
-from peers import System, all_systems, rabbit_stream_available
-from suite_profiles import profile_latency, profile_step
-from suite_report import render, summarize, trailing, trailing_latency, validate, write_report
-from suite_steps import (
+from bench.harness import describe_machine, invocation, progress
+from bench.peers import System, all_systems, rabbit_stream_available
+from bench.suite_profiles import profile_latency, profile_step
+from bench.suite_report import render, summarize, trailing, trailing_latency, validate, write_report
+from bench.suite_steps import (
     FULL,
     QUICK,
     Plan,
@@ -148,8 +146,8 @@ def main(argv: Sequence[str]) -> None:
         }
         measure(results, systems, plan, scratch)
         if not arguments.skip_scaling:
-            from scaling import SCALING_FULL, SCALING_QUICK, run_scaling
-            from scaling_report import scaling_markdown
+            from bench.scaling import SCALING_FULL, SCALING_QUICK, run_scaling
+            from bench.scaling_report import scaling_markdown
 
             folder = scratch / "scaling"
             folder.mkdir()

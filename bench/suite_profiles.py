@@ -13,10 +13,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from peers import System, cpu_seconds
-from suite_steps import Plan, run_clients, run_latency
+from bench.peers import System, cpu_seconds
+from bench.suite_steps import Plan, run_clients, run_latency
 
 PROFILE_RATE_HZ = 250
 PROFILE_TOP = 8

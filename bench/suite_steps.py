@@ -7,7 +7,6 @@ import contextlib
 import json
 import multiprocessing
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Sequence
@@ -15,14 +14,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from clients import latency_consumer_process, latency_producer_process, throughput_worker
-from harness import MEGABYTE, Deadline, progress
-from peers import START_TIMEOUT_S, STEP_TIMEOUT_S, System, cpu_seconds, free_port, resident_bytes
+from bench.clients import latency_consumer_process, latency_producer_process, throughput_worker
+from bench.harness import MEGABYTE, Deadline, progress
+from bench.peers import (
+    START_TIMEOUT_S,
+    STEP_TIMEOUT_S,
+    System,
+    cpu_seconds,
+    free_port,
+    resident_bytes,
+)
 
 if TYPE_CHECKING:
-    from suite_profiles import Profiler
+    from bench.suite_profiles import Profiler
 
 
 @dataclass(frozen=True)

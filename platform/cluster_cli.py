@@ -99,15 +99,15 @@ def cluster_down(data_dir: Path) -> None:
 @data_dir_option
 @controllers_option
 @click.option("--json", "as_json", is_flag=True, help="Print the controller's answer as JSON.")
-def cluster_status(data_dir: Path, controllers: str | None, as_json: bool) -> None:
+def show_cluster_status(data_dir: Path, controllers: str | None, as_json: bool) -> None:
     """Controllers, brokers, partition leaders and ISRs, and under-replicated partitions."""
-    from eventplatform.tools.cluster_status import describe_cluster, render_status
+    from eventplatform.tools.cluster_status import fetch_cluster_status, render_cluster_status
 
-    status = describe_cluster(data_dir=data_dir, controllers=controllers)
+    status = fetch_cluster_status(data_dir=data_dir, controllers=controllers)
     if as_json:
         import orjson
 
         click.echo(orjson.dumps(status, option=orjson.OPT_INDENT_2).decode())
     else:
-        for line in render_status(status):
+        for line in render_cluster_status(status):
             click.echo(line)

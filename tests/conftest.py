@@ -7,9 +7,9 @@ import os
 from collections.abc import Iterator
 
 import pytest
-from broker_process import BrokerProcess, running_broker
 
 from eventplatform.events import EventRef
+from eventplatform.testing import BrokerProcess, running_broker
 
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 

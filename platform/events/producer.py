@@ -33,7 +33,7 @@ DELIVERY_TIMEOUT_S_DEFAULT = 30.0
 POLL_INTERVAL_S = 0.05
 QUEUE_FULL_BACKOFF_S = 0.001
 PRODUCER_DEFAULTS: dict[str, Any] = {
-    # Keyed records land where the Java client (and eventplatform.partitioner) puts them.
+    # Keyed records land where the Java client puts them.
     "partitioner": "murmur2_random",
     "enable.idempotence": True,
     "acks": "all",

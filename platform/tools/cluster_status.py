@@ -1,7 +1,7 @@
 """What ``platform cluster status`` shows: the active controller's view of the cluster.
 
-:func:`describe_cluster` asks the active controller (``describe``, over
-:mod:`~eventplatform.log.cluster.rpc`) and :func:`render_status` lays the
+:func:`fetch_cluster_status` asks the active controller (``describe``, over
+:mod:`~eventplatform.log.cluster.rpc`) and :func:`render_cluster_status` lays the
 answer out: the quorum (voters, the active one, its epoch and metadata
 offset), each broker (live or fenced), each partition's leader, replicas and
 ISR, the partitions that are under-replicated (ISR smaller than the replica
@@ -71,13 +71,13 @@ def call_controller(
         raise ToolError(f"the controller refused: {exc}") from exc
 
 
-def describe_cluster(*, data_dir: Path | None, controllers: str | None) -> dict[str, Any]:
+def fetch_cluster_status(*, data_dir: Path | None, controllers: str | None) -> dict[str, Any]:
     """The active controller's ``describe`` answer; raises ToolError when none answers."""
     voters = controller_voters(data_dir=data_dir, controllers=controllers)
     return call_controller(voters, "describe", {})
 
 
-def render_status(status: dict[str, Any]) -> Iterator[str]:
+def render_cluster_status(status: dict[str, Any]) -> Iterator[str]:
     voters = ", ".join(str(v) for v in status["voters"])
     yield (
         f"controllers: {voters}; active {status['controller']} "
@@ -128,7 +128,7 @@ def wait_healthy(cluster: LocalCluster, timeout_s: float) -> bool:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:
-            if healthy(describe_cluster(data_dir=cluster.directory, controllers=None)):
+            if healthy(fetch_cluster_status(data_dir=cluster.directory, controllers=None)):
                 return True
         except ToolError:
             pass

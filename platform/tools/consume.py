@@ -40,14 +40,14 @@ from confluent_kafka import (
 )
 
 from eventplatform.tools.arguments import ClusterSettings
-from eventplatform.tools.cluster import (
+from eventplatform.tools.errors import InvalidInputError, KafkaRequestError
+from eventplatform.tools.kafka_clients import (
     client_settings,
-    cluster_error,
     describe_error,
     kafka_error_of,
+    request_error,
     translated_errors,
 )
-from eventplatform.tools.errors import ClusterError, InvalidInputError
 
 POLL_INTERVAL_S = 0.2
 ANONYMOUS_GROUP = "eventplatform-cli-unsubscribed"  # required by librdkafka, never joined
@@ -187,7 +187,7 @@ def consume_records(
 ) -> int:
     """Write records until ``max_messages``, an idle timeout or Ctrl-C; return how many.
 
-    Raises :class:`ClusterError` when the topic does not exist, the cluster
+    Raises :class:`KafkaRequestError` when the topic does not exist, the cluster
     cannot be reached, or the consumer hits an error it cannot recover from.
     """
     check_options(options)
@@ -216,8 +216,8 @@ def topic_partitions(consumer: Consumer, cluster: ClusterSettings, topic: str) -
     found = metadata.topics.get(topic)
     if found is None or found.error is not None:
         if found is not None and found.error.code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
-            raise ClusterError(f"cannot consume from {topic!r}: {describe_error(found.error)}")
-        raise ClusterError(f"topic {topic!r} does not exist", code="UNKNOWN_TOPIC_OR_PART")
+            raise KafkaRequestError(f"cannot consume from {topic!r}: {describe_error(found.error)}")
+        raise KafkaRequestError(f"topic {topic!r} does not exist", code="UNKNOWN_TOPIC_OR_PART")
     return sorted(found.partitions)
 
 
@@ -301,7 +301,7 @@ def copy_records(
                 if error.code() == KafkaError._PARTITION_EOF:
                     continue
                 action = f"cannot consume from {options.topic!r}"
-                raise ClusterError(f"{action}: {describe_error(error)}", code=error.name())
+                raise KafkaRequestError(f"{action}: {describe_error(error)}", code=error.name())
             record = consumed_record(message)
             write(format_record(record, options.output_format, options.key_separator))
             if options.group is not None:
@@ -322,4 +322,4 @@ def commit_final(consumer: Consumer, cluster: ClusterSettings, group: str) -> No
         if error is not None and error.code() == KafkaError._NO_OFFSET:
             return
         action = f"cannot commit offsets of group {group!r}"
-        raise cluster_error(cluster, action, exception) from exception
+        raise request_error(cluster, action, exception) from exception

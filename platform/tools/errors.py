@@ -4,11 +4,11 @@
 
     ToolError                    the command failed; the CLI prints the message, exits 1
      ├── InvalidInputError       an argument or input the tools reject before any request
-     ├── ClusterError            the cluster refused a request or could not be reached
+     ├── KafkaRequestError       the cluster refused a request or could not be reached
      └── GroupActiveError        a group with live members cannot have its offsets reset
 
 Errors raised by confluent-kafka are translated at the boundary
-(``raise ClusterError(...) from exc``), so callers never see a
+(``raise KafkaRequestError(...) from exc``), so callers never see a
 ``KafkaException``.
 """
 
@@ -23,7 +23,7 @@ class InvalidInputError(ToolError):
     """An argument or an input line that no request could satisfy."""
 
 
-class ClusterError(ToolError):
+class KafkaRequestError(ToolError):
     """The cluster answered with an error, or no answer came in time.
 
     ``code`` is the Kafka error name (``TOPIC_ALREADY_EXISTS``) or

@@ -19,7 +19,8 @@ from confluent_kafka import ConsumerGroupState, ConsumerGroupTopicPartitions, To
 from confluent_kafka.admin import AdminClient, ConsumerGroupDescription, OffsetSpec
 
 from eventplatform.tools.arguments import ClusterSettings, parse_timestamp_ms
-from eventplatform.tools.cluster import (
+from eventplatform.tools.errors import GroupActiveError, InvalidInputError, KafkaRequestError
+from eventplatform.tools.kafka_clients import (
     EARLIEST,
     LATEST,
     admin_client,
@@ -28,7 +29,6 @@ from eventplatform.tools.cluster import (
     topic_partition_ids,
     wait_for,
 )
-from eventplatform.tools.errors import ClusterError, GroupActiveError, InvalidInputError
 from eventplatform.tools.tables import format_table
 
 Echo = Callable[[str], Any]
@@ -258,7 +258,7 @@ def list_groups(cluster: ClusterSettings, *, echo: Echo) -> None:
     future = admin.list_consumer_groups(request_timeout=cluster.request_timeout_s)
     result = wait_for(future, cluster, "cannot list consumer groups")
     if result.errors:
-        raise ClusterError(f"cannot list consumer groups: {describe_error(result.errors[0])}")
+        raise KafkaRequestError(f"cannot list consumer groups: {describe_error(result.errors[0])}")
     states = {listing.group_id: state_name(listing.state) for listing in result.valid}
     if not states:
         echo("no consumer groups")
@@ -289,7 +289,7 @@ def fetch_group(
         description: ConsumerGroupDescription = wait_for(
             futures[group], cluster, f"cannot describe group {group!r}"
         )
-    except ClusterError as error:
+    except KafkaRequestError as error:
         if error.code == "GROUP_ID_NOT_FOUND":
             return None
         raise
@@ -311,7 +311,7 @@ def committed_offsets(
     offsets: dict[TopicPartitionKey, int | None] = {}
     for entry in result.topic_partitions or []:
         if entry.error is not None:
-            raise ClusterError(
+            raise KafkaRequestError(
                 f"cannot read the offset of group {group!r} on {entry.topic}[{entry.partition}]: "
                 f"{describe_error(entry.error)}"
             )
@@ -328,7 +328,7 @@ def describe_group(cluster: ClusterSettings, group: str, *, echo: Echo) -> None:
     committed = committed_offsets(admin, cluster, group)
     members = member_summaries(description)
     if not members and not committed and group_state(description) in INACTIVE_STATES:
-        raise ClusterError(f"group {group!r} does not exist", code="GROUP_ID_NOT_FOUND")
+        raise KafkaRequestError(f"group {group!r} does not exist", code="GROUP_ID_NOT_FOUND")
     owners = {key: member.member_id for member in members for key in member.assignment}
     keys = set(committed) | set(owners)
     log_ends: dict[TopicPartitionKey, int] = {}
@@ -460,7 +460,7 @@ def commit_offsets(
     result = wait_for(futures[group], cluster, f"cannot reset the offsets of group {group!r}")
     for entry in result.topic_partitions or []:
         if entry.error is not None:
-            raise ClusterError(
+            raise KafkaRequestError(
                 f"cannot reset the offset of group {group!r} on {entry.topic}[{entry.partition}]: "
                 f"{describe_error(entry.error)}"
             )

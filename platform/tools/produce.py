@@ -2,11 +2,10 @@
 
 Records go through a confluent-kafka ``Producer`` with librdkafka's
 ``murmur2_random`` partitioner, so a keyed record lands on the partition
-:func:`eventplatform.partitioner.partition_for_key` names, the same one the
-Java producer picks. A line is ``value`` or, with a key separator,
-``key<separator>value`` split at the first separator; a line without the
-separator has no key. Line endings (``\\n`` or ``\\r\\n``) are not part of
-the value.
+the Java producer picks: ``(murmur2(key) & 0x7fffffff) % partitions``. A
+line is ``value`` or, with a key separator, ``key<separator>value`` split at
+the first separator; a line without the separator has no key. Line endings
+(``\\n`` or ``\\r\\n``) are not part of the value.
 
 Every record gets a delivery report. Failures are reported one line each
 (the first :data:`FAILURES_SHOWN_MAX`) as they arrive, and the command
@@ -28,13 +27,13 @@ from eventplatform.tools.arguments import (
     DELIVERY_TIMEOUT_S_DEFAULT,
     ClusterSettings,
 )
-from eventplatform.tools.cluster import (
+from eventplatform.tools.errors import InvalidInputError, KafkaRequestError
+from eventplatform.tools.kafka_clients import (
     client_settings,
     describe_error,
     kafka_error_of,
     translated_errors,
 )
-from eventplatform.tools.errors import ClusterError, InvalidInputError
 
 PARTITIONER = "murmur2_random"
 LINGER_MS = 5
@@ -46,7 +45,7 @@ ANY_PARTITION = -1  # librdkafka's RD_KAFKA_PARTITION_UA: the partitioner decide
 Report = Callable[[str], Any]
 
 
-class DeliveryFailedError(ClusterError):
+class DeliveryFailedError(KafkaRequestError):
     """Some records were not written; each was already reported on its own line."""
 
 
@@ -127,7 +126,7 @@ def produce_lines(
 ) -> int:
     """Produce one record per line and wait for every delivery report.
 
-    Returns the number of records written. Raises :class:`ClusterError`
+    Returns the number of records written. Raises :class:`KafkaRequestError`
     when the cluster cannot be reached or the partition does not exist,
     and :class:`DeliveryFailedError` when any record was not delivered.
     """

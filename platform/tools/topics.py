@@ -25,13 +25,13 @@ from confluent_kafka.admin import (
 )
 
 from eventplatform.tools.arguments import ClusterSettings
-from eventplatform.tools.cluster import (
+from eventplatform.tools.errors import InvalidInputError, KafkaRequestError
+from eventplatform.tools.kafka_clients import (
     admin_client,
     fetch_topic_description,
     translated_errors,
     wait_for,
 )
-from eventplatform.tools.errors import ClusterError, InvalidInputError
 from eventplatform.tools.tables import format_table
 
 Echo = Callable[[str], Any]
@@ -259,8 +259,8 @@ def delete_topic(cluster: ClusterSettings, topic: str, *, echo: Echo) -> None:
     )
     try:
         wait_for(futures[topic], cluster, f"cannot delete topic {topic!r}")
-    except ClusterError as error:
+    except KafkaRequestError as error:
         if error.code == "UNKNOWN_TOPIC_OR_PART":
-            raise ClusterError(f"topic {topic!r} does not exist", code=error.code) from error
+            raise KafkaRequestError(f"topic {topic!r} does not exist", code=error.code) from error
         raise
     echo(f"deleted topic {topic}")

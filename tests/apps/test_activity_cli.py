@@ -7,9 +7,7 @@ import uuid
 from pathlib import Path
 
 import activity_dataset as data
-from broker_process import BrokerProcess, running_broker
 from click.testing import CliRunner
-from database_fixtures import fresh_database
 from projection_threads import apply_all
 
 from eventplatform.apps.activity_tracking import app
@@ -19,6 +17,7 @@ from eventplatform.cli import main
 from eventplatform.events import EventRef, Position
 from eventplatform.projections import migrate
 from eventplatform.projections.kafka import log_ends
+from eventplatform.testing import BrokerProcess, fresh_database, running_broker
 
 RETRACT_TIMEOUT_S = 180.0
 

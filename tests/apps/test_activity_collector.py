@@ -13,12 +13,12 @@ import activity_dataset as data
 import orjson
 import pytest
 import trio
-from broker_process import BrokerProcess, running_broker
 from confluent_kafka import Consumer, TopicPartition
 
 from eventplatform.apps.activity_tracking.collector import BEACONS_PATH, Collector
 from eventplatform.apps.activity_tracking.events import TOPIC
 from eventplatform.events import EventProducer
+from eventplatform.testing import BrokerProcess, running_broker
 
 START_TIMEOUT_S = 30.0
 HTTP_TIMEOUT_S = 30.0

@@ -13,8 +13,6 @@ from pathlib import Path
 import activity_dataset as data
 import pytest
 from activity_reference import expected_views
-from broker_process import BrokerProcess, running_broker
-from database_fixtures import fresh_database
 from projection_threads import apply_all
 
 from eventplatform.apps.activity_tracking import app
@@ -23,6 +21,7 @@ from eventplatform.apps.activity_tracking.events import PageViewed
 from eventplatform.apps.activity_tracking.simulator import TrafficShape, TrafficSimulator
 from eventplatform.events import EventProducer, EventRef
 from eventplatform.projections import migrate
+from eventplatform.testing import BrokerProcess, fresh_database, running_broker
 
 SIM_START = datetime(2026, 11, 21, 13, 0, tzinfo=UTC)
 SIM_END = datetime(2026, 11, 21, 14, 0, tzinfo=UTC)

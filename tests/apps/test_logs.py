@@ -12,9 +12,7 @@ from typing import Any
 import confluent_kafka
 import logs_reference as reference
 import pytest
-from broker_process import running_broker
 from confluent_kafka.admin import AdminClient, ConfigResource
-from database_fixtures import fresh_database
 from projection_threads import apply_all
 
 from eventplatform.apps.log_aggregation import app
@@ -26,6 +24,7 @@ from eventplatform.apps.log_aggregation.retention import RETENTION_MS, ensure_to
 from eventplatform.apps.log_aggregation.simulator import LogShape, LogSimulator
 from eventplatform.events import EventProducer
 from eventplatform.projections import migrate
+from eventplatform.testing import fresh_database, running_broker
 
 BROKER_OVERRIDES = ["num.partitions=3", "group.initial.rebalance.delay.ms=0"]
 APPLY_TIMEOUT_S = 180.0

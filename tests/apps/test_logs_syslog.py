@@ -11,8 +11,6 @@ from pathlib import Path
 
 import pytest
 import trio
-from broker_process import running_broker
-from database_fixtures import fresh_database
 from sqlalchemy import text
 
 from eventplatform.apps.log_aggregation import app
@@ -30,6 +28,7 @@ from eventplatform.events import EventProducer
 from eventplatform.projections import migrate
 from eventplatform.projections.database import create_store_engine
 from eventplatform.runtime import running_projections, wait_caught_up
+from eventplatform.testing import fresh_database, running_broker
 
 NOW = datetime(2026, 11, 20, 9, 0, tzinfo=UTC)
 DRAIN_TIMEOUT_S = 30.0

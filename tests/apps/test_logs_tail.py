@@ -11,8 +11,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from broker_process import running_broker
-from database_fixtures import fresh_database
 from sqlalchemy import text
 
 from eventplatform.apps.log_aggregation import app
@@ -24,6 +22,7 @@ from eventplatform.events import EventProducer
 from eventplatform.projections import migrate
 from eventplatform.projections.database import create_store_engine
 from eventplatform.runtime import running_projections, wait_caught_up
+from eventplatform.testing import fresh_database, running_broker
 
 NOW = datetime(2026, 11, 20, 9, 0, tzinfo=UTC)
 FOLLOW_TIMEOUT_S = 60.0
@@ -208,6 +207,6 @@ def _messages(url: str) -> Counter[str]:
 
 
 def _wait(condition: object, timeout_s: float = FOLLOW_TIMEOUT_S) -> None:
-    from broker_process import wait_until
+    from eventplatform.testing import wait_until
 
     assert wait_until(condition, timeout_s)

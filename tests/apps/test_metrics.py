@@ -12,8 +12,6 @@ from typing import Any
 import metrics_reference as reference
 import pytest
 from activity_dataset import number
-from broker_process import running_broker
-from database_fixtures import fresh_database
 from projection_threads import apply_all
 
 from eventplatform.apps.metrics import app
@@ -25,6 +23,7 @@ from eventplatform.apps.metrics.sketch import representative
 from eventplatform.events import EventProducer
 from eventplatform.projections import migrate
 from eventplatform.projections.query import find_named_query, named_parameters, run_named_query
+from eventplatform.testing import fresh_database, running_broker
 
 BROKER_OVERRIDES = ["num.partitions=3", "group.initial.rebalance.delay.ms=0"]
 CORRECTION_TIMEOUT_S = 180.0

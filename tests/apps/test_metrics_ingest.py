@@ -16,8 +16,6 @@ from typing import Any, ClassVar
 import metrics_reference as reference
 import pytest
 import trio
-from broker_process import BrokerProcess, running_broker
-from database_fixtures import fresh_database
 from projection_threads import running_projection
 
 from eventplatform.apps.metrics import app
@@ -42,6 +40,7 @@ from eventplatform.apps.metrics.statsd import (
 from eventplatform.events import EventProducer
 from eventplatform.projections import migrate
 from eventplatform.runtime import wait_caught_up
+from eventplatform.testing import BrokerProcess, fresh_database, running_broker
 
 NOW = datetime(2026, 11, 20, 10, 0, 0, tzinfo=UTC)
 DRAIN_TIMEOUT_S = 30.0

@@ -6,9 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from broker_process import running_broker
 from click.testing import CliRunner
-from database_fixtures import fresh_database
 
 from eventplatform.apps.log_aggregation import app as logs
 from eventplatform.apps.log_aggregation.events import TOPIC as LOGS_TOPIC
@@ -18,6 +16,7 @@ from eventplatform.cli import main
 from eventplatform.projections import migrate
 from eventplatform.projections.query import run_query
 from eventplatform.runtime import running_projections, wait_caught_up
+from eventplatform.testing import fresh_database, running_broker
 
 APPLY_TIMEOUT_S = 120.0
 

@@ -8,20 +8,17 @@ from __future__ import annotations
 
 import multiprocessing
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-
-from clients import Latencies, Schedule
-from peers import PRIME, STOP, System
-from suite import with_overrides
-from suite_report import BEGIN, END, validate, write_report
-from suite_steps import QUICK, Children
+from bench.clients import Latencies, Schedule
+from bench.peers import PRIME, STOP, System
+from bench.suite import with_overrides
+from bench.suite_report import BEGIN, END, validate, write_report
+from bench.suite_steps import QUICK, Children
 
 
 def test_a_late_sender_gets_every_due_record_stamped_with_its_intended_time() -> None:

@@ -19,11 +19,11 @@ from cluster_requests import ask, fetch_body, partition_metadata
 from cluster_workload import create_topic, wait_healed
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from eventplatform.log.cluster.local import LocalCluster
 from eventplatform.log.protocol import ErrorCode
 from eventplatform.log.protocol.apis import FETCH, INIT_PRODUCER_ID, PRODUCE
 from eventplatform.log.storage.record_batch import Record, encode_batch
-from eventplatform.tools.cluster_status import describe_cluster
+from eventplatform.testing import LocalCluster
+from eventplatform.tools.cluster_status import fetch_cluster_status
 
 
 @pytest.fixture(scope="module")
@@ -124,7 +124,7 @@ def test_controlled_shutdown_moves_leadership_before_the_broker_stops(
 
 def test_status_shows_the_cluster(cluster: LocalCluster) -> None:
     wait_healed(cluster)
-    status = describe_cluster(data_dir=cluster.directory, controllers=None)
+    status = fetch_cluster_status(data_dir=cluster.directory, controllers=None)
     assert sorted(b["broker"] for b in status["brokers"]) == [1, 2, 3]
     output = subprocess.run(
         [str(cluster.platform), "cluster", "status", "--data-dir", str(cluster.directory)],
@@ -151,7 +151,7 @@ def test_a_topic_change_is_answered_once_every_broker_has_it(cluster: LocalClust
     # session, so it stays live) while another is asked: the answer waits until the paused
     # one has the change, so a client that then asks it finds it
     pause_s = 1.0
-    controller = describe_cluster(data_dir=cluster.directory, controllers=None)["controller"]
+    controller = fetch_cluster_status(data_dir=cluster.directory, controllers=None)["controller"]
     lagging, asked = (n for n in (1, 2, 3) if n != controller)
     admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{cluster.nodes[asked].kafka_port}"})
     admin.list_topics(timeout=10)

@@ -12,9 +12,9 @@ from cluster_requests import ask
 from cluster_workload import create_topic
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from eventplatform.log.cluster.local import LocalCluster
 from eventplatform.log.protocol import ErrorCode
 from eventplatform.log.protocol.apis import CREATE_TOPICS, METADATA
+from eventplatform.testing import LocalCluster
 
 TIMEOUT_S = 15.0
 OPEN_FILES_LIMIT = 512

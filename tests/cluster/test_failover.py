@@ -27,7 +27,7 @@ from cluster_workload import (
 )
 from confluent_kafka import Consumer
 
-from eventplatform.log.cluster.local import LocalCluster
+from eventplatform.testing import LocalCluster
 
 TOPIC = "chaos"
 PARTITIONS = 3

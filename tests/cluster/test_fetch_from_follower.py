@@ -18,11 +18,11 @@ from cluster_requests import ask, fetch_body, partition_metadata
 from cluster_workload import create_topic, producer
 from confluent_kafka import Consumer, TopicPartition
 
-from eventplatform.log.cluster.local import LocalCluster
 from eventplatform.log.protocol import ErrorCode
 from eventplatform.log.protocol.apis import FETCH
 from eventplatform.log.replica.selector import NO_PREFERENCE, RACK_AWARE
 from eventplatform.log.storage.record_batch import split_batches
+from eventplatform.testing import LocalCluster
 
 TOPIC = "near"
 RECORDS = 300

@@ -14,14 +14,14 @@ from pathlib import Path
 
 from cluster_workload import AckedLog, check_acked, create_topic, leaders, producer, read_partitions
 
-from eventplatform.log.cluster.local import LocalCluster
-from eventplatform.tools.cluster_status import describe_cluster
+from eventplatform.testing import LocalCluster
+from eventplatform.tools.cluster_status import fetch_cluster_status
 
 TOPIC = "isolated"
 
 
 def partition_state(cluster: LocalCluster) -> dict[str, object]:
-    status = describe_cluster(data_dir=cluster.directory, controllers=None)
+    status = fetch_cluster_status(data_dir=cluster.directory, controllers=None)
     state: dict[str, object] = status["topics"][TOPIC]["partitions"][0]
     return state
 

@@ -15,9 +15,9 @@ from pathlib import Path
 from cluster_workload import create_topic
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-from eventplatform.log.cluster.local import LocalCluster
 from eventplatform.log.groups.records import OFFSETS_TOPIC, partition_for
-from eventplatform.tools.cluster_status import describe_cluster
+from eventplatform.testing import LocalCluster
+from eventplatform.tools.cluster_status import fetch_cluster_status
 from eventplatform.tools.errors import ToolError
 
 TOPIC = "committed"
@@ -38,7 +38,7 @@ def group_consumer(bootstrap: str) -> Consumer:
 
 
 def offsets_partition(cluster: LocalCluster) -> dict[str, object]:
-    status = describe_cluster(data_dir=cluster.directory, controllers=None)
+    status = fetch_cluster_status(data_dir=cluster.directory, controllers=None)
     partitions = status["topics"][OFFSETS_TOPIC]["partitions"]
     partition: dict[str, object] = partitions[partition_for(GROUP, len(partitions))]
     return partition

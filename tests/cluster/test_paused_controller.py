@@ -12,7 +12,7 @@ from typing import Any
 
 from cluster_workload import create_topic
 
-from eventplatform.log.cluster.local import LocalCluster
+from eventplatform.testing import LocalCluster
 from eventplatform.tools.cluster_status import call_controller, wait_healthy
 from eventplatform.tools.errors import ToolError
 

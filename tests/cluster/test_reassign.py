@@ -30,8 +30,8 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 
 from eventplatform.cli import main
-from eventplatform.log.cluster.local import LocalCluster
-from eventplatform.tools.cluster_status import describe_cluster
+from eventplatform.testing import LocalCluster
+from eventplatform.tools.cluster_status import fetch_cluster_status
 
 BROKERS = 4
 WAIT_TIMEOUT_S = 30.0
@@ -77,7 +77,7 @@ def reassign(cluster: LocalCluster, *arguments: str) -> Result:
 
 
 def partition_state(cluster: LocalCluster, topic: str, partition: int = 0) -> dict[str, Any]:
-    status = describe_cluster(data_dir=cluster.directory, controllers=None)
+    status = fetch_cluster_status(data_dir=cluster.directory, controllers=None)
     state: dict[str, Any] = status["topics"][topic]["partitions"][partition]
     return state
 
@@ -234,7 +234,10 @@ def test_a_stalled_reassignment_is_listed_refuses_another_and_cancels(
 def test_bad_input_is_refused_and_changes_nothing(
     cluster: LocalCluster, arguments: tuple[str, ...], message: str
 ) -> None:
-    if "checked" not in describe_cluster(data_dir=cluster.directory, controllers=None)["topics"]:
+    if (
+        "checked"
+        not in fetch_cluster_status(data_dir=cluster.directory, controllers=None)["topics"]
+    ):
         create_topic(cluster.bootstrap, "checked", 1, 2)
     before = partition_state(cluster, "checked")
     result = reassign(cluster, *arguments)
@@ -270,7 +273,10 @@ def test_bad_input_is_refused_and_changes_nothing(
 def test_a_bad_plan_is_refused_and_changes_nothing(
     cluster: LocalCluster, tmp_path: Path, plan: str, message: str
 ) -> None:
-    if "checked" not in describe_cluster(data_dir=cluster.directory, controllers=None)["topics"]:
+    if (
+        "checked"
+        not in fetch_cluster_status(data_dir=cluster.directory, controllers=None)["topics"]
+    ):
         create_topic(cluster.bootstrap, "checked", 1, 2)
     before = partition_state(cluster, "checked")
     path = tmp_path / "plan.json"
@@ -328,11 +334,11 @@ def test_a_new_active_controller_completes_a_reassignment(tmp_path: Path) -> Non
         result = reassign(cluster, topic, "--partition", "0", "--replicas", f"{target[0]},{spare}")
         assert result.exit_code == 0, result.output
 
-        active = describe_cluster(data_dir=cluster.directory, controllers=None)["controller"]
+        active = fetch_cluster_status(data_dir=cluster.directory, controllers=None)["controller"]
         cluster.kill(active)
         wait_for(
             lambda: (
-                describe_cluster(data_dir=cluster.directory, controllers=None)["controller"]
+                fetch_cluster_status(data_dir=cluster.directory, controllers=None)["controller"]
                 != active
             ),
             WAIT_TIMEOUT_S,

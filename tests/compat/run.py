@@ -32,10 +32,9 @@ from pathlib import Path
 
 import orjson
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
-
-from broker_process import BrokerProcess
-from librdkafka_suite import (
+from eventplatform.log.replica.selector import RACK_AWARE
+from eventplatform.testing import BrokerProcess, LocalCluster
+from tests.compat.librdkafka_suite import (
     CRASHED,
     FAILED,
     TIMED_OUT,
@@ -48,9 +47,6 @@ from librdkafka_suite import (
     runs,
     verdicts,
 )
-
-from eventplatform.log.cluster.local import LocalCluster
-from eventplatform.log.replica.selector import RACK_AWARE
 
 HERE = Path(__file__).resolve().parent
 EXPECTATIONS = HERE / "expectations.toml"

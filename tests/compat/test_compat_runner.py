@@ -10,7 +10,8 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-from librdkafka_suite import (
+
+from tests.compat.librdkafka_suite import (
     FAILED,
     PASSED,
     REASONS,

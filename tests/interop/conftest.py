@@ -17,8 +17,14 @@ import re
 from collections.abc import Callable, Iterator, Mapping
 
 import pytest
-from broker_process import BrokerProcess, ClusterBrokers, running_broker, running_cluster
 from confluent_kafka.admin import AdminClient, NewTopic
+
+from eventplatform.testing import (
+    BrokerProcess,
+    LocalClusterBroker,
+    running_broker,
+    running_local_cluster,
+)
 
 ADMIN_TIMEOUT_S = 30.0
 BROKER_OVERRIDES = (
@@ -47,13 +53,13 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 @pytest.fixture(scope="module")
 def broker(
     tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
-) -> Iterator[BrokerProcess | ClusterBrokers]:
+) -> Iterator[BrokerProcess | LocalClusterBroker]:
     nodes = getattr(request, "param", 1)
-    process: BrokerProcess | ClusterBrokers
+    process: BrokerProcess | LocalClusterBroker
     if nodes == 1:
         context = running_broker(tmp_path_factory.mktemp("broker"), BROKER_OVERRIDES)
     else:
-        context = running_cluster(tmp_path_factory.mktemp("cluster"), BROKER_OVERRIDES)
+        context = running_local_cluster(tmp_path_factory.mktemp("cluster"), BROKER_OVERRIDES)
     with context as process:
         yield process
         assert process.process is not None
@@ -64,7 +70,7 @@ def broker(
 
 
 @pytest.fixture(scope="module")
-def admin(broker: BrokerProcess | ClusterBrokers) -> AdminClient:
+def admin(broker: BrokerProcess | LocalClusterBroker) -> AdminClient:
     return AdminClient({"bootstrap.servers": broker.bootstrap})
 
 

@@ -13,8 +13,9 @@ from collections.abc import Callable
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
-from broker_process import BrokerProcess
 from confluent_kafka import Producer
+
+from eventplatform.testing import BrokerProcess
 
 WAIT_S = 30.0
 

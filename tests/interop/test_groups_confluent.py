@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from broker_process import BrokerProcess, running_broker
 from confluent_kafka import (
     Consumer,
     ConsumerGroupState,
@@ -31,6 +30,8 @@ from confluent_kafka import (
     TopicPartition,
 )
 from confluent_kafka.admin import AdminClient, NewTopic
+
+from eventplatform.testing import BrokerProcess, running_broker
 
 SESSION_TIMEOUT_MS = 6_000
 HEARTBEAT_INTERVAL_MS = 500

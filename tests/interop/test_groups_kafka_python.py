@@ -11,10 +11,11 @@ import time
 from collections.abc import Callable, Iterator
 
 import pytest
-from broker_process import BrokerProcess
 from confluent_kafka import Producer
 from kafka import KafkaConsumer, OffsetAndMetadata, TopicPartition
 from kafka.errors import CommitFailedError, RebalanceInProgressError
+
+from eventplatform.testing import BrokerProcess
 
 SESSION_TIMEOUT_MS = 6_000
 WAIT_S = 30.0

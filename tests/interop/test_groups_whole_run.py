@@ -37,7 +37,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from broker_process import BrokerProcess
 from confluent_kafka import (
     Consumer,
     KafkaError,
@@ -47,6 +46,8 @@ from confluent_kafka import (
     TopicPartition,
 )
 from confluent_kafka.admin import AdminClient, NewTopic
+
+from eventplatform.testing import BrokerProcess
 
 TOPIC = "whole-run"
 GROUP = "whole-run-group"

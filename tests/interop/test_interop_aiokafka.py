@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
-from broker_process import BrokerProcess
+from partitioner import partition_for_key
 
-from eventplatform.partitioner import partition_for_key
+from eventplatform.testing import BrokerProcess
 
 TIMEOUT_S = 60.0
 PARTITIONS = 3

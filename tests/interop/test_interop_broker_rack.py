@@ -9,9 +9,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from broker_process import BrokerProcess, ClusterBrokers, running_broker, running_cluster
 from confluent_kafka.admin import AdminClient, ConfigResource
 from confluent_records import ADMIN_TIMEOUT_S
+
+from eventplatform.testing import (
+    BrokerProcess,
+    LocalClusterBroker,
+    running_broker,
+    running_local_cluster,
+)
 
 BROKER_NODES = ()  # this module brings its own brokers
 RACK = "rack-a"
@@ -20,18 +26,18 @@ RACK = "rack-a"
 @pytest.fixture(scope="module", params=[1, 3], ids=["1-node", "3-node"])
 def racked(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[BrokerProcess | ClusterBrokers]:
+) -> Iterator[BrokerProcess | LocalClusterBroker]:
     directory: Path = tmp_path_factory.mktemp("racked")
     overrides = (f"broker.rack={RACK}",)
     if request.param == 1:
         with running_broker(directory, overrides) as broker:
             yield broker
     else:
-        with running_cluster(directory, overrides) as cluster:
+        with running_local_cluster(directory, overrides) as cluster:
             yield cluster
 
 
-def test_every_broker_reports_its_rack(racked: BrokerProcess | ClusterBrokers) -> None:
+def test_every_broker_reports_its_rack(racked: BrokerProcess | LocalClusterBroker) -> None:
     admin = AdminClient({"bootstrap.servers": racked.bootstrap})
     nodes = admin.describe_cluster().result(timeout=ADMIN_TIMEOUT_S).nodes
     assert nodes and {node.rack for node in nodes} == {RACK}

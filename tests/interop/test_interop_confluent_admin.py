@@ -12,7 +12,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from broker_process import BrokerProcess, running_broker
 from confluent_kafka import (
     KafkaError,
     KafkaException,
@@ -39,6 +38,8 @@ from confluent_records import (
     oversize_record,
     produce,
 )
+
+from eventplatform.testing import BrokerProcess, running_broker
 
 # ---------------------------------------------------------------- admin
 

@@ -14,7 +14,6 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from broker_process import BrokerProcess
 from confluent_kafka import (
     OFFSET_BEGINNING,
     OFFSET_END,
@@ -42,6 +41,8 @@ from confluent_records import (
     oversize_record,
     produce,
 )
+
+from eventplatform.testing import BrokerProcess
 
 # ---------------------------------------------------------------- fetch
 

@@ -13,13 +13,14 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from broker_process import BrokerProcess
 from confluent_kafka import ConsumerGroupState, ConsumerGroupType, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 from confluent_records import ADMIN_TIMEOUT_S, make_consumer
 from kafka import TopicPartition as KafkaPythonPartition
 from kafka.admin import KafkaAdminClient
 from kafka.errors import GroupSubscribedToTopicError, NoError
+
+from eventplatform.testing import BrokerProcess
 
 ASSIGNMENT_TIMEOUT_S = 30.0
 

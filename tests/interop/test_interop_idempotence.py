@@ -25,7 +25,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from broker_process import BrokerProcess, running_broker
 from confluent_kafka import (
     OFFSET_BEGINNING,
     Consumer,
@@ -44,6 +43,7 @@ from eventplatform.log.protocol import (
 )
 from eventplatform.log.protocol.apis import APIS, METADATA, PRODUCE
 from eventplatform.log.storage.record_batch import split_batches
+from eventplatform.testing import BrokerProcess, running_broker
 
 TOPIC = "idempotence"
 RECORD_COUNT = 200

@@ -15,10 +15,10 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import pytest
-from broker_process import BrokerProcess
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from partitioner import partition_for_key
 
-from eventplatform.partitioner import partition_for_key
+from eventplatform.testing import BrokerProcess
 
 SEND_TIMEOUT_S = 30.0
 POLL_TIMEOUT_S = 60.0

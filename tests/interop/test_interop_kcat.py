@@ -17,8 +17,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import pytest
-from broker_process import BrokerProcess
 from confluent_kafka import Producer
+
+from eventplatform.testing import BrokerProcess
 
 KCAT = shutil.which("kcat") or "/usr/bin/kcat"
 KCAT_TIMEOUT_S = 30.0

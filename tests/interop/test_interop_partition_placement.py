@@ -20,7 +20,6 @@ from typing import Any
 
 import kafka.errors
 import pytest
-from broker_process import BrokerProcess, wait_until
 from confluent_kafka import (
     Consumer,
     ConsumerGroupTopicPartitions,
@@ -39,6 +38,7 @@ from kafka.admin import KafkaAdminClient
 
 from eventplatform.log.protocol import decode_response, encode_request
 from eventplatform.log.protocol.apis import LIST_OFFSETS
+from eventplatform.testing import BrokerProcess, wait_until
 
 ADMIN_TIMEOUT_S = 30.0
 CONSUME_TIMEOUT_S = 30.0

@@ -13,7 +13,6 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from broker_process import BrokerProcess
 from confluent_kafka import (
     ConsumerGroupState,
     KafkaError,
@@ -24,6 +23,8 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AclOperation, AdminClient
 from confluent_records import ADMIN_TIMEOUT_S, make_consumer
+
+from eventplatform.testing import BrokerProcess
 
 BROKER_NODES = (1,)
 DELIVERY_TIMEOUT_S = 30.0

@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from broker_process import BrokerProcess, running_broker, wait_until
 from confluent_kafka import (
     OFFSET_BEGINNING,
     OFFSET_INVALID,
@@ -31,6 +30,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from eventplatform.log.broker.dispatcher import HANDLER_MODULES
 from eventplatform.log.storage.files import CLEAN_SHUTDOWN_FILE
+from eventplatform.testing import BrokerProcess, running_broker, wait_until
 
 TOPIC = "restart"
 PARTITIONS = 2

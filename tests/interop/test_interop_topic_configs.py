@@ -14,7 +14,6 @@ import time
 from collections.abc import Callable
 
 import pytest
-from broker_process import BrokerProcess, wait_until
 from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import (
     AdminClient,
@@ -26,6 +25,8 @@ from confluent_kafka.admin import (
 )
 from kafka.admin import ConfigResource as KafkaPythonConfigResource
 from kafka.admin import ConfigResourceType, KafkaAdminClient
+
+from eventplatform.testing import BrokerProcess, wait_until
 
 ADMIN_TIMEOUT_S = 30.0
 LONG_MAX = str(2**63 - 1)

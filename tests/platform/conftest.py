@@ -12,10 +12,10 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from broker_process import BrokerProcess, running_broker
 from click.testing import CliRunner, Result
 
 from eventplatform.cli import main
+from eventplatform.testing import BrokerProcess, running_broker
 
 BROKER_OVERRIDES = ("group.initial.rebalance.delay.ms=0",)
 REQUEST_TIMEOUT_S = "10"

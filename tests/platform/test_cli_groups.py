@@ -11,8 +11,9 @@ from typing import TYPE_CHECKING
 from confluent_kafka import Consumer
 
 if TYPE_CHECKING:
-    from broker_process import BrokerProcess
     from conftest import Platform
+
+    from eventplatform.testing import BrokerProcess
 
 WAIT_S = "5"
 JOIN_TIMEOUT_S = 15.0

@@ -10,12 +10,12 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 from confluent_kafka import Producer
-
-from eventplatform.partitioner import partition_for_key
+from partitioner import partition_for_key
 
 if TYPE_CHECKING:
-    from broker_process import BrokerProcess
     from conftest import Platform
+
+    from eventplatform.testing import BrokerProcess
 
 WAIT_S = "5"  # idle timeout: a guard only; every read below also has --max-messages
 

@@ -12,8 +12,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from hypothesis import given
 from hypothesis import strategies as st
-
-from eventplatform.partitioner import (
+from partitioner import (
     murmur2,
     murmur2_random_partition,
     partition_for_key,
@@ -22,7 +21,7 @@ from eventplatform.partitioner import (
 )
 
 if TYPE_CHECKING:
-    from broker_process import BrokerProcess
+    from eventplatform.testing import BrokerProcess
 
 UNALIGNED = b"PreAmbleWillBeRemoved,ThePrePartThatIs"
 

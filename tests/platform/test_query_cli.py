@@ -16,7 +16,6 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner, Result
-from database_fixtures import fresh_database
 from sqlalchemy import func, select
 
 from eventplatform.apps.activity_tracking import app
@@ -25,6 +24,7 @@ from eventplatform.cli import main
 from eventplatform.projections import migrate
 from eventplatform.projections.database import create_store_engine
 from eventplatform.projections.query import QueryError, named_parameters, parse_duration
+from eventplatform.testing import fresh_database
 
 
 def now() -> datetime:

@@ -12,7 +12,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from database_fixtures import fresh_database
+
+from eventplatform.testing import fresh_database
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from broker_process import BrokerProcess, running_broker
 from correction_streams import (
     CONTRIBUTIONS,
     TRAIL_SEPARATOR,
@@ -46,6 +45,7 @@ from sqlalchemy import Engine, select
 from eventplatform.events import EventProducer, EventRef, Position
 from eventplatform.projections import migrate, schema
 from eventplatform.projections.database import create_store_engine
+from eventplatform.testing import BrokerProcess, running_broker
 
 PARTITIONS = 3
 BROKER_OVERRIDES = [f"num.partitions={PARTITIONS}", "group.initial.rebalance.delay.ms=0"]

@@ -33,7 +33,6 @@ from typing import Any
 
 import projection_test_app
 import pytest
-from broker_process import running_broker
 from confluent_kafka import ConsumerGroupState, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 from projection_test_app import TRAIL_SEPARATOR, Tick, label_totals, totals
@@ -47,6 +46,7 @@ from eventplatform.projections.errors import ApplyTimeoutError
 from eventplatform.projections.migrate import upgrade
 from eventplatform.projections.operations import wait_until_applied
 from eventplatform.projections.registry import checkpoints_of
+from eventplatform.testing import running_broker
 
 SEED = 20_250_611
 EVENTS = 200_000

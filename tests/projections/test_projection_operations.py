@@ -20,7 +20,6 @@ from typing import Any
 import projection_test_app
 import projection_threads
 import pytest
-from broker_process import BrokerProcess, running_broker
 from click.testing import CliRunner
 from projection_test_app import Tick, label_totals, tick_rows, totals, totals_projection
 from sqlalchemy import Table, select
@@ -39,6 +38,7 @@ from eventplatform.projections.operations import (
     wait_until_applied,
 )
 from eventplatform.projections_cli import projections
+from eventplatform.testing import BrokerProcess, running_broker
 
 NAME = totals_projection.name
 APP_OPTION = ("--app", "projection_test_app")

@@ -9,13 +9,13 @@ from pathlib import Path
 import psycopg
 import pytest
 from click.testing import CliRunner
-from database_fixtures import POSTGRES_ADMIN_URL, fresh_database
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
 from eventplatform.apps.activity_tracking import app
 from eventplatform.cli import main
 from eventplatform.projections import migrate
+from eventplatform.testing import POSTGRES_ADMIN_URL, fresh_database
 
 
 def test_a_reader_reads_every_table_and_writes_none(tmp_path: Path) -> None:

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from database_fixtures import fresh_database
+
+from eventplatform.testing import fresh_database
 
 SUPPORT = Path(__file__).resolve().parent.parent / "support"
 

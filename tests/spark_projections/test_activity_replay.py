@@ -8,8 +8,6 @@ from typing import Any
 
 import activity_dataset as data
 import pytest
-from broker_process import BrokerProcess
-from database_fixtures import fresh_database
 from projection_threads import apply_all
 from replay_databases import ranges
 
@@ -19,6 +17,7 @@ from eventplatform.events import EventRef
 from eventplatform.projections import migrate
 from eventplatform.projections.operations import projection_rows
 from eventplatform.spark_projections.replay import rebuild
+from eventplatform.testing import BrokerProcess, fresh_database
 
 
 def tables(url: str) -> dict[str, list[tuple[Any, ...]]]:

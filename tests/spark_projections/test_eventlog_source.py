@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from broker_process import BrokerProcess, running_broker
 from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -29,6 +28,7 @@ from eventplatform.spark_projections.errors import (
 from eventplatform.spark_projections.offsets import plan
 from eventplatform.spark_projections.read_paths import read_chunk, read_values
 from eventplatform.spark_projections.source import SCHEMA
+from eventplatform.testing import BrokerProcess, running_broker
 
 ADMIN_TIMEOUT_S = 30.0
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")

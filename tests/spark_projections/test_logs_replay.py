@@ -10,8 +10,6 @@ from typing import Any
 
 import logs_reference as reference
 import pytest
-from broker_process import running_broker
-from database_fixtures import fresh_database
 from projection_threads import apply_all
 from replay_databases import ranges
 
@@ -25,6 +23,7 @@ from eventplatform.events import EventProducer
 from eventplatform.projections import migrate
 from eventplatform.projections.operations import projection_rows
 from eventplatform.spark_projections.replay import rebuild
+from eventplatform.testing import fresh_database, running_broker
 
 APPLY_TIMEOUT_S = 180.0
 

@@ -11,8 +11,6 @@ from typing import Any
 
 import metrics_reference as reference
 import pytest
-from broker_process import running_broker
-from database_fixtures import fresh_database
 from projection_threads import apply_all
 from replay_databases import ranges
 
@@ -25,6 +23,7 @@ from eventplatform.apps.metrics.simulator import FleetShape, FleetSimulator
 from eventplatform.events import EventProducer
 from eventplatform.projections import migrate
 from eventplatform.spark_projections.replay import rebuild
+from eventplatform.testing import fresh_database, running_broker
 
 BEGIN = datetime(2026, 11, 20, 23, 45, tzinfo=UTC)  # across midnight: two days
 APPLY_TIMEOUT_S = 180.0

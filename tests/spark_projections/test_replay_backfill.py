@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from broker_process import BrokerProcess, running_broker
 from correction_streams import Append, Replace, Stream, declare_subject, run_until_applied
 from correction_streams import stored_tables as tables_of
 from replay_databases import checkpoints, databases, ranges, url_of
@@ -25,6 +24,7 @@ from eventplatform.events import EventProducer
 from eventplatform.projections.kafka import log_ends
 from eventplatform.spark_projections.backfill import backfill
 from eventplatform.spark_projections.replay import ReplayRange
+from eventplatform.testing import BrokerProcess, running_broker
 
 PARTITIONS = 3
 BATCH_SIZE = 5

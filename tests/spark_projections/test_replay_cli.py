@@ -15,7 +15,6 @@ from typing import Any
 
 import projection_test_app
 import pytest
-from broker_process import BrokerProcess, running_broker
 from click.testing import CliRunner, Result
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient
@@ -27,6 +26,7 @@ from eventplatform.projections import migrate, schema
 from eventplatform.projections.apps import APPS_ENV
 from eventplatform.projections.database import create_store_engine
 from eventplatform.replay_cli import replay
+from eventplatform.testing import BrokerProcess, running_broker
 
 NAME = totals_projection.name
 APP = ("--app", "projection_test_app")

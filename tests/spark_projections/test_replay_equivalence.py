@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from broker_process import BrokerProcess, running_broker
 from correction_streams import (
     Append,
     Operation,
@@ -44,6 +43,7 @@ from replay_databases import checkpoints, databases, ranges, url_of
 from eventplatform.events import EventProducer
 from eventplatform.spark_projections.backfill import backfill
 from eventplatform.spark_projections.replay import rebuild
+from eventplatform.testing import BrokerProcess, running_broker
 
 PARTITIONS = 3
 BROKER_OVERRIDES = [f"num.partitions={PARTITIONS}", "group.initial.rebalance.delay.ms=0"]

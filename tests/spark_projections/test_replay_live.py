@@ -21,8 +21,6 @@ from typing import Any
 
 import projection_test_app
 import pytest
-from broker_process import BrokerProcess, running_broker
-from database_fixtures import fresh_database
 from projection_test_app import Tick, label_totals, totals, totals_projection
 from projection_threads import apply_all, running_projection
 from sqlalchemy import Engine, create_engine, func, select
@@ -32,6 +30,7 @@ from eventplatform.projections import migrate
 from eventplatform.projections.database import create_store_engine
 from eventplatform.projections.operations import wait_until_applied
 from eventplatform.spark_projections.replay import ReplayRequest, plan_ranges, rebuild
+from eventplatform.testing import BrokerProcess, fresh_database, running_broker
 
 APPS = [projection_test_app.app]
 NAME = totals_projection.name

@@ -18,9 +18,7 @@ from typing import Any
 
 import projection_test_app
 import pytest
-from broker_process import BrokerProcess, running_broker
 from confluent_kafka import Producer
-from database_fixtures import fresh_database
 from projection_test_app import Tick, label_totals, totals, totals_projection
 from projection_threads import apply_all
 from replay_databases import ranges
@@ -30,6 +28,7 @@ from eventplatform.events import Correction, Envelope, EventProducer, EventRef, 
 from eventplatform.projections import migrate, schema
 from eventplatform.projections.database import create_store_engine
 from eventplatform.spark_projections.replay import rebuild
+from eventplatform.testing import BrokerProcess, fresh_database, running_broker
 
 PARTITIONS = 2
 FLUSH_TIMEOUT_S = 30

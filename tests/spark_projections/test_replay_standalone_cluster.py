@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from broker_process import BrokerProcess, running_broker
 from correction_streams import declare_subject, stored_tables
 from spark_cluster import HOST, GroupProcess, SparkCluster, standalone_cluster
 from sqlalchemy import Engine, select
@@ -34,6 +33,7 @@ from eventplatform.projections import migrate, schema
 from eventplatform.projections.apps import App
 from eventplatform.projections.database import create_store_engine
 from eventplatform.spark_projections.replay import ReplayRequest, plan_ranges, rebuild
+from eventplatform.testing import BrokerProcess, running_broker
 
 HERE = Path(__file__).resolve().parent
 SUPPORT = HERE.parent / "support"

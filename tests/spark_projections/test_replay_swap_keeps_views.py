@@ -17,8 +17,6 @@ from typing import Any
 import projection_test_app
 import psycopg
 import pytest
-from broker_process import BrokerProcess, running_broker
-from database_fixtures import POSTGRES_ADMIN_URL, fresh_database
 from projection_test_app import Tick, totals_projection
 from replay_databases import ranges
 from sqlalchemy import Connection, text
@@ -27,6 +25,7 @@ from eventplatform.events import EventProducer
 from eventplatform.projections import migrate
 from eventplatform.projections.database import create_store_engine
 from eventplatform.spark_projections.replay import rebuild
+from eventplatform.testing import POSTGRES_ADMIN_URL, BrokerProcess, fresh_database, running_broker
 
 EVENTS = 30
 # A definition and comments with the characters drivers and SQLAlchemy treat specially.

@@ -6,9 +6,9 @@ from typing import Any
 
 import trio
 
-from eventplatform.log.cluster.local import LocalCluster
 from eventplatform.log.cluster.peer import PeerConnection
 from eventplatform.log.protocol.apis import METADATA
+from eventplatform.testing import LocalCluster
 
 TIMEOUT_S = 10.0
 

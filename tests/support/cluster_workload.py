@@ -19,8 +19,8 @@ from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartit
 from confluent_kafka.admin import AdminClient, NewTopic
 from fault_checker import History, check
 
-from eventplatform.log.cluster.local import LocalCluster
-from eventplatform.tools.cluster_status import describe_cluster, wait_healthy
+from eventplatform.testing import LocalCluster
+from eventplatform.tools.cluster_status import fetch_cluster_status, wait_healthy
 
 READ_TIMEOUT_S = 60.0
 HEAL_TIMEOUT_S = 60.0
@@ -164,5 +164,5 @@ def check_acked(
 def wait_healed(cluster: LocalCluster) -> None:
     """Until every broker is live and every partition's ISR is whole again."""
     if not wait_healthy(cluster, HEAL_TIMEOUT_S):
-        status = describe_cluster(data_dir=cluster.directory, controllers=None)
+        status = fetch_cluster_status(data_dir=cluster.directory, controllers=None)
         raise AssertionError(f"the cluster did not heal:\n{status}")

@@ -37,10 +37,10 @@ from cluster_workload import create_topic, read_partitions
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer
 from fault_checker import History, Verdict, check
 
-from eventplatform.log.cluster.local import LocalCluster
 from eventplatform.log.storage.reader import PartitionReader
 from eventplatform.log.storage.record_batch import decode_batch
-from eventplatform.tools.cluster_status import describe_cluster, healthy
+from eventplatform.testing import LocalCluster
+from eventplatform.tools.cluster_status import fetch_cluster_status, healthy
 from eventplatform.tools.errors import ToolError
 
 TOPIC = "faults"
@@ -224,7 +224,7 @@ class FenceMonitor:
     def run(self) -> None:
         while not self.stop.wait(MONITOR_INTERVAL_S):
             try:
-                status = describe_cluster(data_dir=self.cluster.directory, controllers=None)
+                status = fetch_cluster_status(data_dir=self.cluster.directory, controllers=None)
             except ToolError:
                 continue
             with self.lock:
@@ -242,7 +242,7 @@ def describe(cluster: LocalCluster) -> dict[str, Any]:
     """The active controller's view, waiting out an election."""
     for _ in range(DESCRIBE_ATTEMPTS):
         try:
-            return describe_cluster(data_dir=cluster.directory, controllers=None)
+            return fetch_cluster_status(data_dir=cluster.directory, controllers=None)
         except ToolError:
             time.sleep(0.2)
     raise AssertionError("no active controller answered")
@@ -254,7 +254,7 @@ def wait_healed(cluster: LocalCluster, timeout_s: float) -> dict[str, Any] | Non
     status: dict[str, Any] = {}
     while time.monotonic() < deadline:
         try:
-            status = describe_cluster(data_dir=cluster.directory, controllers=None)
+            status = fetch_cluster_status(data_dir=cluster.directory, controllers=None)
             if healthy(status):
                 return None
         except ToolError as exc:
@@ -263,9 +263,9 @@ def wait_healed(cluster: LocalCluster, timeout_s: float) -> dict[str, Any] | Non
     return status
 
 
-def nemesis_cluster(
+def nemesis_target(
     cluster: LocalCluster, monitor: FenceMonitor, kills: list[tuple[int, float]]
-) -> nemesis.Cluster:
+) -> nemesis.NemesisTarget:
     def leader_of(partition: int) -> int:
         leader: int = describe(cluster)["topics"][TOPIC]["partitions"][partition]["leader"]
         return leader
@@ -279,7 +279,7 @@ def nemesis_cluster(
         monitor.touch(node)
         cluster.pause(node)
 
-    return nemesis.Cluster(
+    return nemesis.NemesisTarget(
         nodes=sorted(cluster.nodes),
         leader_of=leader_of,
         active_controller=lambda: int(describe(cluster)["controller"]),
@@ -360,7 +360,7 @@ def _round(
     monitor.start_round(label)
     kills: list[tuple[int, float]] = []
     started = time.monotonic()
-    victims = nemesis.apply(fault, nemesis_cluster(cluster, monitor, kills))
+    victims = nemesis.apply(fault, nemesis_target(cluster, monitor, kills))
     status = wait_healed(cluster, HEAL_TIMEOUT_S)
     if status is not None:
         recorder.history.unhealed_rounds.append(f"{label}: {status}")

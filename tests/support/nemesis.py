@@ -67,7 +67,7 @@ def schedule(seed: int, rounds: int, partitions: int) -> list[Fault]:
 
 
 @dataclass
-class Cluster:
+class NemesisTarget:
     """What the nemesis needs of a cluster: its nodes and roles, and the signals."""
 
     nodes: list[int]
@@ -81,7 +81,7 @@ class Cluster:
     sleep: Callable[[float], None]
 
 
-def apply(fault: Fault, cluster: Cluster) -> list[int]:
+def apply(fault: Fault, cluster: NemesisTarget) -> list[int]:
     """Inflict ``fault`` and heal it (restart or resume every victim); the victims."""
     kind = fault.kind
     if kind in ("kill-leader", "pause-leader", "pause-then-kill"):
@@ -113,7 +113,7 @@ def apply(fault: Fault, cluster: Cluster) -> list[int]:
     return _pause_then_kill(fault, victim, cluster)
 
 
-def _pause_then_kill(fault: Fault, victim: int, cluster: Cluster) -> list[int]:
+def _pause_then_kill(fault: Fault, victim: int, cluster: NemesisTarget) -> list[int]:
     cluster.pause(victim)
     cluster.sleep(max(fault.hold_s, PAUSE_PAST_SESSION_S))
     cluster.resume(victim)

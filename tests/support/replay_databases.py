@@ -6,13 +6,13 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
-from database_fixtures import fresh_database
 from sqlalchemy import Engine, select
 
 from eventplatform.projections import migrate, schema
 from eventplatform.projections.database import create_store_engine
 from eventplatform.projections.kafka import log_ends
 from eventplatform.spark_projections.replay import ReplayRange
+from eventplatform.testing import fresh_database
 
 
 @contextmanager

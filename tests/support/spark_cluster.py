@@ -41,7 +41,7 @@ _MASTER_URL = re.compile(r"Starting Spark master at (spark://\S+)")
 _MASTER_UI_PORT = re.compile(r"Successfully started service 'MasterUI' on port (\d+)")
 
 
-class ClusterError(RuntimeError):
+class SparkClusterError(RuntimeError):
     """The cluster did not come up (the message carries the logs' tails)."""
 
 
@@ -100,7 +100,7 @@ class SparkCluster:
                 if app.get("state") == "FINISHED":
                     return app
             time.sleep(POLL_S)
-        raise ClusterError(f"no finished application {name!r} on the master; it lists {seen}")
+        raise SparkClusterError(f"no finished application {name!r} on the master; it lists {seen}")
 
     def executor_dirs(self, app_id: str) -> list[Path]:
         """The directories of the executors the worker launched for ``app_id``."""
@@ -208,12 +208,12 @@ def _wait(what: str, check: Any, daemons: Sequence[_Daemon], deadline: float) ->
         for daemon in daemons:
             if daemon.process.poll() is not None:
                 tails = "\n".join(d.tail() for d in daemons)
-                raise ClusterError(
+                raise SparkClusterError(
                     f"{daemon.name} exited ({daemon.process.returncode}) before {what}:\n{tails}"
                 )
         time.sleep(POLL_S)
     tails = "\n".join(d.tail() for d in daemons)
-    raise ClusterError(f"timed out after {START_TIMEOUT_S:.0f} s waiting for {what}:\n{tails}")
+    raise SparkClusterError(f"timed out after {START_TIMEOUT_S:.0f} s waiting for {what}:\n{tails}")
 
 
 @contextmanager

@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 import trio
-from broker_process import BrokerProcess
 from invariant_broker import EMBEDDED_WAIT_S, KEPT_RUNNING, PLANTED_MESSAGE, PROBE_TOPIC
 
 from eventplatform.log.invariants import (
@@ -25,6 +24,7 @@ from eventplatform.log.invariants import (
     require,
 )
 from eventplatform.log.storage.files import CLEAN_SHUTDOWN_FILE
+from eventplatform.testing import BrokerProcess
 
 LAUNCHER = Path(__file__).parents[2] / "support" / "invariant_broker.py"
 EXIT_WAIT_S = 15.0

@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import trio
-from broker_process import BrokerProcess
 
 from eventplatform.log.storage.files import CLEAN_SHUTDOWN_FILE
 from eventplatform.log.storage.record_batch import parse_header
+from eventplatform.testing import BrokerProcess
 
 TOPIC = "damaged"
 BATCHES = 40

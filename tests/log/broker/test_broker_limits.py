@@ -20,7 +20,6 @@ from typing import Any
 import pytest
 import trio
 from admin_requests import create_topics_body, new_topic
-from broker_process import BrokerProcess
 
 from eventplatform.log.broker.context import Deferred, Handler
 from eventplatform.log.broker.descriptors import DESCRIPTORS_PER_NEW_PARTITION
@@ -28,6 +27,7 @@ from eventplatform.log.protocol import ErrorCode
 from eventplatform.log.protocol.apis import API_VERSIONS, CREATE_PARTITIONS, CREATE_TOPICS
 from eventplatform.log.replica.topics import TopicRegistry
 from eventplatform.log.storage import LogConfig
+from eventplatform.testing import BrokerProcess
 
 MIB = 1024 * 1024
 _SIZE = struct.Struct(">i")

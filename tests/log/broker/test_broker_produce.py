@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 import trio
-from broker_process import BrokerProcess
 from crc32c import crc32c
 
 from eventplatform.log.config import BrokerConfig
@@ -28,6 +27,7 @@ from eventplatform.log.storage.record_batch import (
     HEADER_BYTES,
     parse_header,
 )
+from eventplatform.testing import BrokerProcess
 
 TOPIC = "orders"
 PRODUCER_ID = 4242

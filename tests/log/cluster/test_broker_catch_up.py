@@ -12,7 +12,7 @@ import dataclasses
 from pathlib import Path
 
 import trio
-from quorum_cluster import free_ports
+from loopback_quorum import free_ports
 
 from eventplatform.log.broker.server import BrokerServer
 from eventplatform.log.cluster.controller import Controller

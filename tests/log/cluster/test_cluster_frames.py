@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import trio
-from quorum_cluster import ELECTION_TIMEOUT_S, Cluster
+from loopback_quorum import ELECTION_TIMEOUT_S, LoopbackQuorum
 
 from eventplatform.log.cluster.controller import Controller
 from eventplatform.log.cluster.quorum import QuorumServer
@@ -25,7 +25,7 @@ EPOCH_AHEAD = 1_000
 voters' epoch would have jumped to it."""
 
 
-class AnsweringCluster(Cluster):
+class AnsweringCluster(LoopbackQuorum):
     """Three voters, each with a controller that answers requests on its port."""
 
     def __init__(self, directory: Path) -> None:
@@ -164,7 +164,7 @@ FORGED_QUORUM_MESSAGES = {
 
 
 async def test_forged_quorum_messages_are_refused_and_persist_nothing(tmp_path: Path) -> None:
-    cluster = Cluster(tmp_path)
+    cluster = LoopbackQuorum(tmp_path)
     async with trio.open_nursery() as nursery:
         for node in cluster.peers:
             await cluster.start(nursery, node)

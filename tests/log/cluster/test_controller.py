@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 import trio
-from quorum_cluster import ELECTION_TIMEOUT_S, Cluster
+from loopback_quorum import ELECTION_TIMEOUT_S, LoopbackQuorum
 
 from eventplatform.log.cluster.controller import Controller
 from eventplatform.log.cluster.metadata import NO_LEADER
@@ -21,7 +21,7 @@ from eventplatform.log.cluster.quorum import QuorumServer
 SESSION_MS = 600
 
 
-class ControlledCluster(Cluster):
+class ControlledCluster(LoopbackQuorum):
     def __init__(self, directory: Path, **options: Any) -> None:
         super().__init__(directory, **options)
         self.controllers: dict[int, Controller] = {}

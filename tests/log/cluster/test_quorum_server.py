@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import trio
-from quorum_cluster import ELECTION_TIMEOUT_S, Cluster
+from loopback_quorum import ELECTION_TIMEOUT_S, LoopbackQuorum
 
 from eventplatform.log.cluster.quorum import (
     FrameError,
@@ -60,7 +60,7 @@ def test_junk_is_a_frame_error(payload: bytes) -> None:
 
 
 async def test_three_voters_commit_in_one_order_through_a_leader_s_death(tmp_path: Path) -> None:
-    cluster = Cluster(tmp_path)
+    cluster = LoopbackQuorum(tmp_path)
     async with trio.open_nursery() as nursery:
         for node in cluster.peers:
             await cluster.start(nursery, node)
@@ -89,7 +89,7 @@ async def test_three_voters_commit_in_one_order_through_a_leader_s_death(tmp_pat
 
 
 async def test_garbage_on_a_voter_s_port_does_not_disturb_the_quorum(tmp_path: Path) -> None:
-    cluster = Cluster(tmp_path)
+    cluster = LoopbackQuorum(tmp_path)
     async with trio.open_nursery() as nursery:
         for node in cluster.peers:
             await cluster.start(nursery, node)
@@ -133,7 +133,7 @@ async def _send_and_wait_closed(address: tuple[str, int], frame: bytes) -> None:
 async def test_a_forged_vote_with_an_epoch_past_64_bits_is_refused_and_persists_nothing(
     tmp_path: Path,
 ) -> None:
-    cluster = Cluster(tmp_path)
+    cluster = LoopbackQuorum(tmp_path)
     frame = _forged(FORGED_VOTE)
     async with trio.open_nursery() as nursery:
         for node in cluster.peers:

@@ -17,7 +17,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message,
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
 
 if TYPE_CHECKING:
-    from broker_process import BrokerProcess
+    from eventplatform.testing import BrokerProcess
 
 REQUEST_TIMEOUT_S = 15.0
 READ_TIMEOUT_S = 30.0

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import trio
 from confluent_kafka import Message
+from partitioner import partition_for_key
 
 from eventplatform.events import (
     TYPE_HEADER,
@@ -29,11 +30,11 @@ from eventplatform.events import (
     upcaster,
 )
 from eventplatform.events.registry import SchemaRegistry
-from eventplatform.partitioner import partition_for_key
 
 if TYPE_CHECKING:
-    from broker_process import BrokerProcess
     from conftest import Log
+
+    from eventplatform.testing import BrokerProcess
 
 DELIVERY_TIMEOUT_S = 20.0
 ASYNC_TIMEOUT_S = 30.0

@@ -24,8 +24,9 @@ from eventplatform.events.registry import (
 )
 
 if TYPE_CHECKING:
-    from broker_process import BrokerProcess
     from conftest import Log
+
+    from eventplatform.testing import BrokerProcess
 
 REGISTERED_AT = datetime(2024, 5, 17, 12, 0, tzinfo=UTC)
 TIMEOUT_S = 10.0

@@ -26,7 +26,7 @@ def free_ports(count: int) -> list[int]:
     return ports
 
 
-class Cluster:
+class LoopbackQuorum:
     """Three voters; with ``snapshot_bytes``, each snapshots its state that often, on a
     metadata log of ``segment_bytes`` segments."""
 

@@ -13,8 +13,9 @@ partitioner and librdkafka's ``murmur2_random`` agree on keyed records:
   producer instead sticks to one partition per batch; no reader may rely on
   where keyless records land.
 
-Everything here is a pure function of its arguments, so the event SDK can
-place records before handing them to any client.
+Everything here is a pure function of its arguments: the tests compute where a
+keyed record must land and check that the broker, librdkafka, kafka-python and
+aiokafka put it there.
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
-"""confluent-kafka clients for the tools, the lookups they share, and error translation.
+"""The tools' Kafka client factory: confluent-kafka clients, the lookups they share, and the
+translation of their errors.
 
 Every request waits at most ``ClusterSettings.request_timeout_s`` (futures
 get a short margin on top, since librdkafka enforces the request timeout
 itself). ``KafkaException`` never leaves this package: :func:`translated_errors`
-turns it into a :class:`ClusterError` whose message says what was being done,
+turns it into a :class:`KafkaRequestError` whose message says what was being done,
 librdkafka's reason and the error name, or that the cluster could not be
 reached at all.
 
@@ -24,7 +25,7 @@ from confluent_kafka import KafkaError, KafkaException, TopicCollection, TopicPa
 from confluent_kafka.admin import AdminClient, OffsetSpec, TopicDescription
 
 from eventplatform.tools.arguments import ClusterSettings
-from eventplatform.tools.errors import ClusterError
+from eventplatform.tools.errors import KafkaRequestError
 
 CLIENT_ID = "eventplatform-cli"
 RESULT_MARGIN_S = 5.0
@@ -62,36 +63,39 @@ def kafka_error_of(exception: KafkaException) -> KafkaError | None:
     return first if isinstance(first, KafkaError) else None
 
 
-def cluster_error(cluster: ClusterSettings, action: str, exception: KafkaException) -> ClusterError:
-    """The one-line :class:`ClusterError` for ``exception`` raised while doing ``action``."""
+def request_error(
+    cluster: ClusterSettings, action: str, exception: KafkaException
+) -> KafkaRequestError:
+    """The one-line :class:`KafkaRequestError` for ``exception`` raised while doing ``action``."""
     error = kafka_error_of(exception)
     if error is None:
-        return ClusterError(f"{action}: {exception}")
+        return KafkaRequestError(f"{action}: {exception}")
     if error.name() in UNREACHABLE_ERRORS:
-        return ClusterError(
+        return KafkaRequestError(
             f"{action}: no answer from the cluster at {cluster.bootstrap} "
             f"({describe_error(error)})",
             code=error.name(),
         )
-    return ClusterError(f"{action}: {describe_error(error)}", code=error.name())
+    return KafkaRequestError(f"{action}: {describe_error(error)}", code=error.name())
 
 
 @contextmanager
 def translated_errors(cluster: ClusterSettings, action: str) -> Iterator[None]:
-    """Re-raise ``KafkaException`` from the block as a :class:`ClusterError` about ``action``."""
+    """Re-raise ``KafkaException`` from the block as a :class:`KafkaRequestError` about
+    ``action``."""
     try:
         yield
     except KafkaException as exception:
-        raise cluster_error(cluster, action, exception) from exception
+        raise request_error(cluster, action, exception) from exception
 
 
 def wait_for(future: Future[Any], cluster: ClusterSettings, action: str) -> Any:
-    """The result of an admin request, or a :class:`ClusterError` naming ``action``."""
+    """The result of an admin request, or a :class:`KafkaRequestError` naming ``action``."""
     with translated_errors(cluster, action):
         try:
             return future.result(timeout=cluster.request_timeout_s + RESULT_MARGIN_S)
         except TimeoutError as exception:
-            raise ClusterError(
+            raise KafkaRequestError(
                 f"{action}: no answer from the cluster at {cluster.bootstrap} "
                 f"within {cluster.request_timeout_s:g}s",
                 code="_TIMED_OUT",
@@ -114,15 +118,15 @@ def fetch_topic_description(
         description: TopicDescription = wait_for(
             futures[topic], cluster, f"cannot describe topic {topic!r}"
         )
-    except ClusterError as error:
+    except KafkaRequestError as error:
         if error.code == "UNKNOWN_TOPIC_OR_PART":
-            raise ClusterError(f"topic {topic!r} does not exist", code=error.code) from error
+            raise KafkaRequestError(f"topic {topic!r} does not exist", code=error.code) from error
         raise
     return description
 
 
 def topic_partition_ids(admin: AdminClient, cluster: ClusterSettings, topic: str) -> list[int]:
-    """The topic's partition ids in order; a missing topic is a :class:`ClusterError`."""
+    """The topic's partition ids in order; a missing topic is a :class:`KafkaRequestError`."""
     return sorted(
         partition.id for partition in fetch_topic_description(admin, cluster, topic).partitions
     )

@@ -1,4 +1,5 @@
-"""A real ``platform serve`` process for tests: start, stop, kill -9, restart.
+"""A real ``platform serve`` process for tests and benchmarks: start, stop, kill -9, restart;
+and a 3-node :class:`LocalCluster` that stands in for it.
 
 The broker listens on a free port (``--listen 127.0.0.1:0``); the port is read
 from its "serving on" log line. Every wait is bounded.
@@ -135,6 +136,7 @@ def running_broker(data_dir: Path, overrides: Sequence[str] = ()) -> Iterator[Br
 
 
 def wait_until(condition: object, timeout_s: float, interval_s: float = 0.05) -> bool:
+    """Poll ``condition`` (a callable) until it is true; False when ``timeout_s`` passes."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if callable(condition) and condition():
@@ -143,9 +145,10 @@ def wait_until(condition: object, timeout_s: float, interval_s: float = 0.05) ->
     return False
 
 
-class ClusterBrokers:
-    """A 3-node :class:`LocalCluster` standing in for one broker in the interop suites:
-    clients get every node as bootstrap; ``process`` and ``port`` are node 1's."""
+class LocalClusterBroker:
+    """A 3-node :class:`LocalCluster` standing in for one :class:`BrokerProcess` in the
+    interop suites: clients get every node as bootstrap; ``process`` and ``port`` are node
+    1's."""
 
     def __init__(self, directory: Path, overrides: Sequence[str] = ()) -> None:
         self.cluster = LocalCluster.create(directory, 3, list(overrides))
@@ -172,8 +175,10 @@ class ClusterBrokers:
 
 
 @contextmanager
-def running_cluster(directory: Path, overrides: Sequence[str] = ()) -> Iterator[ClusterBrokers]:
-    brokers = ClusterBrokers(directory, overrides)
+def running_local_cluster(
+    directory: Path, overrides: Sequence[str] = ()
+) -> Iterator[LocalClusterBroker]:
+    brokers = LocalClusterBroker(directory, overrides)
     brokers.cluster.start()
     try:
         yield brokers

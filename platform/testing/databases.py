@@ -1,4 +1,10 @@
-"""Fresh databases for tests: SQLite files, or PostgreSQL on the local server (trust auth)."""
+"""Fresh databases for tests and benchmarks: SQLite files, or PostgreSQL on the local server
+(trust auth).
+
+PostgreSQL is reached through psycopg, which the ``dev`` extra installs; it is imported when
+a PostgreSQL database is asked for, so the rest of :mod:`eventplatform.testing` imports
+without it.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +13,6 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-
-import psycopg
 
 POSTGRES_ADMIN_URL = os.environ.get(
     "EVENTPLATFORM_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test"
@@ -23,6 +27,8 @@ def _server_url(database: str) -> str:
 @contextmanager
 def fresh_postgres_database(name: str) -> Iterator[str]:
     """Create database ``name``, yield its SQLAlchemy URL, then drop it."""
+    import psycopg
+
     with psycopg.connect(POSTGRES_ADMIN_URL, autocommit=True, connect_timeout=10) as admin:
         admin.execute(f'CREATE DATABASE "{name}"')
     try:
