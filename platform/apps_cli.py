@@ -1,157 +1,81 @@
-"""``platform apps``: the bundled apps' own commands; ``activity`` here, ``metrics`` and
-``logs`` in their own modules."""
+"""``platform apps``: the commands the installed apps declare, one group per app.
+
+An app names its commands in its declaration,
+``App(commands="package.module:attribute")``, a :class:`click.Command`
+(usually a group) that runs as ``platform apps <app name> ...``. The apps are
+found as every ``platform`` command finds them: the entry points of group
+``eventplatform.apps``, ``$EVENTPLATFORM_APPS``, and ``--app``. An app's
+command-line module is imported only when this group lists or runs its
+commands, and the platform imports no app: an app written outside the
+repository gets ``platform apps <name>`` exactly as the bundled ones do.
+"""
 
 from __future__ import annotations
 
-import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import click
 
-from eventplatform.app_cli_common import address, append_in_chunks, window, window_options
-from eventplatform.db_cli import database_option, database_url_of, reported_errors
-from eventplatform.projections_cli import bootstrap_option
+if TYPE_CHECKING:
+    from eventplatform.projections.apps import App
+
+APPS_META_KEY = "eventplatform.apps"
+"""Where the click context keeps the apps it found, so they are found once per command."""
 
 
-@click.group()
-def apps() -> None:
-    """Commands of the bundled apps."""
+class AppsGroup(click.Group):
+    """A group whose subcommands are the installed apps' declared commands."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(app.name for app in _apps(ctx) if app.commands is not None)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        for app in _apps(ctx):
+            if app.name == cmd_name and app.commands is not None:
+                return app_commands(app)
+        return None
 
 
-@apps.group()
-def activity() -> None:
-    """Website activity tracking."""
-
-
-@activity.command()
-@bootstrap_option
-@window_options
+@click.group(cls=AppsGroup)
 @click.option(
-    "--sessions-per-hour",
-    type=click.FloatRange(min=0, min_open=True),
-    default=600.0,
-    show_default=True,
-    help="Session starts per hour at the daily peak.",
+    "--app",
+    "app_references",
+    multiple=True,
+    is_eager=True,  # before --help, so that the help lists the app's commands too
+    metavar="REF",
+    help="Also load this app: package.module (its 'app') or package.module:attribute; repeatable.",
 )
-@click.option(
-    "--bot-share",
-    type=click.FloatRange(0, 1),
-    default=0.02,
-    show_default=True,
-    help="Share of sessions that are crawlers.",
-)
-def simulate(
-    bootstrap: str,
-    hours: float,
-    start: str | None,
-    sessions_per_hour: float,
-    bot_share: float,
-    seed: int,
-) -> None:
-    """Append simulated website traffic (sessions, page views, clicks, searches, bots)."""
-    from dataclasses import replace
-
-    from eventplatform.apps.activity_tracking.events import TOPIC
-    from eventplatform.apps.activity_tracking.simulator import TrafficShape, TrafficSimulator
-
-    begin, end = window(start, hours)
-    shape = replace(TrafficShape(), sessions_per_hour=sessions_per_hour, bot_share=bot_share)
-    simulator = TrafficSimulator(shape, seed=seed)
-    sessions = list(simulator.sessions(begin, end))
-    events = sorted((e for session in sessions for e in session.events), key=lambda e: e.at)
-    started = time.perf_counter()
-    append_in_chunks(bootstrap, events)
-    seconds = time.perf_counter() - started
-    bots = sum(session.bot for session in sessions)
-    click.echo(
-        f"appended {len(events)} events of {len(sessions)} sessions ({bots} bots) to "
-        f"{TOPIC!r}, {begin:%Y-%m-%d %H:%M} to {end:%H:%M} UTC, in {seconds:.1f} s"
-    )
+def apps(app_references: tuple[str, ...]) -> None:
+    """Commands of the installed apps."""
 
 
-@activity.command()
-@bootstrap_option
-@click.option(
-    "--listen",
-    default="127.0.0.1:8080",
-    show_default=True,
-    help="host:port to accept beacons on (port 0 picks a free one).",
-)
-def collect(bootstrap: str, listen: str) -> None:
-    """Accept JSON beacons over HTTP (POST /v1/beacons) and append them as events."""
-    import trio
+def app_commands(app: App) -> click.Command:
+    """The command ``app.commands`` names, imported now; a usage error if it is none."""
+    from eventplatform.projections.apps import AppError, resolve_reference
 
-    from eventplatform.apps.activity_tracking.collector import (
-        BEACONS_PATH,
-        COLLECTOR_PRODUCER,
-        Collector,
-    )
-    from eventplatform.events import EventProducer
-
-    host, port = address(listen, "--listen")
-
-    async def run() -> None:
-        with EventProducer(bootstrap, config=COLLECTOR_PRODUCER) as producer:
-            collector = Collector(producer)
-            async with trio.open_nursery() as nursery:
-                bound = await nursery.start(collector.serve, host, port)
-                click.echo(f"collecting beacons on http://{host}:{bound}{BEACONS_PATH}", err=True)
-
+    assert app.commands is not None
     try:
-        trio.run(run)
-    except KeyboardInterrupt:
-        click.echo("stopped", err=True)
-
-
-@activity.command("retract-bots")
-@database_option
-@bootstrap_option
-@click.option(
-    "--min-pages",
-    type=click.IntRange(1),
-    default=20,
-    show_default=True,
-    help="Pages a fast session needs to count as a bot.",
-)
-@click.option(
-    "--max-seconds-per-page",
-    type=click.FloatRange(min=0),
-    default=3.0,
-    show_default=True,
-    help="Slower than this on average is a person.",
-)
-@click.option("--dry-run", is_flag=True, help="Only list the sessions it would retract.")
-def retract_bots(
-    database: str | None,
-    bootstrap: str,
-    min_pages: int,
-    max_seconds_per_page: float,
-    dry_run: bool,
-) -> None:
-    """Find bot sessions in the sessions projection and retract all their events."""
-    from eventplatform.apps.activity_tracking import bots
-
-    with reported_errors():
-        done = bots.retract_bots(
-            database_url_of(database),
-            bootstrap,
-            min_pages=min_pages,
-            max_seconds_per_page=max_seconds_per_page,
-            dry_run=dry_run,
+        command = resolve_reference(app.commands, what=f"commands of app {app.name}")
+    except AppError as error:
+        raise click.ClickException(str(error)) from error
+    if not isinstance(command, click.Command):
+        raise click.ClickException(
+            f"commands of app {app.name} {app.commands!r}: resolves to "
+            f"{type(command).__name__}, not a click command"
         )
-    verb = "would retract" if dry_run else "retracted"
-    for retraction in done:
-        click.echo(
-            f"{verb} {retraction.session_id} ({retraction.events} events): {retraction.reason}"
-        )
-    click.echo(f"{verb} {len(done)} sessions, {sum(r.events for r in done)} events")
+    return command
 
 
-def _register() -> None:
-    from eventplatform.apps_logs_cli import logs
-    from eventplatform.apps_metrics_cli import metrics
+def _apps(ctx: click.Context) -> Sequence[App]:
+    """The apps found for this invocation, with those ``--app`` named."""
+    found: Sequence[App] | None = ctx.meta.get(APPS_META_KEY)
+    if found is None:
+        from eventplatform.projections.apps import AppError, installed_apps
 
-    apps.add_command(metrics)
-    apps.add_command(logs)
-
-
-_register()
+        try:
+            found = installed_apps(ctx.params.get("app_references", ()))
+        except AppError as error:
+            raise click.ClickException(str(error)) from error
+        ctx.meta[APPS_META_KEY] = found
+    return found

@@ -9,25 +9,16 @@ do not pay for them at start-up.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import click
 
+from eventplatform.cli_support import database_option, database_url_of, reported_errors
+
 if TYPE_CHECKING:
     from eventplatform.projections.apps import App
     from eventplatform.projections.migrate import MigrationResult
-
-
-def database_option(command: Callable[..., Any]) -> Callable[..., Any]:
-    return click.option(
-        "--database",
-        default=None,
-        metavar="URL",
-        help="SQLAlchemy URL of the projection database.  "
-        "[default: $EVENTPLATFORM_DATABASE_URL, else sqlite:///.eventplatform/projections.db]",
-    )(command)
 
 
 def apps_option(command: Callable[..., Any]) -> Callable[..., Any]:
@@ -164,12 +155,6 @@ def db_revision(
     click.echo(str(path))
 
 
-def database_url_of(database: str | None) -> str:
-    from eventplatform.projections.database import database_url
-
-    return database_url(database)
-
-
 def load_apps(references: Sequence[str]) -> list[App]:
     from eventplatform.projections.apps import installed_apps
 
@@ -183,14 +168,3 @@ def _echo_result(verb: str, result: MigrationResult) -> None:
     if not result.revisions:
         click.echo("nothing to do: the database is already there")
     click.echo(f"heads: {', '.join(result.heads) or '(none)'}")
-
-
-@contextmanager
-def reported_errors() -> Iterator[None]:
-    """Turn a projection-layer error into click's one-line ``Error: ...`` and exit status 1."""
-    from eventplatform.projections.errors import ProjectionError
-
-    try:
-        yield
-    except ProjectionError as error:
-        raise click.ClickException(str(error)) from error

@@ -3,49 +3,47 @@
 Each step prints what it did and how long it took:
 
 1. a broker starts in this process, on a fresh data directory;
-2. the migrations create the platform's and the three apps' tables (SQLite);
-3. the generators append some hours of website traffic, of a fleet's
-   metrics (one agent faulty for a while) and of services' logs (some lines
-   leaking a password);
+2. the migrations create the platform's and the demo apps' tables (SQLite);
+3. the apps' simulations append some hours of events: with the bundled
+   apps, website traffic, a fleet's metrics (one agent faulty for a while)
+   and services' logs (some lines leaking a password);
 4. the apps' projection runners fold it all into SQL;
 5. corrections: bot sessions are retracted, the faulty agent's points are
    replaced with the right values, and the leaking lines are redacted; the
    runners apply them;
-6. Spark rebuilds one projection from the log into shadow tables and swaps
+6. Spark rebuilds a projection from the log into shadow tables and swaps
    them in; its tables must equal the runner's, row for row; then it
    downsamples the metrics to days;
 7. the apps' named queries run and print as tables.
 
-The broker's folder and the database stay behind for ``platform query``.
+The demo imports no app. Its apps are the installed apps that declare
+their part, ``App(demo="package.module:attribute")``, an
+:class:`~eventplatform.projections.AppDemo` saying what to simulate, correct,
+replay and compute with Spark. The broker's folder and the database stay
+behind for ``platform query``.
 """
 
 from __future__ import annotations
 
 import shutil
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from eventplatform.apps.activity_tracking import app as activity
-from eventplatform.apps.activity_tracking import bots
-from eventplatform.apps.activity_tracking.simulator import TrafficShape, TrafficSimulator
-from eventplatform.apps.log_aggregation import app as logs
-from eventplatform.apps.log_aggregation.redaction import redact
-from eventplatform.apps.log_aggregation.retention import ensure_topic
-from eventplatform.apps.log_aggregation.simulator import LogShape, LogSimulator
-from eventplatform.apps.log_aggregation.simulator import Simulation as LogSimulation
-from eventplatform.apps.metrics import app as metrics
-from eventplatform.apps.metrics.corrections import correct_points, rescaled_points
-from eventplatform.apps.metrics.simulator import FAULTY_FACTOR, FleetShape, FleetSimulator
-from eventplatform.apps.metrics.simulator import Simulation as FleetSimulation
-from eventplatform.events import EventProducer
+from eventplatform.events import Event, EventProducer
 from eventplatform.log.config import BrokerConfig
-from eventplatform.projections import migrate
-from eventplatform.projections.apps import App
+from eventplatform.projections import AppDemo, DemoRun, DemoSimulation, migrate
+from eventplatform.projections.apps import (
+    App,
+    AppError,
+    find_projection,
+    installed_apps,
+    resolve_reference,
+)
 from eventplatform.projections.operations import projection_rows
 from eventplatform.projections.query import named_parameters, run_named_query
 from eventplatform.query_cli import render_table
@@ -53,15 +51,11 @@ from eventplatform.runtime import embedded_broker, running_projections, wait_cau
 
 APPEND_CHUNK_EVENTS = 10_000
 APPLY_TIMEOUT_S = 300.0
-REPLAYED_PROJECTION = "activity.sessions"
 BROKER_OVERRIDES = ("num.partitions=4", "group.initial.rebalance.delay.ms=0")
-APPS: tuple[App, ...] = (activity, metrics, logs)
-STREAMED = ("activity.traffic", "activity.sessions", "metrics.rollups", "logs.lines")
-"""The projections the runners keep (``metrics.daily`` is Spark's, by downsampling)."""
+STORY_ORDER = ("activity", "metrics", "logs")
+"""The bundled apps in the order the demo tells their story; other apps follow, by name."""
 SPARK_SETTINGS = {"spark.ui.showConsoleProgress": "false"}
 """The demo prints its own progress; Spark's bars would garble it."""
-FLEET = FleetShape(interval_s=15.0, latency_samples=5)
-SERVICES = LogShape(lines_per_second=1.0)
 
 Echo = Callable[[str], Any]
 
@@ -87,8 +81,42 @@ class DemoSettings:
         return f"sqlite:///{self.directory / 'projections.db'}"
 
 
+@dataclass(frozen=True)
+class DemoApp:
+    """An installed app and its part of the demo."""
+
+    app: App
+    demo: AppDemo
+
+
+def demo_apps(apps: Sequence[App] | None = None) -> list[DemoApp]:
+    """The apps (by default the installed ones) that declare a part of the demo, in story order."""
+    try:
+        found = [DemoApp(app, _part(app)) for app in _apps(apps) if app.demo is not None]
+    except AppError as exc:
+        raise DemoError(str(exc)) from exc
+    if not found:
+        raise DemoError("no installed app declares a part of the demo (App(demo=...))")
+    return sorted(found, key=_story_position)
+
+
+def _apps(apps: Sequence[App] | None) -> Sequence[App]:
+    return installed_apps() if apps is None else apps
+
+
+def _part(app: App) -> AppDemo:
+    assert app.demo is not None
+    part = resolve_reference(app.demo, what=f"demo of app {app.name}")
+    if not isinstance(part, AppDemo):
+        raise AppError(f"demo of app {app.name} {app.demo!r}: resolves to {type(part).__name__}")
+    return part
+
+
 def run_demo(settings: DemoSettings, echo: Echo) -> None:
     """Every step in order; raises DemoError when one fails (the replay check included)."""
+    parts = demo_apps()
+    apps = [part.app for part in parts]
+    streamed = [name for part in parts for name in part.demo.streamed]
     _fresh(settings)
     config = BrokerConfig.load(None, BROKER_OVERRIDES, data_dir=settings.data_dir, listen_port=0)
     url = settings.database_url
@@ -96,22 +124,22 @@ def run_demo(settings: DemoSettings, echo: Echo) -> None:
         with _step(echo, f"starting a broker on {settings.data_dir}"):
             bootstrap = stack.enter_context(embedded_broker(config))
             echo(f"   listening on {bootstrap}")
+        run = _demo_run(settings, bootstrap)
         with _step(echo, "creating the tables (platform db upgrade)"):
-            migrate.upgrade(url, list(APPS))
+            migrate.upgrade(url, apps)
         hours = f"{settings.hours:g} hour{'' if settings.hours == 1 else 's'}"
-        with _step(echo, f"simulating {hours} of website traffic, metrics and logs"):
-            fleet, services = _simulate(settings, bootstrap, echo)
-        with running_projections(STREAMED, list(APPS), url, bootstrap):
-            with _step(echo, f"folding the events into SQL ({', '.join(STREAMED)})"):
-                _wait_applied(url, bootstrap)
-            with _step(echo, "correcting: bots, a faulty metrics agent, leaked passwords"):
-                _correct(settings, bootstrap, fleet, services, echo)
-                _wait_applied(url, bootstrap)
-        with _step(echo, f"rebuilding {REPLAYED_PROJECTION} from the log with Spark"):
-            _replay_check(settings, bootstrap, echo)
-        with _step(echo, "downsampling the metrics to days with Spark (metrics.daily)"):
-            _downsample(settings, bootstrap, echo)
-    _print_queries(settings, echo)
+        stories = _listing([part.demo.simulates for part in parts])
+        with _step(echo, f"simulating {hours} of {stories}"):
+            simulations = _simulate(parts, run, echo)
+        with running_projections(streamed, apps, url, bootstrap):
+            with _step(echo, f"folding the events into SQL ({', '.join(streamed)})"):
+                _wait_applied(parts, url, bootstrap)
+            corrected = ", ".join(part.demo.corrects for part in parts if part.demo.corrects)
+            with _step(echo, f"correcting: {corrected}"):
+                _correct(simulations, run, echo)
+                _wait_applied(parts, url, bootstrap)
+        _spark_steps(parts, settings, run, echo)
+    _print_queries(parts, settings, echo)
     echo(
         f"\nThe log is in {settings.data_dir}, the projections in {url}.\n"
         f"Keep a broker running on it:  platform serve --data-dir {settings.data_dir}\n"
@@ -120,11 +148,37 @@ def run_demo(settings: DemoSettings, echo: Echo) -> None:
     )
 
 
-def _wait_applied(url: str, bootstrap: str) -> None:
+def _demo_run(settings: DemoSettings, bootstrap: str) -> DemoRun:
+    """The window ends at this minute; Spark's source reads the demo's log directly."""
+    end = datetime.now(UTC).replace(second=0, microsecond=0)
+    # absolute: Spark's Python workers need not share this working directory
+    options = {"bootstrap.servers": bootstrap, "dataDir": str(settings.data_dir.resolve())}
+    return DemoRun(
+        bootstrap=bootstrap,
+        database_url=settings.database_url,
+        begin=end - timedelta(hours=settings.hours),
+        end=end,
+        seed=settings.seed,
+        sessions_per_hour=settings.sessions_per_hour,
+        source_options=options,
+    )
+
+
+def _story_position(part: DemoApp) -> tuple[int, str]:
+    name = part.app.name
+    return (STORY_ORDER.index(name) if name in STORY_ORDER else len(STORY_ORDER), name)
+
+
+def _listing(words: Sequence[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    return " and ".join([", ".join(words[:-1]), words[-1]] if len(words) > 1 else words)
+
+
+def _wait_applied(parts: Sequence[DemoApp], url: str, bootstrap: str) -> None:
     """Until every streamed projection has applied its own topics to their ends."""
-    for app in APPS:
-        for projection in app.projections:
-            if projection.name in STREAMED:
+    for part in parts:
+        for projection in part.app.projections:
+            if projection.name in part.demo.streamed:
                 topics = list(projection.topics)
                 wait_caught_up([projection.name], url, bootstrap, topics, APPLY_TIMEOUT_S)
 
@@ -152,103 +206,84 @@ def _step(echo: Echo, title: str) -> Iterator[None]:
 
 
 def _simulate(
-    settings: DemoSettings, bootstrap: str, echo: Echo
-) -> tuple[FleetSimulation, LogSimulation]:
-    end = datetime.now(UTC).replace(second=0, microsecond=0)
-    begin = end - timedelta(hours=settings.hours)
-    shape = replace(TrafficShape(), sessions_per_hour=settings.sessions_per_hour)
-    sessions = list(TrafficSimulator(shape, seed=settings.seed).sessions(begin, end))
-    events = sorted((event for session in sessions for event in session.events), key=_moment)
-    fleet = FleetSimulator(FLEET, seed=settings.seed).run(begin, end)
-    services = LogSimulator(SERVICES, seed=settings.seed).run(begin, end)
-    ensure_topic(bootstrap)
-    with EventProducer(bootstrap) as producer:
-        for batch in (events, fleet.points, services.lines):
-            for first in range(0, len(batch), APPEND_CHUNK_EVENTS):
-                producer.append(batch[first : first + APPEND_CHUNK_EVENTS])
-    bots_simulated = sum(session.bot for session in sessions)
-    echo(f"   activity: {len(events)} events of {len(sessions)} sessions ({bots_simulated} bots)")
-    echo(f"   metrics:  {len(fleet.points)} points of a fleet of {len(FleetSimulator().hosts())}")
-    echo(f"   logs:     {len(services.lines)} lines ({services.leaking} leak a password)")
-    return fleet, services
+    parts: Sequence[DemoApp], run: DemoRun, echo: Echo
+) -> list[tuple[DemoApp, DemoSimulation]]:
+    """Each app's simulation, appended in story order; one report line per app."""
+    simulations = [(part, part.demo.simulate(run)) for part in parts]
+    with EventProducer(run.bootstrap) as producer:
+        for _, simulation in simulations:
+            _append(producer, simulation.events)
+    width = max(len(part.app.name) for part in parts) + 2
+    for part, simulation in simulations:
+        echo(f"   {part.app.name + ':':<{width}}{simulation.report}")
+    return simulations
+
+
+def _append(producer: EventProducer, events: Sequence[Event]) -> None:
+    for first in range(0, len(events), APPEND_CHUNK_EVENTS):
+        producer.append(events[first : first + APPEND_CHUNK_EVENTS])
 
 
 def _correct(
-    settings: DemoSettings,
-    bootstrap: str,
-    fleet: FleetSimulation,
-    services: LogSimulation,
-    echo: Echo,
+    simulations: Sequence[tuple[DemoApp, DemoSimulation]], run: DemoRun, echo: Echo
 ) -> None:
-    url = settings.database_url
-    retracted = bots.retract_bots(url, bootstrap)
-    events = sum(retraction.events for retraction in retracted)
-    echo(f"   retracted {len(retracted)} bot sessions ({events} events)")
-    faulty = fleet.faulty
-    if faulty is not None:
-        right = rescaled_points(url, faulty.series, faulty.start, faulty.end, 1 / FAULTY_FACTOR)
-        done = correct_points(
-            url, bootstrap, faulty.series, faulty.start, faulty.end, right, "agent reported x100"
-        )
-        echo(
-            f"   replaced {done.retracted} points of {faulty.series} "
-            f"({faulty.start:%H:%M} to {faulty.end:%H:%M} UTC), a hundred times too large"
-        )
-    redacted = redact(url, bootstrap, services.leaked, "a password in the auth service's log")
-    echo(f"   redacted {redacted.lines} log lines that held a password")
+    for _, simulation in simulations:
+        for line in simulation.correct(run):
+            echo(f"   {line}")
 
 
-def _moment(event: Any) -> datetime:
-    moment: datetime = event.at
-    return moment
+def _spark_steps(
+    parts: Sequence[DemoApp], settings: DemoSettings, run: DemoRun, echo: Echo
+) -> None:
+    """The replay checks, then the apps' own Spark jobs, each a step."""
+    for part in parts:
+        for name in part.demo.replayed:
+            with _step(echo, f"rebuilding {name} from the log with Spark"):
+                _replay_check(part.app, name, settings, run, echo)
+    for part in parts:
+        for spark_step in part.demo.spark_steps:
+            with _step(echo, spark_step.title):
+                from eventplatform.spark_projections.session import spark_session
+
+                spark = spark_session(settings.spark_master, SPARK_SETTINGS)
+                for line in spark_step.run(spark, run):
+                    echo(f"   {line}")
 
 
-def _replay_check(settings: DemoSettings, bootstrap: str, echo: Echo) -> None:
+def _replay_check(app: App, name: str, settings: DemoSettings, run: DemoRun, echo: Echo) -> None:
     """Rebuild the projection in place; its tables must come out as the runner left them."""
     from eventplatform.spark_projections.replay import ReplayRequest, plan_ranges, rebuild
     from eventplatform.spark_projections.session import spark_session
 
-    projection = next(p for p in activity.projections if p.name == REPLAYED_PROJECTION)
-    live = projection_rows(settings.database_url, projection)
-    # absolute: Spark's Python workers need not share this working directory
-    options = {"bootstrap.servers": bootstrap, "dataDir": str(settings.data_dir.resolve())}
-    ranges = plan_ranges(projection, settings.database_url, options, ReplayRequest())
+    projection = find_projection(name, [app])
+    live = projection_rows(run.database_url, projection)
+    options = run.source_options
+    ranges = plan_ranges(projection, run.database_url, options, ReplayRequest())
     spark = spark_session(settings.spark_master, SPARK_SETTINGS)
     spark.sparkContext.setLogLevel("ERROR")
-    summary = rebuild(spark, projection, settings.database_url, ranges, options, from_start=True)
+    summary = rebuild(spark, projection, run.database_url, ranges, options, from_start=True)
     for line in summary.lines():
         echo(f"   {line}")
-    rebuilt = projection_rows(settings.database_url, projection)
+    rebuilt = projection_rows(run.database_url, projection)
     rows = sum(len(table_rows) for table_rows in live.values())
     if rebuilt != live:
-        differing = sorted(name for name in live if live[name] != rebuilt.get(name))
+        differing = sorted(table for table in live if live[table] != rebuilt.get(table))
         raise DemoError(f"replay check failed: {', '.join(differing)} differ from the runner's")
     echo(f"   replay check passed: the rebuilt tables equal the live ones ({rows} rows)")
 
 
-def _downsample(settings: DemoSettings, bootstrap: str, echo: Echo) -> None:
-    from eventplatform.apps.metrics.downsample import downsample
-    from eventplatform.spark_projections.session import spark_session
-
-    options = {"bootstrap.servers": bootstrap, "dataDir": str(settings.data_dir.resolve())}
-    spark = spark_session(settings.spark_master, SPARK_SETTINGS)
-    summary = downsample(spark, settings.database_url, options)
-    echo(f"   {summary.rows_written} day rows from {summary.events_read} events")
-
-
-DEMO_PARAMETERS = {"logs.search": {"q": "login failed"}}
-"""Parameters the demo gives named queries that need one."""
 DEMO_ROWS = "8"
 """The demo shows a few rows of each query that takes a limit."""
 
 
-def _print_queries(settings: DemoSettings, echo: Echo) -> None:
+def _print_queries(parts: Sequence[DemoApp], settings: DemoSettings, echo: Echo) -> None:
     window = f"{int(settings.hours * 60) + 60}m"
-    for app in APPS:
+    for part in parts:
+        app = part.app
         for named in app.queries:
             name = f"{app.name}.{named.name}"
             since = window if named.since_default is not None else None
-            given = dict(DEMO_PARAMETERS.get(name, {}))
+            given = dict(part.demo.query_parameters.get(named.name, {}))
             if "limit" in named.parameters:
                 given["limit"] = DEMO_ROWS
             parameters = named_parameters(named, since=since, given=given)

@@ -3,33 +3,18 @@
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import threading
-from typing import Any
 
 import click
 
-from eventplatform.db_cli import (
-    apps_option,
+from eventplatform.cli_support import (
+    bootstrap_option,
     database_option,
     database_url_of,
-    load_apps,
     reported_errors,
 )
-
-BOOTSTRAP_ENV = "EVENTPLATFORM_BOOTSTRAP"
-BOOTSTRAP_DEFAULT = "127.0.0.1:9092"
-
-
-def bootstrap_option(command: Any) -> Any:
-    return click.option(
-        "--bootstrap",
-        default=lambda: os.environ.get(BOOTSTRAP_ENV, BOOTSTRAP_DEFAULT),
-        show_default=f"${BOOTSTRAP_ENV}, else {BOOTSTRAP_DEFAULT}",
-        metavar="HOST:PORT[,...]",
-        help="Brokers of the log the projections read.",
-    )(command)
+from eventplatform.db_cli import apps_option, load_apps
 
 
 @click.group()

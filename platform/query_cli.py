@@ -19,7 +19,8 @@ from typing import Any
 import click
 import orjson
 
-from eventplatform.db_cli import apps_option, database_option
+from eventplatform.cli_support import database_option
+from eventplatform.db_cli import apps_option
 from eventplatform.projections.apps import installed_apps
 from eventplatform.projections.database import database_url
 from eventplatform.projections.errors import ProjectionError

@@ -10,14 +10,14 @@ from typing import Any
 
 import click
 
-from eventplatform.db_cli import (
-    apps_option,
+from eventplatform.cli_support import (
+    BOOTSTRAP_DEFAULT,
+    BOOTSTRAP_ENV,
     database_option,
     database_url_of,
-    load_apps,
     reported_errors,
 )
-from eventplatform.projections_cli import BOOTSTRAP_DEFAULT, BOOTSTRAP_ENV
+from eventplatform.db_cli import apps_option, load_apps
 
 DATA_DIR_ENV = "EVENTPLATFORM_DATA_DIR"
 FROM_OFFSETS = "--from-offsets"

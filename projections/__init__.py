@@ -74,3 +74,22 @@ __all__ = [
     "visible",
     "wait_until_applied",
 ]
+
+# exports for apps
+from eventplatform.projections.app_demo import AppDemo, DemoRun, DemoSimulation, DemoSparkStep
+from eventplatform.projections.apps import NamedQuery
+from eventplatform.projections.database import create_store_engine, reading
+from eventplatform.projections.kafka import log_ends
+from eventplatform.projections.model import MIGRATION_INDEXES
+
+__all__ += [
+    "MIGRATION_INDEXES",
+    "AppDemo",
+    "DemoRun",
+    "DemoSimulation",
+    "DemoSparkStep",
+    "NamedQuery",
+    "create_store_engine",
+    "log_ends",
+    "reading",
+]

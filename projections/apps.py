@@ -15,6 +15,18 @@ A reference is ``package.module`` (the module's attribute ``app``) or
 different apps with one name are refused, because the name is the app's
 Alembic branch label.
 
+An app may also bring its own commands and its part of ``platform demo``.
+Both are named by a lazy reference, ``package.module:attribute``, resolved
+only when the command line is built (:func:`resolve_reference`), so the
+declaration imports neither click nor the app's command-line code:
+
+    app = App(
+        name="metrics",
+        commands="eventplatform.apps.metrics.cli:commands",  # platform apps metrics ...
+        demo="eventplatform.apps.metrics.demo:demo",  # an AppDemo
+        ...
+    )
+
 An app's first revision declares ``branch_labels = ("<app name>",)`` and
 ``depends_on = "eventplatform_0001"`` (the platform's first revision), so
 the app's branch always runs after the platform's tables exist.
@@ -41,6 +53,8 @@ APP_ATTRIBUTE_DEFAULT = "app"
 
 # The name becomes an Alembic branch label: no "@", no spaces, no leading digit.
 APP_NAME_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
+# A lazy reference to one object: ``package.module:attribute[.attribute...]``.
+OBJECT_REFERENCE_PATTERN = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 
 
 class AppError(ProjectionError):
@@ -78,6 +92,11 @@ class App:
     ``migrations`` is the folder of the app's Alembic revisions (``None`` for
     an app without tables of its own). Apps compare by identity: the same
     object found through an entry point and through ``--app`` is one app.
+
+    ``commands`` names the app's :class:`click.Command` (a group, usually),
+    which ``platform apps <name>`` runs, and ``demo`` names its
+    :class:`~eventplatform.projections.AppDemo`, its part of ``platform
+    demo``; each is ``package.module:attribute``, imported only when used.
     """
 
     name: str
@@ -86,6 +105,8 @@ class App:
     migrations: Path | None = None
     description: str = ""
     queries: Sequence[NamedQuery] = ()
+    commands: str | None = None
+    demo: str | None = None
 
     def __post_init__(self) -> None:
         if not APP_NAME_PATTERN.match(self.name):
@@ -93,6 +114,11 @@ class App:
                 f"app name {self.name!r} must be letters, digits, '_', '.' or '-', "
                 "not starting with a digit"
             )
+        for hook, reference in (("commands", self.commands), ("demo", self.demo)):
+            if reference is not None and not OBJECT_REFERENCE_PATTERN.match(reference):
+                raise AppError(
+                    f"app {self.name}: {hook}={reference!r} is not 'package.module:attribute'"
+                )
         for projection in self.projections:
             if not isinstance(projection, Projection):
                 raise AppError(f"app {self.name}: {projection!r} is not a Projection")
@@ -119,23 +145,35 @@ def env_references(environ: Mapping[str, str] | None = None) -> list[str]:
 
 def load_app(reference: str) -> App:
     """The app at ``package.module`` (attribute ``app``) or ``package.module:attribute``."""
+    target = resolve_reference(reference, APP_ATTRIBUTE_DEFAULT, what="app reference")
+    return _checked(target, f"app reference {reference!r}")
+
+
+def resolve_reference(reference: str, default: str | None = None, *, what: str) -> object:
+    """The object ``package.module:attribute`` names, importing the module.
+
+    Without ``:attribute`` the attribute is ``default``; with no default the
+    reference must name one. ``what`` (``"app reference"``, ``"commands of
+    app metrics"``) begins the :class:`AppError` that a bad reference raises.
+    """
     module_name, _, attribute_path = reference.strip().partition(":")
-    if not module_name:
-        raise AppError(f"app reference {reference!r}: expected 'package.module[:attribute]'")
+    attribute_path = attribute_path or default or ""
+    if not module_name or not attribute_path:
+        expected = "package.module[:attribute]" if default else "package.module:attribute"
+        raise AppError(f"{what} {reference!r}: expected {expected!r}")
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise AppError(f"app reference {reference!r}: cannot import {module_name}: {exc}") from exc
+        raise AppError(f"{what} {reference!r}: cannot import {module_name}: {exc}") from exc
     target: object = module
-    for attribute in (attribute_path or APP_ATTRIBUTE_DEFAULT).split("."):
+    for attribute in attribute_path.split("."):
         try:
             target = getattr(target, attribute)
         except AttributeError as exc:
             raise AppError(
-                f"app reference {reference!r}: {module_name} has no attribute "
-                f"{attribute_path or APP_ATTRIBUTE_DEFAULT!r}"
+                f"{what} {reference!r}: {module_name} has no attribute {attribute_path!r}"
             ) from exc
-    return _checked(target, f"app reference {reference!r}")
+    return target
 
 
 def find_projection(name: str, apps: Iterable[App]) -> Projection:

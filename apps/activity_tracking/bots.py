@@ -21,7 +21,7 @@ from sqlalchemy import select, text
 from eventplatform.apps.activity_tracking.events import TOPIC, bot_retraction
 from eventplatform.apps.activity_tracking.projections import session_events
 from eventplatform.events import EventProducer, EventRef, Position
-from eventplatform.projections.database import create_store_engine, reading
+from eventplatform.projections import create_store_engine, reading
 
 CRAWLER_AGENT = re.compile(r"bot|crawl|spider|slurp|scrape", re.IGNORECASE)
 MIN_PAGES = 20

@@ -39,8 +39,19 @@ from eventplatform.apps.activity_tracking.events import (
     SessionStarted,
 )
 from eventplatform.events import Envelope
-from eventplatform.projections.merge import Count, First, Fold, Latest, Max, Min, Sum
-from eventplatform.projections.model import Projection, Row, merge_column, projection_table
+from eventplatform.projections import (
+    Count,
+    First,
+    Fold,
+    Latest,
+    Max,
+    Min,
+    Projection,
+    Row,
+    Sum,
+    merge_column,
+    projection_table,
+)
 
 PATH_MAX = 512
 ID_MAX = 128

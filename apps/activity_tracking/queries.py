@@ -7,7 +7,7 @@ UTC day, for the tables kept per day.
 
 from __future__ import annotations
 
-from eventplatform.projections.apps import NamedQuery
+from eventplatform.projections import NamedQuery
 
 LIMIT_DEFAULT = 10
 

@@ -5,7 +5,8 @@ and searchable.
 entry point): the event types of :mod:`.events`, the projection of
 :mod:`.projections`, the named queries of :mod:`.queries`, and the Alembic
 revisions in ``migrations/`` that create the tables, the search index and
-the analysts' views.
+the analysts' views. Its commands (``platform apps logs ...``) are in
+:mod:`.cli`, its part of ``platform demo`` in :mod:`.demo`.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from pathlib import Path
 from eventplatform.apps.log_aggregation.events import LogLine, LogsRedacted
 from eventplatform.apps.log_aggregation.projections import lines
 from eventplatform.apps.log_aggregation.queries import QUERIES
-from eventplatform.projections.apps import App
+from eventplatform.projections import App
 
 APP_NAME = "logs"
 
@@ -25,6 +26,8 @@ app = App(
     event_types=[LogLine, LogsRedacted],
     migrations=Path(__file__).resolve().parent / "migrations",
     queries=QUERIES,
+    commands="eventplatform.apps.log_aggregation.cli:commands",
+    demo="eventplatform.apps.log_aggregation.demo:demo",
     description="Log aggregation: lines per service and level, error fingerprints, "
     "and the recent lines, searchable by full text.",
 )

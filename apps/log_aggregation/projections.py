@@ -36,9 +36,10 @@ from eventplatform.apps.log_aggregation.fingerprint import (
     template,
 )
 from eventplatform.events import Envelope
-from eventplatform.projections.merge import Count, Only
-from eventplatform.projections.model import (
+from eventplatform.projections import (
     MIGRATION_INDEXES,
+    Count,
+    Only,
     Projection,
     Row,
     merge_column,

@@ -7,7 +7,7 @@ It runs on the FTS5 index on SQLite and the ``tsvector`` index on PostgreSQL.
 
 from __future__ import annotations
 
-from eventplatform.projections.apps import NamedQuery
+from eventplatform.projections import NamedQuery
 
 LIMIT_DEFAULT = 20
 RANK_OFFSET_BITS = 40

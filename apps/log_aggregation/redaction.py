@@ -17,7 +17,7 @@ from sqlalchemy import select
 from eventplatform.apps.log_aggregation.events import TOPIC, redaction
 from eventplatform.apps.log_aggregation.projections import recent
 from eventplatform.events import EventProducer, EventRef, Position
-from eventplatform.projections.database import create_store_engine, reading
+from eventplatform.projections import create_store_engine, reading
 
 LIKE_ESCAPE = "\\"
 

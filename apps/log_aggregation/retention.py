@@ -33,8 +33,7 @@ from sqlalchemy import delete
 
 from eventplatform.apps.log_aggregation.events import RETENTION_DAYS, TOPIC
 from eventplatform.apps.log_aggregation.projections import counts, error_templates, errors, recent
-from eventplatform.projections.database import create_store_engine
-from eventplatform.projections.kafka import log_ends
+from eventplatform.projections import create_store_engine, log_ends
 
 PARTITIONS_DEFAULT = 3
 ADMIN_TIMEOUT_S = 30.0

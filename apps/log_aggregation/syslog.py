@@ -35,11 +35,11 @@ import trio
 from pydantic import ValidationError
 
 from eventplatform.apps.log_aggregation.events import Level, LogLine
-from eventplatform.events import EventProducer
-from eventplatform.events.batching import (
+from eventplatform.events import (
     BATCH_EVENTS_DEFAULT,
     QUEUE_EVENTS_DEFAULT,
     AppendQueue,
+    EventProducer,
     serve_datagrams,
 )
 

@@ -4,6 +4,8 @@
 entry point): the event types of :mod:`.events`, the projections of
 :mod:`.projections`, the named queries of :mod:`.queries`, and the Alembic
 revisions in ``migrations/`` that create the tables and the analysts' views.
+Its commands (``platform apps metrics ...``) are in :mod:`.cli`, its part of
+``platform demo`` in :mod:`.demo`.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from pathlib import Path
 from eventplatform.apps.metrics.events import MetricPoint, PointsCorrected
 from eventplatform.apps.metrics.projections import daily, metric_rollups
 from eventplatform.apps.metrics.queries import QUERIES
-from eventplatform.projections.apps import App
+from eventplatform.projections import App
 
 APP_NAME = "metrics"
 
@@ -23,6 +25,8 @@ app = App(
     event_types=[MetricPoint, PointsCorrected],
     migrations=Path(__file__).resolve().parent / "migrations",
     queries=QUERIES,
+    commands="eventplatform.apps.metrics.cli:commands",
+    demo="eventplatform.apps.metrics.demo:demo",
     description="Metrics from StatsD and Prometheus: rollups per minute, hour and day, "
     "and histogram quantiles.",
 )

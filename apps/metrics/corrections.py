@@ -21,7 +21,7 @@ from eventplatform.apps.metrics.errors import MetricsError
 from eventplatform.apps.metrics.events import TOPIC, MetricPoint, points_correction
 from eventplatform.apps.metrics.projections import points, series
 from eventplatform.events import EventProducer, EventRef, Position
-from eventplatform.projections.database import create_store_engine, reading
+from eventplatform.projections import create_store_engine, reading
 
 
 def points_in_window(

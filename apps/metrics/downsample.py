@@ -16,14 +16,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from eventplatform.apps.metrics.projections import daily
-from eventplatform.spark_projections.replay import ReplayRequest, ReplaySummary, plan_ranges
+from eventplatform.spark_projections import ReplayRequest, ReplaySummary, plan_ranges
 
 
 def downsample(
     spark: Any, database_url: str, source_options: Mapping[str, str], *, dry_run: bool = False
 ) -> ReplaySummary:
     """Bring ``metrics.daily`` up to the end of the log; returns the backfill's summary."""
-    from eventplatform.spark_projections.backfill import backfill
+    from eventplatform.spark_projections import backfill
 
     # No partition chosen: every partition reads from where the last run stopped.
     since_last_run = ReplayRequest(from_offsets={})

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from eventplatform.projections.errors import ProjectionError
+from eventplatform.projections import ProjectionError
 
 
 class MetricsError(ProjectionError):

@@ -36,8 +36,19 @@ from sqlalchemy import BigInteger, Column, Date, DateTime, Float, Integer, MetaD
 from eventplatform.apps.metrics.events import SERIES_MAX, MetricPoint
 from eventplatform.apps.metrics.sketch import representative
 from eventplatform.events import Envelope
-from eventplatform.projections.merge import Count, First, Latest, Max, Min, Only, Sum
-from eventplatform.projections.model import Projection, Row, merge_column, projection_table
+from eventplatform.projections import (
+    Count,
+    First,
+    Latest,
+    Max,
+    Min,
+    Only,
+    Projection,
+    Row,
+    Sum,
+    merge_column,
+    projection_table,
+)
 
 NAME_MAX = 200
 TAGS_JSON_MAX = 8192

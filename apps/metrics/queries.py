@@ -8,7 +8,7 @@ p99 off the merged sketch with a running sum, as :mod:`.sketch` defines.
 from __future__ import annotations
 
 from eventplatform.apps.metrics.sketch import PERCENTILES
-from eventplatform.projections.apps import NamedQuery
+from eventplatform.projections import NamedQuery
 
 LIMIT_DEFAULT = 20
 

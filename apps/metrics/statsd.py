@@ -37,11 +37,11 @@ import trio
 from pydantic import ValidationError
 
 from eventplatform.apps.metrics.events import Kind, MetricPoint, series_of
-from eventplatform.events import EventProducer
-from eventplatform.events.batching import (
+from eventplatform.events import (
     BATCH_EVENTS_DEFAULT,
     QUEUE_EVENTS_DEFAULT,
     AppendQueue,
+    EventProducer,
     serve_datagrams,
 )
 

@@ -56,3 +56,18 @@ __all__ = [
     "upcaster",
     "uuid7",
 ]
+
+# exports for apps
+from eventplatform.events.batching import (
+    BATCH_EVENTS_DEFAULT,
+    QUEUE_EVENTS_DEFAULT,
+    AppendQueue,
+    serve_datagrams,
+)
+
+__all__ += [
+    "BATCH_EVENTS_DEFAULT",
+    "QUEUE_EVENTS_DEFAULT",
+    "AppendQueue",
+    "serve_datagrams",
+]

@@ -8,8 +8,12 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from eventplatform.apps.activity_tracking import app as activity
+from eventplatform.apps.log_aggregation import app as logs
+from eventplatform.apps.metrics import app as metrics
 from eventplatform.cli import main
-from eventplatform.demo import APPS
+
+APPS = (activity, metrics, logs)
 
 
 def test_the_demo_runs_to_the_end_and_its_replay_check_passes(

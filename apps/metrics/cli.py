@@ -1,27 +1,34 @@
-"""``platform apps metrics``: simulation, StatsD, Prometheus scrapes, corrections, downsampling."""
+"""``platform apps metrics``: simulation, StatsD, Prometheus scrapes, corrections, downsampling.
+
+The app's declaration names :data:`commands` (``App(commands=...)``), so the
+platform imports this module only when it builds ``platform apps``.
+"""
 
 from __future__ import annotations
 
 import click
 
-from eventplatform.app_cli_common import (
+from eventplatform.apps.metrics import APP_NAME
+from eventplatform.cli_support import (
     address,
     append_in_chunks,
+    bootstrap_option,
+    database_option,
+    database_url_of,
     log_to_stderr,
     moment,
+    reported_errors,
     window,
     window_options,
 )
-from eventplatform.db_cli import database_option, database_url_of, reported_errors
-from eventplatform.projections_cli import bootstrap_option
 
 
-@click.group()
-def metrics() -> None:
+@click.group(name=APP_NAME)
+def commands() -> None:
     """Metrics: StatsD, Prometheus scrapes, rollups and quantiles."""
 
 
-@metrics.command("simulate")
+@commands.command("simulate")
 @bootstrap_option
 @window_options
 def metrics_simulate(bootstrap: str, hours: float, start: str | None, seed: int) -> None:
@@ -39,7 +46,7 @@ def metrics_simulate(bootstrap: str, hours: float, start: str | None, seed: int)
         )
 
 
-@metrics.command("statsd")
+@commands.command("statsd")
 @bootstrap_option
 @click.option(
     "--listen",
@@ -71,7 +78,7 @@ def metrics_statsd(bootstrap: str, listen: str) -> None:
         click.echo("stopped", err=True)
 
 
-@metrics.command("scrape")
+@commands.command("scrape")
 @bootstrap_option
 @click.option(
     "--target",
@@ -137,7 +144,7 @@ def metrics_scrape(
             click.echo("stopped", err=True)
 
 
-@metrics.command("correct")
+@commands.command("correct")
 @database_option
 @bootstrap_option
 @click.argument("series")
@@ -182,7 +189,7 @@ def metrics_correct(
     )
 
 
-@metrics.command("downsample")
+@commands.command("downsample")
 @database_option
 @bootstrap_option
 @click.option(
@@ -208,8 +215,7 @@ def metrics_downsample(
     from pathlib import Path
 
     from eventplatform.apps.metrics.downsample import downsample
-    from eventplatform.spark_projections.errors import ReplayError
-    from eventplatform.spark_projections.session import spark_session
+    from eventplatform.spark_projections import ReplayError, spark_session
 
     options = {"bootstrap.servers": bootstrap}
     if data_dir:

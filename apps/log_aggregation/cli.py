@@ -1,27 +1,34 @@
-"""``platform apps logs``: simulation, file tails, stdin, syslog, redaction, pruning."""
+"""``platform apps logs``: simulation, file tails, stdin, syslog, redaction, pruning.
+
+The app's declaration names :data:`commands` (``App(commands=...)``), so the
+platform imports this module only when it builds ``platform apps``.
+"""
 
 from __future__ import annotations
 
 import click
 
-from eventplatform.app_cli_common import (
+from eventplatform.apps.log_aggregation import APP_NAME
+from eventplatform.cli_support import (
     address,
     append_in_chunks,
+    bootstrap_option,
+    database_option,
+    database_url_of,
     log_to_stderr,
+    reported_errors,
     this_host,
     window,
     window_options,
 )
-from eventplatform.db_cli import database_option, database_url_of, reported_errors
-from eventplatform.projections_cli import bootstrap_option
 
 
-@click.group()
-def logs() -> None:
+@click.group(name=APP_NAME)
+def commands() -> None:
     """Log aggregation: files, stdin and syslog; counts, fingerprints and search."""
 
 
-@logs.command("simulate")
+@commands.command("simulate")
 @bootstrap_option
 @window_options
 def logs_simulate(bootstrap: str, hours: float, start: str | None, seed: int) -> None:
@@ -38,7 +45,7 @@ def logs_simulate(bootstrap: str, hours: float, start: str | None, seed: int) ->
     )
 
 
-@logs.command("tail")
+@commands.command("tail")
 @bootstrap_option
 @click.argument("paths", nargs=-1, required=True, type=click.Path(dir_okay=False))
 @click.option("--service", required=True, help="The service the lines are of.")
@@ -86,7 +93,7 @@ def logs_tail(
     click.echo(f"appended {stats.lines} lines")
 
 
-@logs.command("ingest")
+@commands.command("ingest")
 @bootstrap_option
 @click.option("--service", required=True, help="The service the lines are of.")
 @click.option(
@@ -106,7 +113,7 @@ def logs_ingest(bootstrap: str, service: str, host: str) -> None:
     click.echo(f"appended {total} lines", err=True)
 
 
-@logs.command("syslog")
+@commands.command("syslog")
 @bootstrap_option
 @click.option(
     "--udp",
@@ -155,7 +162,7 @@ def logs_syslog(bootstrap: str, udp_listen: str, tcp_listen: str) -> None:
         click.echo("stopped", err=True)
 
 
-@logs.command("redact")
+@commands.command("redact")
 @database_option
 @bootstrap_option
 @click.argument("text")
@@ -182,7 +189,7 @@ def logs_redact(
     click.echo(f"{'would retract' if dry_run else 'retracted'} {done.lines} lines")
 
 
-@logs.command("prune")
+@commands.command("prune")
 @database_option
 @bootstrap_option
 def logs_prune(database: str | None, bootstrap: str) -> None:

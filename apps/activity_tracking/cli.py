@@ -1,0 +1,152 @@
+"""``platform apps activity``: simulated traffic, the beacon collector, bot retraction.
+
+The app's declaration names :data:`commands` (``App(commands=...)``), so the
+platform imports this module only when it builds ``platform apps``.
+"""
+
+from __future__ import annotations
+
+import time
+
+import click
+
+from eventplatform.apps.activity_tracking import APP_NAME
+from eventplatform.cli_support import (
+    address,
+    append_in_chunks,
+    bootstrap_option,
+    database_option,
+    database_url_of,
+    reported_errors,
+    window,
+    window_options,
+)
+
+
+@click.group(name=APP_NAME)
+def commands() -> None:
+    """Website activity tracking."""
+
+
+@commands.command()
+@bootstrap_option
+@window_options
+@click.option(
+    "--sessions-per-hour",
+    type=click.FloatRange(min=0, min_open=True),
+    default=600.0,
+    show_default=True,
+    help="Session starts per hour at the daily peak.",
+)
+@click.option(
+    "--bot-share",
+    type=click.FloatRange(0, 1),
+    default=0.02,
+    show_default=True,
+    help="Share of sessions that are crawlers.",
+)
+def simulate(
+    bootstrap: str,
+    hours: float,
+    start: str | None,
+    sessions_per_hour: float,
+    bot_share: float,
+    seed: int,
+) -> None:
+    """Append simulated website traffic (sessions, page views, clicks, searches, bots)."""
+    from dataclasses import replace
+
+    from eventplatform.apps.activity_tracking.events import TOPIC
+    from eventplatform.apps.activity_tracking.simulator import TrafficShape, TrafficSimulator
+
+    begin, end = window(start, hours)
+    shape = replace(TrafficShape(), sessions_per_hour=sessions_per_hour, bot_share=bot_share)
+    simulator = TrafficSimulator(shape, seed=seed)
+    sessions = list(simulator.sessions(begin, end))
+    events = sorted((e for session in sessions for e in session.events), key=lambda e: e.at)
+    started = time.perf_counter()
+    append_in_chunks(bootstrap, events)
+    seconds = time.perf_counter() - started
+    bots = sum(session.bot for session in sessions)
+    click.echo(
+        f"appended {len(events)} events of {len(sessions)} sessions ({bots} bots) to "
+        f"{TOPIC!r}, {begin:%Y-%m-%d %H:%M} to {end:%H:%M} UTC, in {seconds:.1f} s"
+    )
+
+
+@commands.command()
+@bootstrap_option
+@click.option(
+    "--listen",
+    default="127.0.0.1:8080",
+    show_default=True,
+    help="host:port to accept beacons on (port 0 picks a free one).",
+)
+def collect(bootstrap: str, listen: str) -> None:
+    """Accept JSON beacons over HTTP (POST /v1/beacons) and append them as events."""
+    import trio
+
+    from eventplatform.apps.activity_tracking.collector import (
+        BEACONS_PATH,
+        COLLECTOR_PRODUCER,
+        Collector,
+    )
+    from eventplatform.events import EventProducer
+
+    host, port = address(listen, "--listen")
+
+    async def run() -> None:
+        with EventProducer(bootstrap, config=COLLECTOR_PRODUCER) as producer:
+            collector = Collector(producer)
+            async with trio.open_nursery() as nursery:
+                bound = await nursery.start(collector.serve, host, port)
+                click.echo(f"collecting beacons on http://{host}:{bound}{BEACONS_PATH}", err=True)
+
+    try:
+        trio.run(run)
+    except KeyboardInterrupt:
+        click.echo("stopped", err=True)
+
+
+@commands.command("retract-bots")
+@database_option
+@bootstrap_option
+@click.option(
+    "--min-pages",
+    type=click.IntRange(1),
+    default=20,
+    show_default=True,
+    help="Pages a fast session needs to count as a bot.",
+)
+@click.option(
+    "--max-seconds-per-page",
+    type=click.FloatRange(min=0),
+    default=3.0,
+    show_default=True,
+    help="Slower than this on average is a person.",
+)
+@click.option("--dry-run", is_flag=True, help="Only list the sessions it would retract.")
+def retract_bots(
+    database: str | None,
+    bootstrap: str,
+    min_pages: int,
+    max_seconds_per_page: float,
+    dry_run: bool,
+) -> None:
+    """Find bot sessions in the sessions projection and retract all their events."""
+    from eventplatform.apps.activity_tracking import bots
+
+    with reported_errors():
+        done = bots.retract_bots(
+            database_url_of(database),
+            bootstrap,
+            min_pages=min_pages,
+            max_seconds_per_page=max_seconds_per_page,
+            dry_run=dry_run,
+        )
+    verb = "would retract" if dry_run else "retracted"
+    for retraction in done:
+        click.echo(
+            f"{verb} {retraction.session_id} ({retraction.events} events): {retraction.reason}"
+        )
+    click.echo(f"{verb} {len(done)} sessions, {sum(r.events for r in done)} events")

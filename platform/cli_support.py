@@ -1,0 +1,170 @@
+"""What an app's commands share with the platform's: options, parsing, appending, errors.
+
+An app declares its commands with ``App(commands="package.module:attribute")``,
+a :class:`click.Command` (usually a group) that ``platform apps <app name>``
+runs. Those commands are written with the helpers here, so that every app,
+bundled or not, takes ``--bootstrap``, ``--database`` and a simulated window
+the same way and reports errors the same way::
+
+    import click
+
+    from eventplatform.cli_support import bootstrap_option, reported_errors
+
+    @click.group()
+    def commands() -> None:
+        \"\"\"My app.\"\"\"
+
+    @commands.command()
+    @bootstrap_option
+    def simulate(bootstrap: str) -> None: ...
+
+This module imports click, since it is command-line support; the SDK and
+the :class:`~eventplatform.projections.App` declaration do not. SQLAlchemy
+and the Kafka client are imported inside the functions that need them, so
+``platform --help`` does not pay for them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from typing import Any, TypeVar
+
+import click
+
+__all__ = [
+    "APPEND_CHUNK_EVENTS",
+    "BOOTSTRAP_DEFAULT",
+    "BOOTSTRAP_ENV",
+    "address",
+    "append_in_chunks",
+    "bootstrap_option",
+    "database_option",
+    "database_url_of",
+    "log_to_stderr",
+    "moment",
+    "reported_errors",
+    "this_host",
+    "window",
+    "window_options",
+]
+
+BOOTSTRAP_ENV = "EVENTPLATFORM_BOOTSTRAP"
+BOOTSTRAP_DEFAULT = "127.0.0.1:9092"
+APPEND_CHUNK_EVENTS = 10_000
+"""Events handed to the producer in one ``append``: bounds the memory of one call."""
+
+Decorated = TypeVar("Decorated", bound=Callable[..., Any])
+
+
+def bootstrap_option(command: Decorated) -> Decorated:
+    """``--bootstrap``: the brokers, from ``$EVENTPLATFORM_BOOTSTRAP`` unless given."""
+    return click.option(
+        "--bootstrap",
+        default=lambda: os.environ.get(BOOTSTRAP_ENV, BOOTSTRAP_DEFAULT),
+        show_default=f"${BOOTSTRAP_ENV}, else {BOOTSTRAP_DEFAULT}",
+        metavar="HOST:PORT[,...]",
+        help="Brokers of the log the projections read.",
+    )(command)
+
+
+def database_option(command: Decorated) -> Decorated:
+    """``--database``: a SQLAlchemy URL; :func:`database_url_of` applies the default."""
+    return click.option(
+        "--database",
+        default=None,
+        metavar="URL",
+        help="SQLAlchemy URL of the projection database.  "
+        "[default: $EVENTPLATFORM_DATABASE_URL, else sqlite:///.eventplatform/projections.db]",
+    )(command)
+
+
+def database_url_of(database: str | None) -> str:
+    """The URL ``--database`` gave, else ``$EVENTPLATFORM_DATABASE_URL``, else the local file."""
+    from eventplatform.projections.database import database_url
+
+    return database_url(database)
+
+
+@contextmanager
+def reported_errors() -> Iterator[None]:
+    """Turn a projection-layer error into click's one-line ``Error: ...`` and exit status 1."""
+    from eventplatform.projections.errors import ProjectionError
+
+    try:
+        yield
+    except ProjectionError as error:
+        raise click.ClickException(str(error)) from error
+
+
+def window_options(command: Decorated) -> Decorated:
+    """``--hours``, ``--start`` and ``--seed``: the window a simulator fills."""
+    for option in reversed(
+        [
+            click.option(
+                "--hours",
+                type=click.FloatRange(min=0, min_open=True),
+                default=1.0,
+                show_default=True,
+                help="Length of the simulated window.",
+            ),
+            click.option(
+                "--start",
+                default=None,
+                metavar="TIME",
+                help="Start of the window (ISO 8601; UTC if no zone).  "
+                "[default: --hours before now]",
+            ),
+            click.option("--seed", type=int, default=0, show_default=True),
+        ]
+    ):
+        command = option(command)
+    return command
+
+
+def moment(value: str | None, option: str = "--start") -> datetime | None:
+    """An ISO 8601 time (UTC when it names no zone), or None for None."""
+    if value is None:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not an ISO 8601 time", param_hint=option) from None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def window(start: str | None, hours: float) -> tuple[datetime, datetime]:
+    """``[start, start + hours)``; without ``--start`` the window ends now."""
+    begin = moment(start) or datetime.now(UTC) - timedelta(hours=hours)
+    return begin, begin + timedelta(hours=hours)
+
+
+def address(listen: str, option: str) -> tuple[str, int]:
+    """``host:port`` (``[v6]:port`` too) as a pair; a usage error otherwise."""
+    host, _, port = listen.rpartition(":")
+    if not host or not port.isdigit():
+        raise click.BadParameter(f"{listen!r} is not host:port", param_hint=option)
+    return host.strip("[]"), int(port)
+
+
+def append_in_chunks(bootstrap: str, events: Sequence[Any]) -> None:
+    """Append ``events`` in order, :data:`APPEND_CHUNK_EVENTS` to a call."""
+    from eventplatform.events import EventProducer
+
+    with EventProducer(bootstrap) as producer:
+        for first in range(0, len(events), APPEND_CHUNK_EVENTS):
+            producer.append(events[first : first + APPEND_CHUNK_EVENTS])
+
+
+def log_to_stderr() -> None:
+    """INFO and above on standard error, for commands that run until stopped."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+
+
+def this_host() -> str:
+    """This machine's name, the default ``--host`` of ingested lines."""
+    return socket.gethostname() or "localhost"
