@@ -58,12 +58,12 @@ def cluster_up(
 
     Without --detach it runs until Ctrl-C, then stops every node with a controlled
     shutdown; with --detach, `platform cluster down` stops it."""
-    from eventplatform.log.cluster.local import ClusterError, LocalCluster
+    from eventplatform.local_cluster import LocalCluster, LocalClusterError
 
     try:
         local = LocalCluster.create(data_dir, brokers, overrides, rack_prefix=rack_prefix)
         local.start()
-    except ClusterError as exc:
+    except LocalClusterError as exc:
         raise ToolError(str(exc)) from exc
     click.echo(f"{brokers}-node cluster is up")
     click.echo(f"  bootstrap:   {local.bootstrap}")
@@ -89,7 +89,7 @@ def cluster_up(
 @data_dir_option
 def cluster_down(data_dir: Path) -> None:
     """Stop the nodes a detached `cluster up` started."""
-    from eventplatform.log.cluster.local import LocalCluster
+    from eventplatform.local_cluster import LocalCluster
 
     stopped = LocalCluster(data_dir).stop_detached()
     click.echo(f"stopped {stopped} nodes")

@@ -24,12 +24,11 @@ import struct
 import threading
 import uuid
 from base64 import urlsafe_b64encode
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import trio
-from trio.testing import MockClock
 
 from eventplatform.log.broker.descriptors import check_new_partitions, partitions_held_here
 from eventplatform.log.broker.memory_pool import MemoryPool
@@ -55,6 +54,19 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("eventplatform.broker")
 T = TypeVar("T")
+
+OffLoop = Callable[..., Awaitable[Any]]
+"""How the broker runs blocking disk work (an fsync, creating files, compaction):
+``await off_loop(work, *arguments)``. ``trio.to_thread.run_sync`` by default;
+:func:`run_inline` where time is simulated."""
+
+
+async def run_inline(work: Callable[..., T], *arguments: Any) -> T:
+    """Disk work on the event loop itself, for runs under trio's mock clock (the
+    deterministic simulations, the tests of timeouts): that clock jumps ahead whenever
+    every task waits, and a worker thread's time is real."""
+    return work(*arguments)
+
 
 PRODUCER_ID_BLOCK = 1000
 PRODUCER_IDS_FILE = "producer_ids"
@@ -95,8 +107,10 @@ class Broker:
         topics: TopicRegistry,
         cluster_id: str,
         clock_ms: Callable[[], int],
+        off_loop: OffLoop = trio.to_thread.run_sync,
     ) -> None:
         self.config = config
+        self.run_off_loop = off_loop
         self.topics = topics
         self.cluster_id = cluster_id
         self.node_id = config.node_id
@@ -119,7 +133,12 @@ class Broker:
         self.storage_failed = trio.Event()
 
     @classmethod
-    def open(cls, config: BrokerConfig, clock_ms: Callable[[], int] = wall_clock_ms) -> Broker:
+    def open(
+        cls,
+        config: BrokerConfig,
+        clock_ms: Callable[[], int] = wall_clock_ms,
+        off_loop: OffLoop = trio.to_thread.run_sync,
+    ) -> Broker:
         data_dir = config.data_dir
         data_dir.mkdir(parents=True, exist_ok=True)
         marker = data_dir / CLEAN_SHUTDOWN_FILE
@@ -127,7 +146,7 @@ class Broker:
         marker.unlink(missing_ok=True)
         cluster_id = _load_cluster_id(data_dir, config)
         topics = TopicRegistry.open(data_dir, config.log_defaults, clock_ms)
-        broker = cls(config, topics, cluster_id, clock_ms)
+        broker = cls(config, topics, cluster_id, clock_ms, off_loop)
         broker.was_clean_shutdown = was_clean
         log.info(
             "broker %d opened %s (%d topics, %s shutdown before)",
@@ -264,15 +283,12 @@ class Broker:
         self.topics.check_configs(name, configs)
         await self.membership.set_topic_configs(name, configs)
 
-    @staticmethod
-    async def off_loop(work: Callable[..., T], *arguments: Any) -> T:
-        """``work(*arguments)`` (an fsync, creating files) in a worker thread, so that the
-        event loop serves everyone else meanwhile. Under trio's mock clock (the
-        deterministic simulations, the tests of timeouts) it runs inline: that clock
-        jumps ahead whenever every task waits, and a thread's time is real."""
-        if isinstance(trio.lowlevel.current_clock(), MockClock):
-            return work(*arguments)
-        return await trio.to_thread.run_sync(work, *arguments)
+    async def off_loop(self, work: Callable[..., T], *arguments: Any) -> T:
+        """``work(*arguments)`` (an fsync, creating files) through the broker's
+        :data:`OffLoop`: in a worker thread, so that the event loop serves everyone else
+        meanwhile."""
+        result: T = await self.run_off_loop(work, *arguments)
+        return result
 
     async def run_flusher(self) -> None:
         """Every 100 ms, fsync the logs whose ``flush.ms`` has passed, off the event loop,

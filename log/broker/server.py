@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 
 import trio
 
-from eventplatform.log.broker.broker import Broker
+from eventplatform.log.broker.broker import Broker, OffLoop
 from eventplatform.log.broker.connection import (
     Connection,
     advertised_versions,
@@ -64,9 +64,11 @@ class BrokerServer:
         *,
         network: Network = TCP,
         clock_ms: Callable[[], int] = wall_clock_ms,
+        off_loop: OffLoop = trio.to_thread.run_sync,
     ) -> None:
         self.config = config
         self.network = network
+        self.off_loop = off_loop
         self.clock_ms = clock_ms
         self.handlers: dict[int, Handler] = build_handlers(HANDLER_MODULES)
         self.broker: Broker | None = None
@@ -83,7 +85,7 @@ class BrokerServer:
 
     async def run(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
         raise_open_file_limit()
-        broker = Broker.open(self.config, self.clock_ms)
+        broker = Broker.open(self.config, self.clock_ms, self.off_loop)
         broker.network = self.network
         broker.api_versions = advertised_versions(self.handlers)
         broker.groups = GroupCoordinator(broker.config, broker.topics, broker.clock_ms)

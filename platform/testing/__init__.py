@@ -6,7 +6,7 @@
 
 - :class:`BrokerProcess` runs one ``platform serve`` on a free port and can stop, kill
   and restart it; :func:`running_broker` is the same as a context manager.
-- :class:`LocalCluster` (from :mod:`eventplatform.log.cluster.local`, which
+- :class:`LocalCluster` (from :mod:`eventplatform.local_cluster`, which
   ``platform cluster up`` runs too) lays out and runs a cluster of ``platform serve``
   processes, one per node.
 - :class:`LocalClusterBroker` and :func:`running_local_cluster` put a 3-node
@@ -18,7 +18,7 @@ Every wait is bounded; a process that does not start in time is killed and its o
 is in the error.
 """
 
-from eventplatform.log.cluster.local import LocalCluster
+from eventplatform.local_cluster import LocalCluster
 from eventplatform.testing.broker_process import (
     BrokerProcess,
     LocalClusterBroker,

@@ -19,7 +19,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from eventplatform.log.cluster.local import LocalCluster
+from eventplatform.local_cluster import LocalCluster
 
 START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 30.0

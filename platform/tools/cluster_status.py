@@ -18,7 +18,7 @@ from typing import Any
 
 import trio
 
-from eventplatform.log.cluster.local import ClusterError, LocalCluster
+from eventplatform.local_cluster import LocalCluster, LocalClusterError
 from eventplatform.log.cluster.metadata import NO_LEADER
 from eventplatform.log.cluster.rpc import ControllerClient, RpcError
 from eventplatform.log.config import parse_voters
@@ -40,7 +40,7 @@ def controller_voters(
     if data_dir is not None:
         try:
             return LocalCluster.load(data_dir).controllers
-        except ClusterError as exc:
+        except LocalClusterError as exc:
             raise ToolError(str(exc)) from exc
     raise ToolError("give --data-dir or --controllers")
 

@@ -50,6 +50,7 @@ from crash_simulation import crash
 from sim_disk import FakeDisk, fake_disk
 from sim_network import Fabric
 
+from eventplatform.log.broker.broker import run_inline
 from eventplatform.log.broker.server import BrokerServer
 from eventplatform.log.cluster.peer import PeerConnection, PeerError
 from eventplatform.log.config import BrokerConfig
@@ -211,7 +212,10 @@ class ClusterSim:
         node = self.nodes[node_id]
         assert self._nursery is not None and node.server is None
         server = BrokerServer(
-            self._configs[node_id], network=self.fabric.host(node.host), clock_ms=self.clock_ms
+            self._configs[node_id],
+            network=self.fabric.host(node.host),
+            clock_ms=self.clock_ms,
+            off_loop=run_inline,
         )
         node.server, node.scope, node.killed = server, trio.CancelScope(), False
         node.stopped = trio.Event()

@@ -22,8 +22,10 @@ from typing import Any
 
 import pytest
 import trio
+import trio.testing
 from crash_simulation import crash as crash_log
 
+from eventplatform.log.broker.broker import run_inline
 from eventplatform.log.broker.server import BrokerServer
 from eventplatform.log.config import BrokerConfig
 from eventplatform.log.protocol import Api, decode_response, encode_request
@@ -338,7 +340,10 @@ async def open_broker(
 ) -> AsyncIterator[RunningBroker]:
     """Serve ``data_dir`` until the block ends; a crash of the server fails the test."""
     config = config or broker_config(data_dir, **fields)
-    server = BrokerServer(config)
+    # Under the mock clock (autojump_clock) disk work runs inline: that clock jumps
+    # whenever every task waits, and a worker thread's time is real.
+    simulated = isinstance(trio.lowlevel.current_clock(), trio.testing.MockClock)
+    server = BrokerServer(config, off_loop=run_inline) if simulated else BrokerServer(config)
     async with trio.open_nursery() as nursery:
         port = await nursery.start(server.run)
         running = RunningBroker(server, port, nursery)

@@ -45,7 +45,7 @@ DEFAULT_SETTINGS = (
 """Faster failure detection than Kafka's defaults (9 s sessions): a laptop cluster."""
 
 
-class ClusterError(Exception):
+class LocalClusterError(Exception):
     """A node did not start or stop in time, or the layout is unreadable."""
 
 
@@ -94,7 +94,9 @@ class LocalCluster:
             cluster = cls.load(directory)
             if len(cluster.broker_ids) != brokers:
                 held = len(cluster.broker_ids)
-                raise ClusterError(f"{directory} holds a cluster of {held} brokers, not {brokers}")
+                raise LocalClusterError(
+                    f"{directory} holds a cluster of {held} brokers, not {brokers}"
+                )
             return cluster
         total = brokers + controllers
         ports = free_ports(2 * total)
@@ -128,7 +130,9 @@ class LocalCluster:
             }
             return cls(directory, nodes, list(document["settings"]))
         except (OSError, orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
-            raise ClusterError(f"{directory / LAYOUT_FILE} is not a cluster layout: {exc}") from exc
+            raise LocalClusterError(
+                f"{directory / LAYOUT_FILE} is not a cluster layout: {exc}"
+            ) from exc
 
     def save(self) -> None:
         document = {
@@ -230,7 +234,7 @@ class LocalCluster:
             if node.process is not None and node.process.poll() is not None:
                 break
             time.sleep(0.05)
-        raise ClusterError(f"node {node_id} did not start:\n{self.tail(node_id)}")
+        raise LocalClusterError(f"node {node_id} did not start:\n{self.tail(node_id)}")
 
     def tail(self, node_id: int, lines: int = 40) -> str:
         try:
