@@ -33,7 +33,8 @@ from eventplatform.projections.batch import (
     plan_batch,
     young_collections_rare,
 )
-from eventplatform.projections.corrections import apply_correction, link_problem
+from eventplatform.projections.corrections import apply_correction
+from eventplatform.projections.fold import link_problem
 from eventplatform.projections.errors import (
     CheckpointConflictError,
     HandlerError,

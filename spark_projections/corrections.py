@@ -19,11 +19,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from eventplatform.events import Correction, Envelope, Position
-from eventplatform.projections.corrections import link_problem
-from eventplatform.spark_projections.execute import Replacement
+from eventplatform.events.corrections import Correction
+from eventplatform.events.model import Envelope, Position
+from eventplatform.projections.fold import link_problem
+
+if TYPE_CHECKING:
+    from eventplatform.spark_projections.execute import Replacement
 
 PositionKey = tuple[str, int, int]
 
