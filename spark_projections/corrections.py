@@ -19,16 +19,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from eventplatform.events.corrections import Correction
 from eventplatform.events.model import Envelope, Position
 from eventplatform.projections.fold import link_problem
 
-if TYPE_CHECKING:
-    from eventplatform.spark_projections.execute import Replacement
-
 PositionKey = tuple[str, int, int]
+Replacement = tuple[str, int, Any] | None
+"""A corrected event's effective content: (type, version, data), or None if retracted."""
 
 
 @dataclass
