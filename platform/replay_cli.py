@@ -135,7 +135,7 @@ def replay(
     live row; the other rows stay as they are.
     """
     from eventplatform.projections.apps import find_projection
-    from eventplatform.spark_projections.backfill import backfill
+    from eventplatform.spark_projections.backfilling import backfill
     from eventplatform.spark_projections.replay import ReplayRequest, plan_ranges, rebuild
     from eventplatform.spark_projections.session import parse_pairs, spark_session
 

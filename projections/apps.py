@@ -43,7 +43,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
-from eventplatform.events import Event
+from eventplatform.events.model import Event
 from eventplatform.projections.errors import ProjectionError
 from eventplatform.projections.model import Projection
 

@@ -16,8 +16,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from eventplatform.events import Correction, Envelope, EventError, Position
 from eventplatform.events.codec import header_type, parse
+from eventplatform.events.corrections import Correction
+from eventplatform.events.errors import EventError
+from eventplatform.events.model import Envelope, Position
 from eventplatform.projections.errors import HandlerError
 from eventplatform.projections.model import Projection
 from eventplatform.projections.premerge import BatchDelta, Premerger

@@ -29,6 +29,7 @@ from sqlalchemy import select
 from eventplatform.events import Correction, Envelope, Event, Position
 from eventplatform.projections import schema
 from eventplatform.projections.errors import HandlerError
+from eventplatform.projections.fold import link_problem as link_problem
 from eventplatform.projections.fold import replacement_event
 from eventplatform.projections.store import StoreTransaction
 
@@ -78,19 +79,6 @@ def find_root(transaction: StoreTransaction, correction: Envelope[Correction]) -
             )
         current = found
     raise InvalidCorrectionError(f"{_at(correction)}: the chain is longer than {CHAIN_LENGTH_MAX}")
-
-
-def link_problem(here: Position, target: Position) -> str | None:
-    """Why a correction at ``here`` cannot name ``target``; None if it can.
-
-    A correction amends an event earlier in its own partition: only there is
-    the original's order against the correction fixed by the log.
-    """
-    if (target.topic, target.partition) != (here.topic, here.partition):
-        return "in another partition"
-    if target.offset >= here.offset:
-        return "which is not earlier"
-    return None
 
 
 def is_parked(transaction: StoreTransaction, root: Envelope[Any]) -> bool:

@@ -5,6 +5,7 @@ columns, merge columns, the ``<column>_ep_rank`` columns of ``Latest`` and
 ``First`` columns, and ``ep_contributions``. The streaming runner, the
 correction path, Spark's per-key fold and the in-memory :func:`fold` all
 merge through :func:`merge_into`, so every engine computes a row the same way.
+Every engine also checks a correction's link by one rule, :func:`link_problem`.
 
 Inside a state a ``SetAdd`` column is a ``frozenset``; stores convert it to a
 sorted JSON list and back at their boundary.
@@ -17,8 +18,10 @@ from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any
 
-from eventplatform.events import Correction, Envelope, Event, EventCatalog, UnknownEventTypeError
-from eventplatform.events.corrections import ReplacementEvent
+from eventplatform.events.codec import EventCatalog
+from eventplatform.events.corrections import Correction, ReplacementEvent
+from eventplatform.events.errors import UnknownEventTypeError
+from eventplatform.events.model import Envelope, Event, Position
 from eventplatform.projections.merge import Ranked, SetAdd
 from eventplatform.projections.model import (
     CONTRIBUTIONS_COLUMN,
@@ -136,6 +139,19 @@ def corrected_history(
         elif (payload := effective[envelope.event_id]) is not None:
             history.append(replace(envelope, event=payload))
     return history
+
+
+def link_problem(here: Position, target: Position) -> str | None:
+    """Why a correction at ``here`` cannot name ``target``; None if it can.
+
+    A correction amends an event earlier in its own partition: only there is
+    the original's order against the correction fixed by the log.
+    """
+    if (target.topic, target.partition) != (here.topic, here.partition):
+        return "in another partition"
+    if target.offset >= here.offset:
+        return "which is not earlier"
+    return None
 
 
 def replacement_event(correction: Correction, catalog: EventCatalog) -> Event | None:

@@ -25,7 +25,8 @@ a row whose every contribution is retracted disappears).
 
 Handlers must be pure functions of the envelope: corrections and Spark
 replays call them again and expect the same rows. This module imports no
-engine, client or broker.
+engine, client or broker, and no SQLAlchemy until a table is declared: the
+folds and Spark's workers use the model without loading it.
 """
 
 from __future__ import annotations
@@ -33,13 +34,16 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from sqlalchemy import BigInteger, Column, MetaData, Table
-
-from eventplatform.events import Correction, Envelope, Event, EventCatalog, Position
+from eventplatform.events.codec import EventCatalog
+from eventplatform.events.corrections import Correction
+from eventplatform.events.model import Envelope, Event, Position
 from eventplatform.projections.errors import HandlerError, ProjectionDefinitionError
 from eventplatform.projections.merge import Count, Merge
+
+if TYPE_CHECKING:
+    from sqlalchemy import Column, MetaData, Table
 
 MERGE_INFO_KEY = "eventplatform.merge"
 CONTRIBUTIONS_COLUMN = "ep_contributions"
@@ -61,6 +65,8 @@ Handler = Callable[[Envelope[Any]], "Iterable[Row] | Row | None"]
 
 def merge_column(name: str, type_: Any, merge: Merge, **column_options: Any) -> Column[Any]:
     """A non-key projection column that merges contributions with ``merge``."""
+    from sqlalchemy import Column
+
     if not isinstance(merge, Merge):
         raise ProjectionDefinitionError(f"column {name!r}: {merge!r} is not a merge operation")
     return Column(name, type_, info={MERGE_INFO_KEY: merge}, **column_options)
@@ -68,6 +74,8 @@ def merge_column(name: str, type_: Any, merge: Merge, **column_options: Any) -> 
 
 def projection_table(name: str, metadata: MetaData, *columns: Any, **options: Any) -> Table:
     """A ``Table`` of key columns and merge columns, plus the engines' bookkeeping columns."""
+    from sqlalchemy import BigInteger, Column, Table
+
     extra: list[Column[Any]] = []
     for column in columns:
         merge = column.info.get(MERGE_INFO_KEY) if isinstance(column, Column) else None

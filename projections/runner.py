@@ -33,12 +33,13 @@ from eventplatform.projections.batch import (
     plan_batch,
     young_collections_rare,
 )
-from eventplatform.projections.corrections import apply_correction, link_problem
+from eventplatform.projections.corrections import apply_correction
 from eventplatform.projections.errors import (
     CheckpointConflictError,
     HandlerError,
     ProjectionStoppedError,
 )
+from eventplatform.projections.fold import link_problem
 from eventplatform.projections.kafka import KafkaEventReader
 from eventplatform.projections.premerge import BatchDelta
 from eventplatform.projections.registry import register_projection, set_status

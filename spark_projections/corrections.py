@@ -21,11 +21,13 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from eventplatform.events import Correction, Envelope, Position
-from eventplatform.projections.corrections import link_problem
-from eventplatform.spark_projections.execute import Replacement
+from eventplatform.events.corrections import Correction
+from eventplatform.events.model import Envelope, Position
+from eventplatform.projections.fold import link_problem
 
 PositionKey = tuple[str, int, int]
+Replacement = tuple[str, int, Any] | None
+"""A corrected event's effective content: (type, version, data), or None if retracted."""
 
 
 @dataclass

@@ -40,14 +40,13 @@ from eventplatform.projections.fold import merge_states
 from eventplatform.projections.model import Contribution, Projection
 from eventplatform.projections.premerge import BatchDelta, Premerger, TableDelta, row_key_text
 from eventplatform.projections.store import ProjectionStore
+from eventplatform.spark_projections.corrections import Replacement as Replacement
 from eventplatform.spark_projections.errors import ReplayError
 from eventplatform.spark_projections.offsets import OffsetRange, ReadOptions
 
 STATE, CONTRIBUTIONS, POISON, COUNT = "state", "contributions", "poison", "count"
 TOUCHED = "touched"
 WRITE_CHUNK_ROWS = 5_000
-Replacement = tuple[str, int, Any] | None
-"""A corrected event's effective content: (type, version, data), or None if retracted."""
 
 
 class _Everything(dict[Any, Any]):

@@ -2,7 +2,8 @@
 
 The check runs ``lint-imports`` on a copy of the packages it covers, laid out by
 import name, once as they are and once with one wrong import added: storage, the
-lowest layer of the log, importing the broker, the highest.
+lowest layer of the log, importing the broker, the highest; the log importing the
+command line; the projection fold importing a SQL store.
 """
 
 from __future__ import annotations
@@ -21,16 +22,24 @@ LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
 TIMEOUT_S = 120
 
 
+COPIED = {
+    "log": ROOT / "log",
+    "tools": ROOT / "platform" / "tools",
+    "events": ROOT / "platform" / "events",
+    "projections": ROOT / "projections",
+    "spark_projections": ROOT / "spark_projections",
+}
+"""The packages the contracts cover, by their name under ``eventplatform``."""
+
+
 @pytest.fixture
 def copy(tmp_path: Path) -> Path:
-    """``eventplatform.log`` and ``eventplatform.tools`` under ``tmp_path``, with the
-    contracts of pyproject.toml. ``eventplatform`` stays a namespace package, as in the
-    repository, and on PYTHONPATH the copy comes before the editable install's mapping."""
+    """The packages the contracts cover under ``tmp_path``, with the contracts of
+    pyproject.toml. ``eventplatform`` stays a namespace package, as in the repository,
+    and on PYTHONPATH the copy comes before the editable install's mapping."""
     package = tmp_path / "eventplatform"
-    shutil.copytree(ROOT / "log", package / "log", ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copytree(
-        ROOT / "platform" / "tools", package / "tools", ignore=shutil.ignore_patterns("__pycache__")
-    )
+    for name, source in COPIED.items():
+        shutil.copytree(source, package / name, ignore=shutil.ignore_patterns("__pycache__"))
     contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
     (tmp_path / ".importlinter").write_text(_ini(contracts))
     return tmp_path
@@ -103,3 +112,15 @@ def test_make_lint_runs_the_contracts() -> None:
     makefile = (ROOT / "Makefile").read_text()
     lint_recipe = makefile.split("\nlint:", 1)[1].split("\n\n", 1)[0]
     assert "lint-imports" in lint_recipe
+
+
+def test_the_pure_model_may_not_import_an_adapter(copy: Path) -> None:
+    clean = lint(copy)
+    assert "the pure model imports no adapter KEPT" in clean.stdout, clean.stdout + clean.stderr
+    fold = copy / "eventplatform" / "projections" / "fold.py"
+    probe = "from eventplatform.projections.store import ProjectionStore\n"
+    fold.write_text(fold.read_text() + probe)
+    broken = lint(copy)
+    assert broken.returncode != 0
+    assert "the pure model imports no adapter BROKEN" in broken.stdout
+    assert "eventplatform.projections.fold -> eventplatform.projections.store" in broken.stdout

@@ -9,32 +9,85 @@ class PageViewed(Event, type="activity.page_viewed", version=1, key="user_id"):
 with EventProducer("127.0.0.1:9092") as producer:
     [ref] = producer.append([PageViewed(user_id="u1", url="/")])
     producer.append([Correction(of=ref, replacement=PageViewed(user_id="u1", url="/home"))])
+
+The package is the pure model (``model``, ``codec``, ``corrections``,
+``compatibility``, ``errors``, ``ids``, ``wire``) and its adapters to the log
+(``producer``, ``registry``: librdkafka; ``batching``: trio). Each name below is
+imported from its module on first use, so importing the model alone loads no
+client.
 """
 
-from eventplatform.events.codec import TYPE_HEADER, VERSION_HEADER, EventCatalog, encode
-from eventplatform.events.compatibility import Compatibility
-from eventplatform.events.corrections import CORRECTION_TYPE, Correction
-from eventplatform.events.errors import (
-    AppendError,
-    DecodeError,
-    EventDefinitionError,
-    EventError,
-    EventValidationError,
-    IncompatibleSchemaError,
-    RegistryError,
-    UnknownEventTypeError,
-    UpcastError,
-)
-from eventplatform.events.ids import uuid7
-from eventplatform.events.model import Envelope, Event, EventRef, Position, upcaster
-from eventplatform.events.producer import EventProducer
-from eventplatform.events.registry import SchemaRegistry
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from eventplatform.events.batching import (
+        BATCH_EVENTS_DEFAULT,
+        QUEUE_EVENTS_DEFAULT,
+        AppendQueue,
+        serve_datagrams,
+    )
+    from eventplatform.events.codec import TYPE_HEADER, VERSION_HEADER, EventCatalog, encode
+    from eventplatform.events.compatibility import Compatibility
+    from eventplatform.events.corrections import CORRECTION_TYPE, Correction
+    from eventplatform.events.errors import (
+        AppendError,
+        DecodeError,
+        EventDefinitionError,
+        EventError,
+        EventValidationError,
+        IncompatibleSchemaError,
+        RegistryError,
+        UnknownEventTypeError,
+        UpcastError,
+    )
+    from eventplatform.events.ids import uuid7
+    from eventplatform.events.model import Envelope, Event, EventRef, Position, upcaster
+    from eventplatform.events.producer import EventProducer
+    from eventplatform.events.registry import SchemaRegistry
+
+_EXPORTS: dict[str, str] = {
+    "CORRECTION_TYPE": "eventplatform.events.corrections",
+    "TYPE_HEADER": "eventplatform.events.codec",
+    "VERSION_HEADER": "eventplatform.events.codec",
+    "AppendError": "eventplatform.events.errors",
+    "Compatibility": "eventplatform.events.compatibility",
+    "Correction": "eventplatform.events.corrections",
+    "DecodeError": "eventplatform.events.errors",
+    "Envelope": "eventplatform.events.model",
+    "Event": "eventplatform.events.model",
+    "EventCatalog": "eventplatform.events.codec",
+    "EventDefinitionError": "eventplatform.events.errors",
+    "EventError": "eventplatform.events.errors",
+    "EventProducer": "eventplatform.events.producer",
+    "EventRef": "eventplatform.events.model",
+    "EventValidationError": "eventplatform.events.errors",
+    "IncompatibleSchemaError": "eventplatform.events.errors",
+    "Position": "eventplatform.events.model",
+    "RegistryError": "eventplatform.events.errors",
+    "SchemaRegistry": "eventplatform.events.registry",
+    "UnknownEventTypeError": "eventplatform.events.errors",
+    "UpcastError": "eventplatform.events.errors",
+    "encode": "eventplatform.events.codec",
+    "upcaster": "eventplatform.events.model",
+    "uuid7": "eventplatform.events.ids",
+    "BATCH_EVENTS_DEFAULT": "eventplatform.events.batching",
+    "QUEUE_EVENTS_DEFAULT": "eventplatform.events.batching",
+    "AppendQueue": "eventplatform.events.batching",
+    "serve_datagrams": "eventplatform.events.batching",
+}
+"""Each exported name and the module that defines it (one line per name)."""
 
 __all__ = [
+    "BATCH_EVENTS_DEFAULT",
     "CORRECTION_TYPE",
+    "QUEUE_EVENTS_DEFAULT",
     "TYPE_HEADER",
     "VERSION_HEADER",
     "AppendError",
+    "AppendQueue",
     "Compatibility",
     "Correction",
     "DecodeError",
@@ -53,21 +106,21 @@ __all__ = [
     "UnknownEventTypeError",
     "UpcastError",
     "encode",
+    "serve_datagrams",
     "upcaster",
     "uuid7",
 ]
 
-# exports for apps
-from eventplatform.events.batching import (
-    BATCH_EVENTS_DEFAULT,
-    QUEUE_EVENTS_DEFAULT,
-    AppendQueue,
-    serve_datagrams,
-)
 
-__all__ += [
-    "BATCH_EVENTS_DEFAULT",
-    "QUEUE_EVENTS_DEFAULT",
-    "AppendQueue",
-    "serve_datagrams",
-]
+def __getattr__(name: str) -> Any:
+    """An exported name, imported from its module on first use and kept (PEP 562)."""
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -34,11 +34,11 @@ from eventplatform.events.errors import (
     UpcastError,
 )
 from eventplatform.events.model import Envelope, Event, Position
+from eventplatform.events.wire import TYPE_HEADER as TYPE_HEADER
+from eventplatform.events.wire import UUID_TEXT_LENGTH as UUID_TEXT_LENGTH
+from eventplatform.events.wire import VERSION_HEADER as VERSION_HEADER
 
-TYPE_HEADER = "event-type"
-VERSION_HEADER = "event-version"
 ENVELOPE_FIELDS = ("id", "type", "version", "occurred_at", "key", "data")
-UUID_TEXT_LENGTH = 36
 _SAFE_UNKNOWN = uuid.SafeUUID.unknown  # an enum member lookup costs a descriptor call
 
 Headers = Sequence[tuple[str, bytes | None]]

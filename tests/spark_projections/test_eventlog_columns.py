@@ -44,12 +44,6 @@ def test_the_compiled_decoder_is_built() -> None:
     assert columns.compiled is not None
 
 
-def test_the_sdk_names_are_the_ones_decoded() -> None:
-    assert columns.TYPE_HEADER == codec.TYPE_HEADER
-    assert columns.VERSION_HEADER == codec.VERSION_HEADER
-    assert columns.UUID_TEXT_LENGTH == codec.UUID_TEXT_LENGTH
-
-
 def test_the_arrow_schema_is_what_spark_expects() -> None:
     from pyspark.sql.pandas.types import to_arrow_schema
 

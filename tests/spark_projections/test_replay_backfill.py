@@ -22,7 +22,7 @@ from replay_databases import checkpoints, databases, ranges, url_of
 
 from eventplatform.events import EventProducer
 from eventplatform.projections.kafka import log_ends
-from eventplatform.spark_projections.backfill import backfill
+from eventplatform.spark_projections.backfilling import backfill
 from eventplatform.spark_projections.replay import ReplayRange
 from eventplatform.testing import BrokerProcess, running_broker
 

@@ -41,7 +41,7 @@ from hypothesis import strategies as st
 from replay_databases import checkpoints, databases, ranges, url_of
 
 from eventplatform.events import EventProducer
-from eventplatform.spark_projections.backfill import backfill
+from eventplatform.spark_projections.backfilling import backfill
 from eventplatform.spark_projections.replay import rebuild
 from eventplatform.testing import BrokerProcess, running_broker
 
