@@ -16,12 +16,12 @@ import uuid
 from pathlib import Path
 
 import pytest
-from broker_process import BrokerProcess
 from click.testing import CliRunner
 
 from eventplatform.cli import main
 from eventplatform.projections.apps import load_app
 from eventplatform.runtime import running_projections, wait_caught_up
+from eventplatform.testing import BrokerProcess
 
 HERE = Path(__file__).resolve().parent
 APP_REFERENCE = "external_app"
