@@ -59,6 +59,7 @@ _TOPIC_TYPES = {
     "remote.storage.enable": ConfigType.BOOLEAN,
     "remote.log.copy.disable": ConfigType.BOOLEAN,
     "remote.log.delete.on.disable": ConfigType.BOOLEAN,
+    "eventplatform.entity.versions.enable": ConfigType.BOOLEAN,
 }
 """Kafka's type of each topic config; the others are LONG."""
 _TOPIC_TO_BROKER_KEY = {topic: broker for broker, topic in LOG_KEYS.items()}

@@ -40,7 +40,12 @@ _CRC = struct.Struct(">I")
 
 
 class VersionHeaderError(ValueError):
-    """A record's ``eventplatform.expected.version`` header is not a version."""
+    """A record's ``eventplatform.expected.version`` header is not a version; ``record``
+    is the record's number in its batch (0 first)."""
+
+    def __init__(self, message: str, record: int = 0) -> None:
+        super().__init__(message)
+        self.record = record
 
 
 class Condition(NamedTuple):
@@ -99,11 +104,12 @@ def conditions_of(records: Iterable[Record]) -> list[Condition]:
             if name != EXPECTED_VERSION_HEADER:
                 continue
             if expected is not None:
-                raise VersionHeaderError(f"record {index} has two {EXPECTED_VERSION_HEADER}")
+                message = f"record {index} has two {EXPECTED_VERSION_HEADER} headers"
+                raise VersionHeaderError(message, index)
             try:
                 expected = parse_expected_version(value)
             except VersionHeaderError as exc:
-                raise VersionHeaderError(f"record {index}: {exc}") from None
+                raise VersionHeaderError(f"record {index}: {exc}", index) from None
         found.append(Condition(record.key, expected))
     return found
 

@@ -38,6 +38,12 @@ import trio
 
 from eventplatform.log.invariants import require
 from eventplatform.log.protocol import ErrorCode
+from eventplatform.log.replica.entity_log import load_entity_versions, write_entity_snapshot
+from eventplatform.log.replica.entity_versions import (
+    EntityVersions,
+    VersionHeaderError,
+    conditions_of,
+)
 from eventplatform.log.replica.isr import LeaderReplicas
 from eventplatform.log.replica.producer_state import ProducerStates, Verdict, iter_headers
 from eventplatform.log.storage import (
@@ -50,7 +56,12 @@ from eventplatform.log.storage import (
 from eventplatform.log.storage.errors import RecordError
 from eventplatform.log.storage.leader_epochs import UNDEFINED_EPOCH, EpochCache, EpochCacheError
 from eventplatform.log.storage.partition_log import wall_clock_ms
-from eventplatform.log.storage.record_batch import parse_header, split_batches
+from eventplatform.log.storage.record_batch import (
+    decode_batch,
+    decode_record_set,
+    parse_header,
+    split_batches,
+)
 
 ACKS_ALL = -1
 NO_LEADER = -1
@@ -85,6 +96,13 @@ class ProduceResult:
         )
 
 
+def _invalid_record(message: str, record: int = 0) -> ProduceResult:
+    """A batch refused whole for one of its records (INVALID_RECORD, named per record)."""
+    return ProduceResult(
+        ErrorCode.INVALID_RECORD, message=message, record_errors=(RecordError(record, message),)
+    )
+
+
 class Partition:
     """See the module docstring."""
 
@@ -95,6 +113,8 @@ class Partition:
         self.log = log
         self.leader_epoch = 0
         self.producers = ProducerStates.load(directory, log)
+        self.entities: EntityVersions | None = None
+        self._entity_versions()
         self._waiters: set[trio.Event] = set()
         # replication (cluster mode); a partition of a broker on its own leads alone
         self.clustered = False
@@ -266,6 +286,7 @@ class Partition:
                     self.producers.update(header)
             except OSError as exc:
                 raise self.log.take_offline(exc) from exc
+            self._apply_replicated_entities(record_set)
         self.follower_high_watermark = min(leader_high_watermark, self.log.log_end_offset)
         self._wake_replicated()
         self._wake()
@@ -278,6 +299,7 @@ class Partition:
         try:
             self.epochs.truncate_from_end(self.log.log_end_offset)
             self.producers = ProducerStates.load(self.directory, self.log)
+            self._reload_entities()
         except OSError as exc:
             raise self.log.take_offline(exc) from exc
         self.follower_high_watermark = min(self.follower_high_watermark, self.log.log_end_offset)
@@ -289,6 +311,7 @@ class Partition:
         try:
             self.epochs.truncate_from_end(0)
             self.producers = ProducerStates.load(self.directory, self.log)
+            self._reload_entities()
         except OSError as exc:
             raise self.log.take_offline(exc) from exc
         self.follower_high_watermark = offset
@@ -460,18 +483,26 @@ class Partition:
             return ProduceResult(ErrorCode(check.refusal.error), message=check.message)
         if check.verdict is Verdict.OUT_OF_ORDER:
             return ProduceResult(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, message=check.message)
+        entities = self._entity_versions()
+        keys: list[bytes | None] = []
+        if entities is not None:
+            refused, keys = self._check_entities(entities, buffer)
+            if refused is not None:
+                return refused
         active_base = self.log.active_segment.base_offset
         try:
             info = self.log.append(buffer, leader_epoch=self.leader_epoch, validated=headers)
         except StorageError as exc:
             return ProduceResult.refused(exc)
+        if entities is not None:
+            entities.apply(keys)
         stamped = header._replace(base_offset=info.base_offset)
         if info.append_time_ms >= 0:
             stamped = stamped._replace(max_timestamp=info.append_time_ms)
         self.producers.update(stamped)
         if self.log.active_segment.base_offset != active_base:
             try:
-                self.producers.write_snapshot(self.directory, self.log.log_end_offset)
+                self._write_snapshots()
             except OSError as exc:
                 error = self.log.take_offline(exc)
                 return ProduceResult(ErrorCode.KAFKA_STORAGE_ERROR, message=str(error))
@@ -485,6 +516,53 @@ class Partition:
             info.log_start_offset,
             last_offset=info.last_offset,
         )
+
+    # ------------------------------------------------------------ entity versions
+
+    def _entity_versions(self) -> EntityVersions | None:
+        """The versions of this partition's entities when its topic keeps them, loaded on
+        first use (at open, or when the topic's config turns them on)."""
+        if not self.log.config.eventplatform_entity_versions_enable:
+            self.entities = None
+        elif self.entities is None:
+            self.entities = load_entity_versions(self.directory, self.log)
+        return self.entities
+
+    def _check_entities(
+        self, entities: EntityVersions, buffer: bytes | bytearray | memoryview
+    ) -> tuple[ProduceResult | None, list[bytes | None]]:
+        """The refusal of a batch whose expected versions do not hold (INVALID_RECORD,
+        naming the record), or None and the batch's keys, to count once it is appended."""
+        records = decode_batch(buffer, check_crc=False).records
+        try:
+            conditions = conditions_of(records)
+        except VersionHeaderError as exc:
+            return _invalid_record(str(exc), exc.record), []
+        conflict = entities.check(conditions)
+        if conflict is not None:
+            return _invalid_record(conflict.message, conflict.record), []
+        return None, [condition.key for condition in conditions]
+
+    def _apply_replicated_entities(self, record_set: bytes) -> None:
+        """Count the records a follower appended, as the leader did."""
+        entities = self._entity_versions()
+        if entities is None:
+            return
+        for batch in decode_record_set(record_set):
+            if not batch.header.is_control:
+                entities.apply(record.key for record in batch.records)
+
+    def _reload_entities(self) -> None:
+        """After a truncation: count the log again (from the snapshot when it still holds)."""
+        if self.entities is not None:
+            self.entities = load_entity_versions(self.directory, self.log)
+
+    def _write_snapshots(self) -> None:
+        """The producer state, and the entity versions when kept, as of the log end."""
+        end = self.log.log_end_offset
+        self.producers.write_snapshot(self.directory, end)
+        if self.entities is not None:
+            write_entity_snapshot(self.directory, self.entities, end)
 
     # ------------------------------------------------------------ fetch
 
@@ -518,7 +596,7 @@ class Partition:
     def close(self) -> None:
         if not self.log.offline:  # an offline log's state is rebuilt by the next start
             try:
-                self.producers.write_snapshot(self.directory, self.log.log_end_offset)
+                self._write_snapshots()
             except OSError as exc:
                 self.log.take_offline(exc)
         self.log.close()

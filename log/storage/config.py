@@ -108,6 +108,9 @@ class LogConfig:
     """Inert, as in Kafka without remote storage."""
     remote_log_delete_on_disable: bool = False
     """Inert, as in Kafka without remote storage."""
+    eventplatform_entity_versions_enable: bool = False
+    """Whether the partitions count each key's records (its entity's version) and append a
+    record with an ``eventplatform.expected.version`` header only at that version."""
 
     @property
     def compact(self) -> bool:
@@ -147,6 +150,11 @@ class LogConfig:
             except (TypeError, ValueError) as exc:
                 raise InvalidConfigError(f"invalid value {raw!r} for {key}: {exc}") from None
         config = dataclasses.replace(base or cls(), **changes)
+        if config.eventplatform_entity_versions_enable and config.compact:
+            raise InvalidConfigError(
+                "eventplatform.entity.versions.enable needs every record kept: "
+                "cleanup.policy must not include compact"
+            )
         if config.min_compaction_lag_ms > config.max_compaction_lag_ms:
             raise InvalidConfigError(
                 f"min.compaction.lag.ms {config.min_compaction_lag_ms} is larger than "
@@ -286,4 +294,5 @@ _PARSERS: dict[str, Callable[[Any], Any]] = {
     "local.retention.bytes": integer_between(LOCAL_RETENTION_FROM_RETENTION),
     "remote.log.copy.disable": boolean,
     "remote.log.delete.on.disable": boolean,
+    "eventplatform.entity.versions.enable": boolean,
 }

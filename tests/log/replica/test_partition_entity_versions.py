@@ -1,0 +1,144 @@
+"""A partition of a topic with entity versions: conditional appends, and the versions
+recovered after a clean close, a kill and a torn tail."""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+
+from crash_simulation import crash
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from eventplatform.log.protocol import ErrorCode
+from eventplatform.log.replica.entity_log import SNAPSHOT_FILE
+from eventplatform.log.replica.entity_versions import EXPECTED_VERSION_HEADER, EntityVersions
+from eventplatform.log.replica.partition import Partition
+from eventplatform.log.storage import LogConfig
+from eventplatform.log.storage.record_batch import Record, encode_batch
+
+VERSIONED = LogConfig(eventplatform_entity_versions_enable=True, segment_bytes=1024)
+
+
+def batch(*records: tuple[bytes | None, int | None]) -> bytes:
+    """A batch of records ``(key, expected version or None)``."""
+    return encode_batch(
+        [
+            Record(
+                index,
+                1_000,
+                key,
+                b"event",
+                () if expected is None else ((EXPECTED_VERSION_HEADER, str(expected).encode()),),
+            )
+            for index, (key, expected) in enumerate(records)
+        ]
+    )
+
+
+def open_partition(directory: Path) -> Partition:
+    return Partition.open("accounts", 0, directory, VERSIONED)
+
+
+def full_scan(partition: Partition) -> EntityVersions:
+    versions = EntityVersions()
+    for decoded in partition.log.iter_batches():
+        versions.apply(record.key for record in decoded.records)
+    return versions
+
+
+def test_an_account_is_opened_once_and_withdrawn_from_at_its_version(tmp_path: Path) -> None:
+    partition = open_partition(tmp_path)
+    assert partition.append(batch((b"acct", 0))).error == ErrorCode.NONE
+    second = partition.append(batch((b"acct", 0)))
+    assert second.error == ErrorCode.INVALID_RECORD
+    assert "version 1" in (second.message or "") and "expected 0" in (second.message or "")
+    assert [e.batch_index for e in second.record_errors] == [0]
+    assert partition.append(batch((b"acct", 1), (b"acct", 2))).error == ErrorCode.NONE
+    refused = partition.append(batch((b"other", 0), (b"acct", 2)))
+    assert refused.error == ErrorCode.INVALID_RECORD
+    assert [e.batch_index for e in refused.record_errors] == [1]
+    assert partition.log.log_end_offset == 3, "nothing of a refused batch is appended"
+    assert partition.append(batch((b"acct", None))).error == ErrorCode.NONE
+    assert partition.append(batch((b"acct", 4))).error == ErrorCode.NONE
+    partition.close()
+
+
+def test_a_malformed_expected_version_is_invalid_record(tmp_path: Path) -> None:
+    partition = open_partition(tmp_path)
+    bad = encode_batch(
+        [
+            Record(0, 1_000, b"a", b"v"),
+            Record(1, 1_000, b"a", b"v", ((EXPECTED_VERSION_HEADER, b"-1"),)),
+        ]
+    )
+    result = partition.append(bad)
+    assert result.error == ErrorCode.INVALID_RECORD
+    assert [e.batch_index for e in result.record_errors] == [1]
+    assert partition.log.log_end_offset == 0
+    partition.close()
+
+
+def test_without_the_config_the_header_is_only_a_header(tmp_path: Path) -> None:
+    partition = Partition.open("plain", 0, tmp_path, LogConfig())
+    assert partition.append(batch((b"a", 5))).error == ErrorCode.NONE
+    assert partition.entities is None
+    partition.close()
+    assert not (tmp_path / SNAPSHOT_FILE).exists()
+
+
+def test_the_versions_survive_a_clean_close(tmp_path: Path) -> None:
+    partition = open_partition(tmp_path)
+    for version in range(5):
+        assert partition.append(batch((b"a", version), (b"b", None))).error == ErrorCode.NONE
+    partition.close()
+    reopened = open_partition(tmp_path)
+    assert reopened.entities is not None
+    assert reopened.entities.version(b"a") == 5 and reopened.entities.version(b"b") == 5
+    assert reopened.append(batch((b"a", 4))).error == ErrorCode.INVALID_RECORD
+    assert reopened.append(batch((b"a", 5))).error == ErrorCode.NONE
+    reopened.close()
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    seed=st.integers(min_value=0, max_value=2**32),
+    appends=st.integers(min_value=1, max_value=120),
+    torn_bytes=st.integers(min_value=0, max_value=300),
+    snapshot_damaged=st.booleans(),
+)
+def test_after_a_kill_the_versions_equal_a_scan_of_the_log(
+    tmp_path_factory: object, seed: int, appends: int, torn_bytes: int, snapshot_damaged: bool
+) -> None:
+    directory = Path(tmp_path_factory.mktemp("kill"))  # type: ignore[attr-defined]
+    rng = random.Random(seed)
+    partition = open_partition(directory)
+    keys = [f"entity-{n}".encode() for n in range(8)]
+    for _ in range(appends):
+        records = []
+        for _ in range(rng.randint(1, 4)):
+            key = rng.choice([*keys, None])
+            expected = None
+            if key is not None and rng.random() < 0.7:
+                assert partition.entities is not None
+                ahead = sum(1 for k, _ in records if k == key)
+                expected = partition.entities.version(key) + ahead + rng.choice([0, 0, 0, 1])
+            records.append((key, expected))
+        partition.append(batch(*records))
+    crash(partition.log)
+    segments = sorted(directory.glob("*.log"))
+    last = segments[-1]
+    size = last.stat().st_size
+    os.truncate(last, max(0, size - torn_bytes))  # a torn tail
+    snapshot = directory / SNAPSHOT_FILE
+    if snapshot_damaged and snapshot.exists():
+        data = bytearray(snapshot.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        snapshot.write_bytes(bytes(data))
+    recovered = open_partition(directory)
+    assert recovered.entities == full_scan(recovered)
+    recovered.close()
+    again = open_partition(directory)
+    assert again.entities == full_scan(again)
+    again.close()
