@@ -1,0 +1,125 @@
+"""Conditional appends from stock clients: confluent-kafka (plain and idempotent) and kcat,
+against one broker and a 3-node cluster. A record with ``eventplatform.expected.version``
+is appended only at its entity's version; a refused one fails with INVALID_RECORD, and
+the producer goes on working."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from collections.abc import Callable, Sequence
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
+
+from eventplatform.log.replica.entity_versions import (
+    ENTITY_VERSIONS_CONFIG,
+    EXPECTED_VERSION_HEADER,
+)
+from eventplatform.testing import BrokerProcess
+
+VERSIONED = {ENTITY_VERSIONS_CONFIG: "true"}
+FLUSH_TIMEOUT_S = 30.0
+KCAT_TIMEOUT_S = 30.0
+KCAT = shutil.which("kcat") or "/usr/bin/kcat"  # CI installs it: a missing kcat fails
+
+Outcome = tuple[bytes, int | None]  # the value, and the delivery error code (None: delivered)
+
+
+def produce(
+    bootstrap: str,
+    topic: str,
+    records: Sequence[tuple[bytes, bytes, int | None]],
+    **settings: object,
+) -> list[Outcome]:
+    """Produce ``(key, value, expected version or None)`` to partition 0, in order, one
+    request at a time; each record's value and delivery error code."""
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, **settings})
+    outcomes: list[Outcome] = []
+
+    def delivered(error: KafkaError | None, message: Message) -> None:
+        outcomes.append((message.value() or b"", None if error is None else error.code()))
+
+    for key, value, expected in records:
+        headers = [] if expected is None else [(EXPECTED_VERSION_HEADER, str(expected).encode())]
+        producer.produce(topic, value, key, partition=0, headers=headers, on_delivery=delivered)
+        assert producer.flush(FLUSH_TIMEOUT_S) == 0
+    return outcomes
+
+
+def read_values(bootstrap: str, topic: str) -> list[bytes]:
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": f"read-{topic}", "enable.auto.commit": False}
+    )
+    high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=FLUSH_TIMEOUT_S)[1]
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    values: list[bytes] = []
+    while len(values) < high:
+        message = consumer.poll(FLUSH_TIMEOUT_S)
+        assert message is not None and message.error() is None
+        values.append(message.value() or b"")
+    consumer.close()
+    return values
+
+
+@pytest.mark.parametrize("idempotent", [False, True], ids=["plain", "idempotent"])
+def test_confluent_kafka_appends_at_the_expected_version_only(
+    broker: BrokerProcess, new_topic: Callable[..., str], idempotent: bool
+) -> None:
+    topic = new_topic(partitions=1, config=VERSIONED)
+    outcomes = produce(
+        broker.bootstrap,
+        topic,
+        [
+            (b"acct", b"opened", 0),
+            (b"acct", b"opened again", 0),
+            (b"acct", b"deposit 10", 1),
+            (b"acct", b"stale withdrawal", 1),
+            (b"acct", b"plain note", None),
+            (b"acct", b"withdraw 5", 3),
+            (b"other", b"opened", 0),
+        ],
+        **{"enable.idempotence": idempotent},
+    )
+    assert outcomes == [
+        (b"opened", None),
+        (b"opened again", KafkaError.INVALID_RECORD),
+        (b"deposit 10", None),
+        (b"stale withdrawal", KafkaError.INVALID_RECORD),
+        (b"plain note", None),
+        (b"withdraw 5", None),
+        (b"opened", None),
+    ]
+    assert read_values(broker.bootstrap, topic) == [
+        b"opened",
+        b"deposit 10",
+        b"plain note",
+        b"withdraw 5",
+        b"opened",
+    ]
+
+
+def test_kcat_appends_at_the_expected_version_only(
+    broker: BrokerProcess, new_topic: Callable[..., str]
+) -> None:
+    topic = new_topic(partitions=1, config=VERSIONED)
+
+    def kcat(value: str, expected: int) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [
+                KCAT, "-P", "-b", broker.bootstrap, "-t", topic, "-p", "0",
+                "-k", "acct", "-H", f"{EXPECTED_VERSION_HEADER}={expected}",
+            ],
+            input=value,
+            capture_output=True,
+            text=True,
+            timeout=KCAT_TIMEOUT_S,
+            check=False,
+        )  # fmt: skip
+
+    assert kcat("opened", 0).returncode == 0
+    refused = kcat("opened again", 0)
+    assert refused.returncode == 1
+    assert "Broker failed to validate record" in refused.stderr  # librdkafka's INVALID_RECORD
+    assert kcat("deposit", 1).returncode == 0
+    assert read_values(broker.bootstrap, topic) == [b"opened", b"deposit"]
