@@ -303,6 +303,11 @@ def topics_describe(cluster: ClusterSettings, topic: str) -> None:
     help="Remove a config override (back to the default); repeatable.",
 )
 @click.option("--partitions", type=click.IntRange(1), default=None, help="New partition count.")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="With --partitions on a topic that keeps entity versions: turn them off first.",
+)
 @_cluster_options
 def topics_alter(
     cluster: ClusterSettings,
@@ -310,8 +315,13 @@ def topics_alter(
     set_configs: dict[str, str],
     delete_configs: tuple[str, ...],
     partitions: int | None,
+    force: bool,
 ) -> None:
-    """Change TOPIC's config overrides key by key, or raise its partition count."""
+    """Change TOPIC's config overrides key by key, or raise its partition count.
+
+    More partitions for a topic that keeps entity versions (an event topic) are refused:
+    the entities whose keys would move lose their order and versions. --force turns the
+    versions off first."""
     from eventplatform.tools.topics import alter_topic
 
     with _reported_errors():
@@ -322,6 +332,7 @@ def topics_alter(
             delete_configs=delete_configs,
             partitions=partitions,
             echo=click.echo,
+            force=force,
         )
 
 

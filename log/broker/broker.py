@@ -37,6 +37,7 @@ from eventplatform.log.cluster.membership import Membership
 from eventplatform.log.cluster.metadata import MetadataError, check_replica_assignment
 from eventplatform.log.cluster.network import TCP, Network
 from eventplatform.log.config import BrokerConfig, format_voters
+from eventplatform.log.extensions import ENTITY_VERSIONS_CONFIG
 from eventplatform.log.protocol import ErrorCode
 from eventplatform.log.replica.topics import META_FILE, Topic, TopicError, TopicRegistry
 from eventplatform.log.storage import Cleaner, KafkaStorageError
@@ -266,6 +267,14 @@ class Broker:
         each as long as the topic's replica lists, or partitions that would exhaust this
         broker's descriptor budget (:meth:`check_descriptors`)."""
         topic = self.topics.check_partition_count(name, count)
+        if topic.log_config.eventplatform_entity_versions_enable:
+            raise TopicError(
+                ErrorCode.POLICY_VIOLATION,
+                f"topic {name!r} keeps entity versions ({ENTITY_VERSIONS_CONFIG}=true): with "
+                "more partitions some entities' next events would land in another partition, "
+                "splitting their histories and versions; turn the config off first to add "
+                "partitions anyway",
+            )
         replication_factor = self.membership.replication_factor(name)
         self.check_descriptors(count - len(topic.partitions), replication_factor)
         if not assignment:

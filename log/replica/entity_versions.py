@@ -25,10 +25,9 @@ import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from typing import NamedTuple
 
+from eventplatform.log.extensions import EXPECTED_VERSION_HEADER
 from eventplatform.log.storage.record_batch import Record
 
-ENTITY_VERSIONS_CONFIG = "eventplatform.entity.versions.enable"
-EXPECTED_VERSION_HEADER = "eventplatform.expected.version"
 EXPECTED_VERSION_DIGITS_MAX = 18
 """An expected version has at most 18 decimal digits: it stays below 2**63."""
 

@@ -27,6 +27,7 @@ import sniffio
 from eventplatform.events.codec import EncodedEvent, encode
 from eventplatform.events.errors import AppendError, EventValidationError
 from eventplatform.events.model import Envelope, Event, EventRef, Position
+from eventplatform.events.topics import create_event_topics
 
 BOOTSTRAP_DEFAULT = "127.0.0.1:9092"
 DELIVERY_TIMEOUT_S_DEFAULT = 30.0
@@ -66,6 +67,9 @@ class EventProducer:
             **(config or {}),
         }
         self._producer = confluent_kafka.Producer(settings)
+        self._settings = settings
+        self._topics_ready: set[str] = set()
+        self._topics_lock = threading.Lock()
         self._schemas = schemas
         self._checked: set[type[Event]] = set()
         self._delivery_timeout_s = delivery_timeout_s
@@ -117,6 +121,7 @@ class EventProducer:
         ]
         self._check_schemas(envelopes)
         records = [encode(envelope) for envelope in envelopes]
+        self._ensure_topics({record.topic for record in records})
         return self._send(envelopes, records)
 
     def flush(self, timeout_s: float = DELIVERY_TIMEOUT_S_DEFAULT) -> None:
@@ -136,6 +141,17 @@ class EventProducer:
             if event_class not in self._checked:
                 self._schemas.ensure_registered(event_class)
                 self._checked.add(event_class)
+
+    def _ensure_topics(self, topics: set[str]) -> None:
+        """Create the event topics this producer has not appended to yet and that do not
+        exist (:mod:`eventplatform.events.topics`), once per producer."""
+        if topics <= self._topics_ready:
+            return
+        with self._topics_lock:
+            missing = topics - self._topics_ready
+            if missing:
+                create_event_topics(self._settings, missing, timeout_s=self._delivery_timeout_s)
+                self._topics_ready |= missing
 
     def _send(
         self, envelopes: list[Envelope[Any]], records: list[EncodedEvent]

@@ -24,6 +24,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
+from eventplatform.log.extensions import ENTITY_VERSIONS_CONFIG
 from eventplatform.tools.arguments import ClusterSettings
 from eventplatform.tools.errors import InvalidInputError, KafkaRequestError
 from eventplatform.tools.kafka_clients import (
@@ -196,13 +197,22 @@ def alter_topic(
     delete_configs: Sequence[str],
     partitions: int | None,
     echo: Echo,
+    force: bool = False,
 ) -> None:
     """Change config overrides key by key, then raise the partition count.
 
     Config changes go through IncrementalAlterConfigs, so overrides not
-    named stay as they are. The partition count can only grow.
+    named stay as they are. The partition count can only grow. The broker
+    refuses more partitions for a topic that keeps entity versions; ``force``
+    turns them off first (``eventplatform.entity.versions.enable=false``).
     """
     check_alterations(set_configs, delete_configs, partitions)
+    if force and partitions is not None:
+        set_configs = {**set_configs, ENTITY_VERSIONS_CONFIG: "false"}
+        echo(
+            f"topic {topic}: entity versions turned off: the entities whose keys move to the "
+            "new partitions lose their order and versions"
+        )
     admin = admin_client(cluster)
     if set_configs or delete_configs:
         entries = [

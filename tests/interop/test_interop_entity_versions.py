@@ -10,12 +10,10 @@ import subprocess
 from collections.abc import Callable, Sequence
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewPartitions
 
-from eventplatform.log.replica.entity_versions import (
-    ENTITY_VERSIONS_CONFIG,
-    EXPECTED_VERSION_HEADER,
-)
+from eventplatform.log.extensions import ENTITY_VERSIONS_CONFIG, EXPECTED_VERSION_HEADER
 from eventplatform.testing import BrokerProcess
 
 VERSIONED = {ENTITY_VERSIONS_CONFIG: "true"}
@@ -123,3 +121,16 @@ def test_kcat_appends_at_the_expected_version_only(
     assert "Broker failed to validate record" in refused.stderr  # librdkafka's INVALID_RECORD
     assert kcat("deposit", 1).returncode == 0
     assert read_values(broker.bootstrap, topic) == [b"opened", b"deposit"]
+
+
+def test_the_admin_api_cannot_add_partitions_to_a_topic_with_entity_versions(
+    broker: BrokerProcess, new_topic: Callable[..., str], admin: AdminClient
+) -> None:
+    topic = new_topic(partitions=2, config=VERSIONED)
+    futures = admin.create_partitions([NewPartitions(topic, 4)], operation_timeout=FLUSH_TIMEOUT_S)
+    with pytest.raises(KafkaException) as refused:
+        futures[topic].result(timeout=FLUSH_TIMEOUT_S)
+    assert refused.value.args[0].code() == KafkaError.POLICY_VIOLATION
+    assert "keeps entity versions" in refused.value.args[0].str()
+    metadata = admin.list_topics(topic, timeout=FLUSH_TIMEOUT_S)
+    assert len(metadata.topics[topic].partitions) == 2

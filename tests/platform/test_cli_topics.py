@@ -95,6 +95,28 @@ def test_alter_sets_and_deletes_configs_and_adds_partitions(
     assert len(partition_rows(described)) == 4
 
 
+def test_more_partitions_for_a_topic_with_entity_versions_need_force(
+    platform: Platform, unique_name: str
+) -> None:
+    versions = "eventplatform.entity.versions.enable"
+    platform.ok(
+        "topics", "create", unique_name, "--partitions", "2", "--config", f"{versions}=true"
+    )
+
+    error = platform.fails("topics", "alter", unique_name, "--partitions", "3")
+    assert "keeps entity versions" in error and "splitting their histories" in error
+    described = platform.ok("topics", "describe", unique_name).stdout
+    assert len(partition_rows(described)) == 2
+    assert config_rows(described)[versions] == ("true", "DYNAMIC_TOPIC_CONFIG")
+
+    forced = platform.ok("topics", "alter", unique_name, "--partitions", "3", "--force").stdout
+    assert "entity versions turned off" in forced
+    assert f"topic {unique_name} now has 3 partitions" in forced
+    described = platform.ok("topics", "describe", unique_name).stdout
+    assert len(partition_rows(described)) == 3
+    assert config_rows(described)[versions] == ("false", "DYNAMIC_TOPIC_CONFIG")
+
+
 def test_alter_rejects_nothing_to_do_and_shrinking(platform: Platform, unique_name: str) -> None:
     platform.ok("topics", "create", unique_name, "--partitions", "3")
 

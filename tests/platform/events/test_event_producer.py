@@ -30,6 +30,7 @@ from eventplatform.events import (
     upcaster,
 )
 from eventplatform.events.registry import SchemaRegistry
+from eventplatform.log.extensions import ENTITY_VERSIONS_CONFIG
 
 if TYPE_CHECKING:
     from conftest import Log
@@ -295,3 +296,27 @@ def test_old_versions_come_back_upcast_on_replay(producer: EventProducer, log: L
         CartUpdated(cart_id=cart, items=["apple", "pear"], currency="EUR"),
         CartUpdated(cart_id=cart, items=["plum"], currency="USD"),
     ]
+
+
+class AccountOpened(Event, type="bank.account_opened", key="account_id", topic="sdk-new-accounts"):
+    account_id: str
+
+
+def test_the_first_append_creates_an_event_topic_that_keeps_its_history(
+    producer: EventProducer, log: Log
+) -> None:
+    [ref] = producer.append([AccountOpened(account_id="a-1")])
+    assert ref.position.topic == AccountOpened.event_topic
+    configs = log.topic_config(AccountOpened.event_topic)
+    assert configs["retention.ms"] == "-1"
+    assert configs["retention.bytes"] == "-1"
+    assert configs["cleanup.policy"] == "delete"
+    assert configs[ENTITY_VERSIONS_CONFIG] == "true"
+
+
+def test_an_event_topic_that_exists_is_left_as_it_is(producer: EventProducer, log: Log) -> None:
+    [ref] = producer.append([OrderPlaced(order_id="o-kept", total_cents=1)])
+    assert ref.position.topic == OrderPlaced.event_topic
+    configs = log.topic_config(OrderPlaced.event_topic)
+    assert configs["retention.ms"] != "-1"  # created by the module's fixture, with defaults
+    assert configs[ENTITY_VERSIONS_CONFIG] == "false"
