@@ -7,6 +7,7 @@ import os
 import random
 from pathlib import Path
 
+import pytest
 from crash_simulation import crash
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -16,6 +17,7 @@ from eventplatform.log.replica.entity_log import SNAPSHOT_FILE
 from eventplatform.log.replica.entity_versions import EXPECTED_VERSION_HEADER, EntityVersions
 from eventplatform.log.replica.partition import Partition
 from eventplatform.log.storage import LogConfig
+from eventplatform.log.storage.errors import InvalidConfigError
 from eventplatform.log.storage.record_batch import Record, encode_batch
 
 VERSIONED = LogConfig(eventplatform_entity_versions_enable=True, segment_bytes=1024)
@@ -142,3 +144,20 @@ def test_after_a_kill_the_versions_equal_a_scan_of_the_log(
     again = open_partition(directory)
     assert again.entities == full_scan(again)
     again.close()
+
+
+def test_a_topic_with_entity_versions_cannot_be_compacted() -> None:
+    with pytest.raises(InvalidConfigError, match="must not include compact"):
+        LogConfig.from_properties(
+            {"eventplatform.entity.versions.enable": "true", "cleanup.policy": "compact,delete"}
+        )
+    assert LogConfig.from_properties({"eventplatform.entity.versions.enable": "true"}).delete
+
+
+def test_turning_versions_on_counts_the_records_already_there(tmp_path: Path) -> None:
+    partition = Partition.open("later", 0, tmp_path, LogConfig())
+    partition.append(batch((b"a", None), (b"a", None)))
+    partition.log.update_config(VERSIONED)
+    assert partition.append(batch((b"a", 1))).error == ErrorCode.INVALID_RECORD
+    assert partition.append(batch((b"a", 2))).error == ErrorCode.NONE
+    partition.close()
