@@ -26,7 +26,15 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import NamedTuple
 
 from eventplatform.log.extensions import EXPECTED_VERSION_HEADER
-from eventplatform.log.storage.record_batch import Record
+from eventplatform.log.storage.compression import Compression, decompress
+from eventplatform.log.storage.errors import CorruptRecordError
+from eventplatform.log.storage.record_batch import (
+    COMPRESSION_MASK,
+    HEADER_BYTES,
+    Record,
+    decode_varint,
+    parse_header,
+)
 
 EXPECTED_VERSION_DIGITS_MAX = 18
 """An expected version has at most 18 decimal digits: it stays below 2**63."""
@@ -111,6 +119,66 @@ def conditions_of(records: Iterable[Record]) -> list[Condition]:
                 raise VersionHeaderError(f"record {index}: {exc}", index) from None
         found.append(Condition(record.key, expected))
     return found
+
+
+_HEADER_NAME = EXPECTED_VERSION_HEADER.encode()
+
+
+def batch_conditions(buffer: bytes | bytearray | memoryview) -> list[Condition]:
+    """:func:`conditions_of` for the one record batch in ``buffer``, reading only each
+    record's key and headers: values are skipped, not copied. Raises VersionHeaderError
+    as :func:`conditions_of` does, CorruptRecordError for records that do not frame."""
+    header = parse_header(buffer)
+    payload = memoryview(buffer)[HEADER_BYTES : header.size_bytes]
+    codec = Compression(header.attributes & COMPRESSION_MASK)
+    body = bytes(payload) if codec is Compression.NONE else decompress(codec, payload)
+    end = len(body)
+    found: list[Condition] = []
+    position = 0
+    for index in range(header.records_count):
+        length, position = _varint(body, position, end)
+        record_end = position + length
+        if length < 0 or record_end > end:
+            raise CorruptRecordError(f"record length {length} overruns its batch")
+        at = position + 1  # attributes
+        _, at = _varint(body, at, record_end)  # timestamp delta
+        _, at = _varint(body, at, record_end)  # offset delta
+        size, at = _varint(body, at, record_end)
+        key = None if size < 0 else body[at : at + size]
+        at += max(size, 0)
+        size, at = _varint(body, at, record_end)
+        at += max(size, 0)  # the value, skipped
+        headers, at = _varint(body, at, record_end)
+        expected = None
+        for _ in range(headers):
+            size, at = _varint(body, at, record_end)
+            name = body[at : at + size]
+            at += max(size, 0)
+            size, at = _varint(body, at, record_end)
+            if name == _HEADER_NAME:
+                if expected is not None:
+                    message = f"record {index} has two {EXPECTED_VERSION_HEADER} headers"
+                    raise VersionHeaderError(message, index)
+                value = None if size < 0 else body[at : at + size]
+                try:
+                    expected = parse_expected_version(value)
+                except VersionHeaderError as exc:
+                    raise VersionHeaderError(f"record {index}: {exc}", index) from None
+            at += max(size, 0)
+        if at > record_end:
+            raise CorruptRecordError("record fields overrun the record")
+        found.append(Condition(key, expected))
+        position = record_end
+    return found
+
+
+def _varint(body: bytes, position: int, end: int) -> tuple[int, int]:
+    """A zig-zag varint; the one-byte case (every length below 64) inline."""
+    if position < end:
+        byte = body[position]
+        if byte < 0x80:
+            return (byte >> 1) ^ -(byte & 1), position + 1
+    return decode_varint(body, position, end)
 
 
 class EntityVersions:

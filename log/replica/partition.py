@@ -42,7 +42,7 @@ from eventplatform.log.replica.entity_log import load_entity_versions, write_ent
 from eventplatform.log.replica.entity_versions import (
     EntityVersions,
     VersionHeaderError,
-    conditions_of,
+    batch_conditions,
 )
 from eventplatform.log.replica.isr import LeaderReplicas
 from eventplatform.log.replica.producer_state import ProducerStates, Verdict, iter_headers
@@ -57,7 +57,6 @@ from eventplatform.log.storage.errors import RecordError
 from eventplatform.log.storage.leader_epochs import UNDEFINED_EPOCH, EpochCache, EpochCacheError
 from eventplatform.log.storage.partition_log import wall_clock_ms
 from eventplatform.log.storage.record_batch import (
-    decode_batch,
     decode_record_set,
     parse_header,
     split_batches,
@@ -533,9 +532,8 @@ class Partition:
     ) -> tuple[ProduceResult | None, list[bytes | None]]:
         """The refusal of a batch whose expected versions do not hold (INVALID_RECORD,
         naming the record), or None and the batch's keys, to count once it is appended."""
-        records = decode_batch(buffer, check_crc=False).records
         try:
-            conditions = conditions_of(records)
+            conditions = batch_conditions(buffer)
         except VersionHeaderError as exc:
             return _invalid_record(str(exc), exc.record), []
         conflict = entities.check(conditions)

@@ -14,12 +14,14 @@ from eventplatform.log.replica.entity_versions import (
     EntityVersions,
     SnapshotError,
     VersionHeaderError,
+    batch_conditions,
     conditions_of,
     decode_snapshot,
     encode_snapshot,
     parse_expected_version,
 )
-from eventplatform.log.storage.record_batch import Record
+from eventplatform.log.storage.compression import Compression
+from eventplatform.log.storage.record_batch import Record, decode_batch, encode_batch
 
 
 def test_an_entity_that_must_not_exist_yet_is_created_once() -> None:
@@ -189,3 +191,47 @@ class AgainstTheLog(RuleBasedStateMachine):
 
 TestAgainstTheLog = AgainstTheLog.TestCase
 TestAgainstTheLog.settings = settings(max_examples=150, stateful_step_count=30, deadline=None)
+
+
+# ---------------------------------------------------------------- reading a batch
+
+HEADER_VALUES = st.one_of(
+    st.none(), st.binary(max_size=4), st.integers(0, 10**6).map(lambda n: str(n).encode())
+)
+RECORDS = st.lists(
+    st.tuples(
+        st.one_of(st.none(), st.binary(max_size=70)),
+        st.one_of(st.none(), st.binary(max_size=300)),
+        st.lists(
+            st.tuples(st.sampled_from(["trace", "type", EXPECTED_VERSION_HEADER]), HEADER_VALUES),
+            max_size=3,
+        ),
+    ),
+    min_size=1,
+    max_size=8,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(records=RECORDS, compression=st.sampled_from(list(Compression)))
+def test_reading_a_batch_finds_what_decoding_it_finds(
+    records: list[tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]]]],
+    compression: Compression,
+) -> None:
+    batch = encode_batch(
+        [
+            Record(index, 1_000, key, value, tuple(headers))
+            for index, (key, value, headers) in enumerate(records)
+        ],
+        compression=compression,
+    )
+    decoded = decode_batch(batch).records
+    try:
+        expected: list[Condition] | str = conditions_of(decoded)
+    except VersionHeaderError as exc:
+        expected = f"{exc.record}: {exc}"
+    try:
+        found: list[Condition] | str = batch_conditions(batch)
+    except VersionHeaderError as exc:
+        found = f"{exc.record}: {exc}"
+    assert found == expected
