@@ -25,6 +25,7 @@ PURE_IMPORTS = [
     "import eventplatform.events.codec",
     "import eventplatform.events.corrections",
     "import eventplatform.events.compatibility",
+    "import eventplatform.events.deciders",
     "from eventplatform.events import Correction, Envelope, Event, EventCatalog, Position, encode",
     "from eventplatform.events import TYPE_HEADER, EventError, uuid7",
     "import eventplatform.projections.model",

@@ -1,0 +1,125 @@
+"""The decider model: a bank account decided command by command, in memory."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import pytest
+
+from eventplatform.events import Envelope, Event
+from eventplatform.events.deciders import (
+    Command,
+    CommandRejectedError,
+    ConcurrencyError,
+    Decider,
+    decide_on,
+)
+
+
+class Opened(Event, type="bank.opened", key="account_id", topic="bank-test"):
+    account_id: str
+
+
+class Deposited(Event, type="bank.deposited", key="account_id", topic="bank-test"):
+    account_id: str
+    amount: int
+
+
+class Withdrawn(Event, type="bank.withdrawn", key="account_id", topic="bank-test"):
+    account_id: str
+    amount: int
+
+
+@dataclass(frozen=True)
+class Open(Command):
+    account_id: str
+
+
+@dataclass(frozen=True)
+class Deposit(Command):
+    account_id: str
+    amount: int
+
+
+@dataclass(frozen=True)
+class Withdraw(Command):
+    account_id: str
+    amount: int
+
+
+@dataclass(frozen=True)
+class Account:
+    opened: bool = False
+    balance: int = 0
+
+
+def evolve(state: Account, event: Event) -> Account:
+    match event:
+        case Opened():
+            return Account(opened=True)
+        case Deposited(amount=amount):
+            return replace(state, balance=state.balance + amount)
+        case Withdrawn(amount=amount):
+            return replace(state, balance=state.balance - amount)
+    return state
+
+
+def decide(command: Command, state: Account) -> list[Event]:
+    match command:
+        case Open(account_id=account):
+            if state.opened:
+                raise CommandRejectedError(f"account {account} is open already")
+            return [Opened(account_id=account)]
+        case Deposit(account_id=account, amount=amount):
+            return [Deposited(account_id=account, amount=amount)]
+        case Withdraw(account_id=account, amount=amount):
+            if amount > state.balance:
+                raise CommandRejectedError(f"account {account} holds {state.balance}, not {amount}")
+            return [Withdrawn(account_id=account, amount=amount)]
+    raise CommandRejectedError(f"unknown command {command!r}")
+
+
+BANK = Decider(initial=Account(), decide=decide, evolve=evolve)
+
+
+def appended(history: list[Envelope[Event]], command: Command) -> list[Envelope[Event]]:
+    """``history`` with ``command``'s decision appended, as a repository would."""
+    decision = decide_on(BANK, history, command)
+    assert decision.expected_version == len(history)
+    return history + [Envelope(e, causation_id=command.command_id) for e in decision.events]
+
+
+def test_an_account_is_opened_deposited_to_and_withdrawn_from() -> None:
+    history: list[Envelope[Event]] = []
+    for command in (Open("a"), Deposit("a", 30), Withdraw("a", 20)):
+        history = appended(history, command)
+    assert BANK.fold(e.event for e in history) == Account(opened=True, balance=10)
+    decision = decide_on(BANK, history, Deposit("a", 5))
+    assert decision.expected_version == 3
+    assert decision.state == Account(opened=True, balance=15)
+    assert not decision.repeated
+
+
+def test_an_overdraft_and_a_second_opening_are_rejected() -> None:
+    history = appended(appended([], Open("a")), Deposit("a", 10))
+    with pytest.raises(CommandRejectedError, match="holds 10, not 11"):
+        decide_on(BANK, history, Withdraw("a", 11))
+    with pytest.raises(CommandRejectedError, match="open already"):
+        decide_on(BANK, history, Open("a"))
+
+
+def test_a_retried_command_returns_its_first_events_and_decides_nothing() -> None:
+    withdrawal = Withdraw("a", 7)
+    history = appended(appended(appended([], Open("a")), Deposit("a", 10)), withdrawal)
+    history = appended(history, Deposit("a", 1))
+    again = decide_on(BANK, history, withdrawal)
+    assert again.repeated
+    assert again.events == [Withdrawn(account_id="a", amount=7)]
+    assert again.expected_version == 2, "the version its events were appended at"
+    assert again.state == Account(opened=True, balance=4), "applied once"
+
+
+def test_the_concurrency_error_names_the_entity_and_both_versions() -> None:
+    error = ConcurrencyError("acct-7", expected=3, actual=5, attempts=4)
+    assert "'acct-7'" in str(error) and "version 3" in str(error) and "found 5" in str(error)
+    assert (error.entity, error.expected, error.actual, error.attempts) == ("acct-7", 3, 5, 4)
