@@ -15,8 +15,9 @@ a client nor an engine.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from eventplatform.lazy_exports import lazy_exports
 
 # ``fold`` is also the name of its module, and importing a submodule binds the
 # package attribute of its name to the module: bound here, after its module, the
@@ -150,15 +151,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    """An exported name, imported from its module on first use and kept (PEP 562)."""
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, __all__)
