@@ -76,11 +76,15 @@ def produce(
 
 
 def drain(consumer: KafkaConsumer, count: int, timeout_s: float = POLL_TIMEOUT_S) -> list[Placed]:
-    """Poll until ``count`` records arrived or the deadline passed."""
+    """Poll until ``count`` records arrived or the deadline passed.
+
+    Each poll may take all the time left (it returns as soon as records arrive): a
+    kafka-python 3.0 member that joins between two short polls can drop its own
+    assignment, then neither fetches nor heartbeats until the group removes it."""
     received: list[Placed] = []
     deadline = time.monotonic() + timeout_s
-    while len(received) < count and time.monotonic() < deadline:
-        for records in consumer.poll(timeout_ms=200).values():
+    while len(received) < count and (left_s := deadline - time.monotonic()) > 0:
+        for records in consumer.poll(timeout_ms=max(1, int(left_s * 1000))).values():
             for message in records:
                 record = Record(message.key, message.value, tuple(message.headers))
                 received.append(Placed(message.partition, message.offset, record))
