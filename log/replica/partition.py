@@ -299,6 +299,8 @@ class Partition:
             self.epochs.truncate_from_end(self.log.log_end_offset)
             self.producers = ProducerStates.load(self.directory, self.log)
             self._reload_entities()
+            # snapshots past the new end would count truncated records at the next open
+            self._write_snapshots()
         except OSError as exc:
             raise self.log.take_offline(exc) from exc
         self.follower_high_watermark = min(self.follower_high_watermark, self.log.log_end_offset)
@@ -311,6 +313,8 @@ class Partition:
             self.epochs.truncate_from_end(0)
             self.producers = ProducerStates.load(self.directory, self.log)
             self._reload_entities()
+            # snapshots past the new end would count truncated records at the next open
+            self._write_snapshots()
         except OSError as exc:
             raise self.log.take_offline(exc) from exc
         self.follower_high_watermark = offset

@@ -14,7 +14,11 @@ from hypothesis import strategies as st
 
 from eventplatform.log.protocol import ErrorCode
 from eventplatform.log.replica.entity_log import SNAPSHOT_FILE
-from eventplatform.log.replica.entity_versions import EXPECTED_VERSION_HEADER, EntityVersions
+from eventplatform.log.replica.entity_versions import (
+    EXPECTED_VERSION_HEADER,
+    EntityVersions,
+    decode_snapshot,
+)
 from eventplatform.log.replica.partition import Partition
 from eventplatform.log.storage import LogConfig
 from eventplatform.log.storage.errors import InvalidConfigError
@@ -161,3 +165,29 @@ def test_turning_versions_on_counts_the_records_already_there(tmp_path: Path) ->
     assert partition.append(batch((b"a", 1))).error == ErrorCode.INVALID_RECORD
     assert partition.append(batch((b"a", 2))).error == ErrorCode.NONE
     partition.close()
+
+
+def test_a_truncation_below_the_snapshot_leaves_no_stale_state_for_a_kill(
+    tmp_path: Path,
+) -> None:
+    """A follower truncates below the offset of its snapshots, appends other records past
+    it, and is killed before the next roll: the reopened state counts the log it holds,
+    not the snapshot of the records it truncated."""
+    config = LogConfig(eventplatform_entity_versions_enable=True)
+    partition = Partition.open("accounts", 0, tmp_path, config)
+    for _ in range(10):
+        assert partition.append(batch((b"a", None))).error == ErrorCode.NONE
+    partition.close()  # snapshots as of offset 10
+    partition = Partition.open("accounts", 0, tmp_path, config)
+    _, snapshot_offset = decode_snapshot((tmp_path / SNAPSHOT_FILE).read_bytes())
+    assert snapshot_offset == 10
+    partition.truncate_to(7)
+    for _ in range(5):
+        assert partition.append(batch((b"b", None))).error == ErrorCode.NONE
+    assert partition.log.log_end_offset == 12
+    crash(partition.log)
+    reopened = Partition.open("accounts", 0, tmp_path, config)
+    assert reopened.entities == full_scan(reopened)
+    assert reopened.entities is not None
+    assert (reopened.entities.version(b"a"), reopened.entities.version(b"b")) == (7, 5)
+    reopened.close()
