@@ -38,7 +38,12 @@ import trio
 
 from eventplatform.log.invariants import require
 from eventplatform.log.protocol import ErrorCode
-from eventplatform.log.replica.entity_log import load_entity_versions, write_entity_snapshot
+from eventplatform.log.replica.entity_index import EntityIndex
+from eventplatform.log.replica.entity_log import (
+    load_entities,
+    remove_entity_files,
+    write_entity_snapshot,
+)
 from eventplatform.log.replica.entity_versions import (
     EntityVersions,
     VersionHeaderError,
@@ -113,6 +118,9 @@ class Partition:
         self.leader_epoch = 0
         self.producers = ProducerStates.load(directory, log)
         self.entities: EntityVersions | None = None
+        self.entity_index: EntityIndex | None = None
+        if not self.log.config.eventplatform_entity_versions_enable:
+            remove_entity_files(directory)
         self._entity_versions()
         self._waiters: set[trio.Event] = set()
         # replication (cluster mode); a partition of a broker on its own leads alone
@@ -499,6 +507,8 @@ class Partition:
             return ProduceResult.refused(exc)
         if entities is not None:
             entities.apply(keys)
+            assert self.entity_index is not None
+            self.entity_index.add(info.base_offset, info.last_offset, keys)
         stamped = header._replace(base_offset=info.base_offset)
         if info.append_time_ms >= 0:
             stamped = stamped._replace(max_timestamp=info.append_time_ms)
@@ -526,10 +536,19 @@ class Partition:
         """The versions of this partition's entities when its topic keeps them, loaded on
         first use (at open, or when the topic's config turns them on)."""
         if not self.log.config.eventplatform_entity_versions_enable:
-            self.entities = None
+            if self.entities is not None:
+                self._forget_entities()
         elif self.entities is None:
-            self.entities = load_entity_versions(self.directory, self.log)
+            self.entities, self.entity_index = load_entities(self.directory, self.log)
         return self.entities
+
+    def _forget_entities(self) -> None:
+        """The topic stopped keeping versions: drop them, on disk too (they would be stale
+        if it kept them again, since nothing would follow the log meanwhile)."""
+        if self.entity_index is not None:
+            self.entity_index.close()
+        self.entities = self.entity_index = None
+        remove_entity_files(self.directory)
 
     def _check_entities(
         self, entities: EntityVersions, buffer: bytes | bytearray | memoryview
@@ -550,14 +569,50 @@ class Partition:
         entities = self._entity_versions()
         if entities is None:
             return
+        assert self.entity_index is not None
         for batch in decode_record_set(record_set):
-            if not batch.header.is_control:
-                entities.apply(record.key for record in batch.records)
+            header = batch.header
+            if not header.is_control:
+                keys = [record.key for record in batch.records]
+                entities.apply(keys)
+                self.entity_index.add(header.base_offset, header.last_offset, keys)
 
     def _reload_entities(self) -> None:
-        """After a truncation: count the log again (from the snapshot when it still holds)."""
+        """After a truncation: count the log again (from the snapshot when it still holds)
+        and forget the index entries past the new end."""
         if self.entities is not None:
-            self.entities = load_entity_versions(self.directory, self.log)
+            assert self.entity_index is not None
+            end = self.log.log_end_offset
+            if end < self.entity_index.end:
+                self.entity_index.truncate(end)
+            if self.log.log_start_offset >= self.entity_index.end:
+                self.entity_index.reset(self.log.log_start_offset)
+            self.entity_index.close()
+            self.entities, self.entity_index = load_entities(self.directory, self.log)
+
+    def entity_batches(self, key: bytes, from_offset: int, max_bytes: int) -> list[SegmentSlice]:
+        """The batches below the high watermark that may hold records with ``key`` at
+        ``from_offset`` or after, in offset order, one slice each, at most ``max_bytes``
+        of them (the first is returned whole whatever its size). Empty when the topic
+        keeps no entity versions."""
+        if self._entity_versions() is None:
+            return []
+        assert self.entity_index is not None
+        start = max(from_offset, self.log.log_start_offset)
+        bound = self.high_watermark
+        found: list[SegmentSlice] = []
+        total = 0
+        for last_offset in self.entity_index.batches_of(key, start):
+            if last_offset >= bound:
+                break
+            batch = self.log.read(max(start, last_offset), 0, max_offset=bound)
+            if batch is None:
+                break
+            if found and total + batch.length > max_bytes:
+                break
+            found.append(batch)
+            total += batch.length
+        return found
 
     def _write_snapshots(self) -> None:
         """The producer state, and the entity versions when kept, as of the log end."""
@@ -565,6 +620,8 @@ class Partition:
         self.producers.write_snapshot(self.directory, end)
         if self.entities is not None:
             write_entity_snapshot(self.directory, self.entities, end)
+            assert self.entity_index is not None
+            self.entity_index.drop_before(self.log.log_start_offset)
 
     # ------------------------------------------------------------ fetch
 
@@ -601,6 +658,8 @@ class Partition:
                 self._write_snapshots()
             except OSError as exc:
                 self.log.take_offline(exc)
+        if self.entity_index is not None:
+            self.entity_index.close()
         self.log.close()
         self.closed = True
         self.is_leader = False

@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from eventplatform.log.protocol import ErrorCode
+from eventplatform.log.replica.entity_index import INDEX_DIRECTORY
 from eventplatform.log.replica.entity_log import SNAPSHOT_FILE
 from eventplatform.log.replica.entity_versions import (
     EXPECTED_VERSION_HEADER,
@@ -22,7 +23,7 @@ from eventplatform.log.replica.entity_versions import (
 from eventplatform.log.replica.partition import Partition
 from eventplatform.log.storage import LogConfig
 from eventplatform.log.storage.errors import InvalidConfigError
-from eventplatform.log.storage.record_batch import Record, encode_batch
+from eventplatform.log.storage.record_batch import Record, decode_record_set, encode_batch
 
 VERSIONED = LogConfig(eventplatform_entity_versions_enable=True, segment_bytes=1024)
 
@@ -52,6 +53,21 @@ def full_scan(partition: Partition) -> EntityVersions:
     for decoded in partition.log.iter_batches():
         versions.apply(record.key for record in decoded.records)
     return versions
+
+
+def entity_offsets(partition: Partition, key: bytes, from_offset: int = 0) -> list[int]:
+    """The offsets of ``key``'s records read through the entity index."""
+    found = []
+    for piece in partition.entity_batches(key, from_offset, 1 << 30):
+        for decoded in decode_record_set(piece.read_bytes()):
+            found.extend(r.offset for r in decoded.records if r.key == key)
+    return [offset for offset in found if offset >= from_offset]
+
+
+def scanned_offsets(partition: Partition, key: bytes, from_offset: int = 0) -> list[int]:
+    return [
+        record.offset for record in partition.log.iter_records(from_offset) if record.key == key
+    ]
 
 
 def test_an_account_is_opened_once_and_withdrawn_from_at_its_version(tmp_path: Path) -> None:
@@ -144,6 +160,8 @@ def test_after_a_kill_the_versions_equal_a_scan_of_the_log(
         snapshot.write_bytes(bytes(data))
     recovered = open_partition(directory)
     assert recovered.entities == full_scan(recovered)
+    for key in keys:
+        assert entity_offsets(recovered, key) == scanned_offsets(recovered, key)
     recovered.close()
     again = open_partition(directory)
     assert again.entities == full_scan(again)
@@ -191,3 +209,53 @@ def test_a_truncation_below_the_snapshot_leaves_no_stale_state_for_a_kill(
     assert reopened.entities is not None
     assert (reopened.entities.version(b"a"), reopened.entities.version(b"b")) == (7, 5)
     reopened.close()
+
+
+def test_one_entity_is_read_from_the_batches_that_hold_it(tmp_path: Path) -> None:
+    partition = open_partition(tmp_path)
+    rng = random.Random(5)
+    keys = [b"a", b"b", b"c", None]
+    for _ in range(200):
+        records = [(rng.choice(keys), None) for _ in range(rng.randint(1, 3))]
+        assert partition.append(batch(*records)).error == ErrorCode.NONE
+    assert len(partition.log.segments) > 3
+    for key in (b"a", b"b", b"c", b"never"):
+        for from_offset in (0, 1, 137, partition.log.log_end_offset):
+            assert entity_offsets(partition, key, from_offset) == scanned_offsets(
+                partition, key, from_offset
+            )
+    every = partition.entity_batches(b"a", 0, 1 << 30)
+    assert all(
+        any(r.key == b"a" for r in decode_record_set(p.read_bytes())[0].records) for p in every
+    ), "only batches holding the entity are read"
+    first = partition.entity_batches(b"a", 0, 0)
+    assert len(first) == 1 and first[0].first_offset == every[0].first_offset
+    partition.close()
+
+
+def test_a_follower_truncation_and_a_restart_keep_the_index_true(tmp_path: Path) -> None:
+    partition = open_partition(tmp_path)
+    for n in range(60):
+        partition.append(batch((b"a", None), (b"b" if n % 2 else b"c", None)))
+    partition.truncate_to(45)
+    for _ in range(5):
+        partition.append(batch((b"b", None)))
+    for key in (b"a", b"b", b"c"):
+        assert entity_offsets(partition, key) == scanned_offsets(partition, key)
+    partition.restart_at(500)
+    assert entity_offsets(partition, b"a") == []
+    partition.append(batch((b"a", None)))
+    assert entity_offsets(partition, b"a") == [500]
+    partition.close()
+
+
+def test_a_topic_that_stops_keeping_versions_keeps_none_of_their_files(tmp_path: Path) -> None:
+    partition = open_partition(tmp_path)
+    for _ in range(40):
+        partition.append(batch((b"a", None)))
+    assert (tmp_path / INDEX_DIRECTORY).exists()
+    partition.log.update_config(LogConfig(segment_bytes=1024))
+    partition.append(batch((b"a", None)))
+    assert partition.entities is None and partition.entity_batches(b"a", 0, 1 << 20) == []
+    assert not (tmp_path / INDEX_DIRECTORY).exists() and not (tmp_path / SNAPSHOT_FILE).exists()
+    partition.close()
