@@ -379,9 +379,11 @@ def _close_regions(chunks: Response) -> None:
 
 
 def advertised_versions(handlers: dict[int, Handler]) -> list[dict[str, int]]:
+    """What ApiVersions lists: every API the broker serves but this log's own."""
     return [
         {"api_key": key, "min_version": handler.versions.low, "max_version": handler.versions.high}
         for key, handler in sorted(handlers.items())
+        if handler.advertised
     ]
 
 

@@ -45,13 +45,15 @@ class Handler:
     ``handle`` returns the response body, a :class:`Deferred` one, or None when no
     response is sent (Produce with acks=0). ``inter_broker_versions`` are accepted too
     but not advertised: versions only brokers send one another (Fetch v15, whose
-    ReplicaState carries a follower's broker epoch), which clients never pick.
+    ReplicaState carries a follower's broker epoch), which clients never pick. An API
+    that is not ``advertised`` (this log's own) is served but not listed at all.
     """
 
     api: Api
     versions: Versions
     handle: HandleFunction
     inter_broker_versions: Versions | None = None
+    advertised: bool = True
 
     def accepts(self, version: int) -> bool:
         inter_broker = self.inter_broker_versions

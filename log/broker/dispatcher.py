@@ -27,6 +27,7 @@ from eventplatform.log.broker.handlers import (
     describe_groups,
     describe_log_dirs,
     describe_topic_partitions,
+    entity_read,
     fetch,
     find_coordinator,
     heartbeat,
@@ -75,6 +76,7 @@ HANDLER_MODULES: list[ModuleType] = [
     offset_delete,
     describe_topic_partitions,
     describe_log_dirs,
+    entity_read,
 ]
 
 
@@ -82,7 +84,8 @@ def build_handlers(modules: list[ModuleType]) -> dict[int, Handler]:
     handlers = {}
     for module in modules:
         inter_broker = getattr(module, "INTER_BROKER_VERSIONS", None)
-        handler = Handler(module.API, module.VERSIONS, module.handle, inter_broker)
+        advertised = getattr(module, "ADVERTISED", True)
+        handler = Handler(module.API, module.VERSIONS, module.handle, inter_broker, advertised)
         handlers[handler.api.key] = handler
     return handlers
 

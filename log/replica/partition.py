@@ -590,16 +590,19 @@ class Partition:
             self.entity_index.close()
             self.entities, self.entity_index = load_entities(self.directory, self.log)
 
-    def entity_batches(self, key: bytes, from_offset: int, max_bytes: int) -> list[SegmentSlice]:
+    def entity_batches(
+        self, key: bytes, from_offset: int, max_bytes: int
+    ) -> tuple[list[SegmentSlice], int]:
         """The batches below the high watermark that may hold records with ``key`` at
         ``from_offset`` or after, in offset order, one slice each, at most ``max_bytes``
-        of them (the first is returned whole whatever its size). Empty when the topic
+        of them (the first is returned whole whatever its size); and the offset to read
+        on from, the high watermark once every such batch is in. Nothing when the topic
         keeps no entity versions."""
+        bound = self.high_watermark
         if self._entity_versions() is None:
-            return []
+            return [], bound
         assert self.entity_index is not None
         start = max(from_offset, self.log.log_start_offset)
-        bound = self.high_watermark
         found: list[SegmentSlice] = []
         total = 0
         for last_offset in self.entity_index.batches_of(key, start):
@@ -609,10 +612,11 @@ class Partition:
             if batch is None:
                 break
             if found and total + batch.length > max_bytes:
-                break
+                return found, found_last + 1
             found.append(batch)
+            found_last = last_offset
             total += batch.length
-        return found
+        return found, bound
 
     def _write_snapshots(self) -> None:
         """The producer state, and the entity versions when kept, as of the log end."""

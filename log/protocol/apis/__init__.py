@@ -36,6 +36,7 @@ from eventplatform.log.protocol.apis.data import (
     OFFSET_FOR_LEADER_EPOCH,
     PRODUCE,
 )
+from eventplatform.log.protocol.apis.entities import ENTITY_READ
 from eventplatform.log.protocol.apis.groups import (
     DELETE_GROUPS,
     DESCRIBE_GROUPS,
@@ -87,6 +88,7 @@ APIS: dict[int, Api] = {
         DESCRIBE_CLUSTER,
         DESCRIBE_TOPIC_PARTITIONS,
         DESCRIBE_LOG_DIRS,
+        ENTITY_READ,
     )
 }
 """Every table by API key."""
@@ -108,6 +110,7 @@ __all__ = [
     "DESCRIBE_GROUPS",
     "DESCRIBE_LOG_DIRS",
     "DESCRIBE_TOPIC_PARTITIONS",
+    "ENTITY_READ",
     "FETCH",
     "FIND_COORDINATOR",
     "HEARTBEAT",

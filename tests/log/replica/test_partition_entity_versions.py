@@ -58,7 +58,7 @@ def full_scan(partition: Partition) -> EntityVersions:
 def entity_offsets(partition: Partition, key: bytes, from_offset: int = 0) -> list[int]:
     """The offsets of ``key``'s records read through the entity index."""
     found = []
-    for piece in partition.entity_batches(key, from_offset, 1 << 30):
+    for piece in partition.entity_batches(key, from_offset, 1 << 30)[0]:
         for decoded in decode_record_set(piece.read_bytes()):
             found.extend(r.offset for r in decoded.records if r.key == key)
     return [offset for offset in found if offset >= from_offset]
@@ -224,11 +224,18 @@ def test_one_entity_is_read_from_the_batches_that_hold_it(tmp_path: Path) -> Non
             assert entity_offsets(partition, key, from_offset) == scanned_offsets(
                 partition, key, from_offset
             )
-    every = partition.entity_batches(b"a", 0, 1 << 30)
+    every, end = partition.entity_batches(b"a", 0, 1 << 30)
+    assert end == partition.high_watermark
     assert all(
         any(r.key == b"a" for r in decode_record_set(p.read_bytes())[0].records) for p in every
     ), "only batches holding the entity are read"
-    first = partition.entity_batches(b"a", 0, 0)
+    first, after_first = partition.entity_batches(b"a", 0, 0)
+    assert after_first == decode_record_set(first[0].read_bytes())[0].header.last_offset + 1
+    paged, offset = [], 0
+    while offset < partition.high_watermark:
+        pieces, offset = partition.entity_batches(b"a", offset, 300)
+        paged.extend(piece.first_offset for piece in pieces)
+    assert paged == [piece.first_offset for piece in every]
     assert len(first) == 1 and first[0].first_offset == every[0].first_offset
     partition.close()
 
@@ -256,6 +263,6 @@ def test_a_topic_that_stops_keeping_versions_keeps_none_of_their_files(tmp_path:
     assert (tmp_path / INDEX_DIRECTORY).exists()
     partition.log.update_config(LogConfig(segment_bytes=1024))
     partition.append(batch((b"a", None)))
-    assert partition.entities is None and partition.entity_batches(b"a", 0, 1 << 20) == []
+    assert partition.entities is None and partition.entity_batches(b"a", 0, 1 << 20)[0] == []
     assert not (tmp_path / INDEX_DIRECTORY).exists() and not (tmp_path / SNAPSHOT_FILE).exists()
     partition.close()

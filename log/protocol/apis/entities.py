@@ -1,0 +1,38 @@
+"""This log's own API for entity streams: EntityRead.
+
+EntityRead (v0, flexible) asks the leader of one partition of a topic that keeps entity
+versions for the batches, below the high watermark, that hold records with ``key`` at
+``from_offset`` or after, at most ``max_bytes`` of them (the first batch comes whole
+whatever its size). The batches may hold other keys' records too; the reader keeps its
+own. ``next_offset`` is where to ask again: the high watermark when the answer holds
+every batch of the key below it. See ``eventplatform.log.extensions``.
+"""
+
+from __future__ import annotations
+
+from eventplatform.log.extensions import ENTITY_READ_API_KEY
+from eventplatform.log.protocol.schema import BYTES, INT16, INT32, INT64, RECORDS, STRING, Api, F
+
+ENTITY_READ = Api(
+    ENTITY_READ_API_KEY,
+    "EntityRead",
+    "0",
+    flexible="0+",
+    request=(
+        F("topic", STRING),
+        F("partition", INT32),
+        F("current_leader_epoch", INT32, default=-1),
+        F("key", BYTES),
+        F("from_offset", INT64),
+        F("max_bytes", INT32),
+    ),
+    response=(
+        F("throttle_time_ms", INT32),
+        F("error_code", INT16),
+        F("error_message", STRING, nullable="0+", default=None),
+        F("high_watermark", INT64, default=-1),
+        F("log_start_offset", INT64, default=-1),
+        F("next_offset", INT64, default=-1),
+        F("records", RECORDS, nullable="0+", default=None),
+    ),
+)
