@@ -604,7 +604,7 @@ class Partition:
         assert self.entity_index is not None
         start = max(from_offset, self.log.log_start_offset)
         found: list[SegmentSlice] = []
-        total = 0
+        total, found_last = 0, start - 1
         for last_offset in self.entity_index.batches_of(key, start):
             if last_offset >= bound:
                 break
