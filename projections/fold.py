@@ -1,4 +1,5 @@
-"""The pure fold: contributions into row states, and corrections into history.
+"""The pure fold: contributions into row states (corrections are applied to a history
+by :mod:`eventplatform.events.history`, re-exported here).
 
 A row state is a dict holding every column of a projection table: key
 columns, merge columns, the ``<column>_ep_rank`` columns of ``Latest`` and
@@ -13,14 +14,12 @@ sorted JSON list and back at their boundary.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterable
-from dataclasses import replace
 from typing import Any
 
-from eventplatform.events.codec import EventCatalog
-from eventplatform.events.corrections import Correction, ReplacementEvent
-from eventplatform.events.errors import UnknownEventTypeError
+from eventplatform.events.history import corrected_history as corrected_history
+from eventplatform.events.history import replacement_content as replacement_content
+from eventplatform.events.history import replacement_event as replacement_event
 from eventplatform.events.model import Envelope, Event, Position
 from eventplatform.projections.merge import Ranked, SetAdd
 from eventplatform.projections.model import (
@@ -107,40 +106,6 @@ def visible(plan: TablePlan, state: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
-def corrected_history(
-    envelopes: Iterable[Envelope[Any]], catalog: EventCatalog
-) -> list[Envelope[Any]]:
-    """The history with every correction applied, in the order the originals came.
-
-    ``envelopes`` must be in log order within each partition (corrections
-    always share their original's partition). A corrected event keeps its
-    envelope (id, key, time, position) and takes its chain's latest
-    replacement; a retracted one, or one whose replacement type the catalog
-    does not know, drops out. Corrections naming unknown events are ignored.
-    """
-    roots: list[Envelope[Any]] = []
-    root_of: dict[uuid.UUID, uuid.UUID] = {}
-    effective: dict[uuid.UUID, Event | None] = {}
-    for envelope in envelopes:
-        event = envelope.event
-        if not isinstance(event, Correction):
-            roots.append(envelope)
-            root_of[envelope.event_id] = envelope.event_id
-            continue
-        root = root_of.get(event.of.event_id)
-        if root is None:
-            continue
-        root_of[envelope.event_id] = root
-        effective[root] = replacement_event(event, catalog)
-    history = []
-    for envelope in roots:
-        if envelope.event_id not in effective:
-            history.append(envelope)
-        elif (payload := effective[envelope.event_id]) is not None:
-            history.append(replace(envelope, event=payload))
-    return history
-
-
 def link_problem(here: Position, target: Position) -> str | None:
     """Why a correction at ``here`` cannot name ``target``; None if it can.
 
@@ -152,26 +117,6 @@ def link_problem(here: Position, target: Position) -> str | None:
     if target.offset >= here.offset:
         return "which is not earlier"
     return None
-
-
-def replacement_event(correction: Correction, catalog: EventCatalog) -> Event | None:
-    """The correction's replacement as the latest version of its class, or ``None``.
-
-    ``None`` means the correction retracts, or replaces with a type this
-    catalog does not read (which, for this reader, is the same thing).
-    """
-    return replacement_content(correction.replacement, catalog)
-
-
-def replacement_content(
-    replacement: ReplacementEvent | None, catalog: EventCatalog
-) -> Event | None:
-    if replacement is None:
-        return None
-    try:
-        return catalog.event(replacement.type, replacement.version, replacement.data)
-    except UnknownEventTypeError:
-        return None
 
 
 def fold(projection: Projection, envelopes: Iterable[Envelope[Any]]) -> dict[str, TableStates]:

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
-from partitioner import partition_for_key
 
+from eventplatform.events.partitioner import partition_for_key
 from eventplatform.testing import BrokerProcess
 
 TIMEOUT_S = 60.0

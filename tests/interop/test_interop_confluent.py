@@ -10,7 +10,6 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 
-import partitioner
 import pytest
 from confluent_records import (
     BASE_TIMESTAMP_MS,
@@ -30,6 +29,7 @@ from confluent_records import (
     produce,
 )
 
+from eventplatform.events import partitioner
 from eventplatform.testing import BrokerProcess
 
 # ---------------------------------------------------------------- round trips
@@ -73,7 +73,7 @@ def test_key_placement_matches_murmur2_random(
 ) -> None:
     """Binary keys of every tail length, and the empty key, land where murmur2 says.
 
-    The tests' own partitioner (``tests/support/partitioner.py``) must agree
+    The SDK's partitioner (``eventplatform.events.partitioner``) must agree
     with both this independent oracle and where librdkafka put the records.
     """
     assert {key: murmur2(key) for key in MURMUR2_VECTORS} == MURMUR2_VECTORS

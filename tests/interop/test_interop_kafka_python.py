@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
-from partitioner import partition_for_key
 
+from eventplatform.events.partitioner import partition_for_key
 from eventplatform.testing import BrokerProcess
 
 SEND_TIMEOUT_S = 30.0

@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 from confluent_kafka import Producer
-from partitioner import partition_for_key
+
+from eventplatform.events.partitioner import partition_for_key
 
 if TYPE_CHECKING:
     from conftest import Platform

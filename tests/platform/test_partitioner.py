@@ -12,7 +12,8 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from hypothesis import given
 from hypothesis import strategies as st
-from partitioner import (
+
+from eventplatform.events.partitioner import (
     murmur2,
     murmur2_random_partition,
     partition_for_key,

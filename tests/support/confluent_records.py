@@ -2,7 +2,7 @@
 
 Shared by the confluent-kafka interop suites. ``murmur2`` here is an
 independent implementation, so the suites can check librdkafka and
-the tests' ``partitioner`` module against it.
+the SDK's ``eventplatform.events.partitioner`` against it.
 """
 
 from __future__ import annotations

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import trio
 from confluent_kafka import Message
-from partitioner import partition_for_key
 
 from eventplatform.events import (
     TYPE_HEADER,
@@ -29,6 +28,7 @@ from eventplatform.events import (
     Position,
     upcaster,
 )
+from eventplatform.events.partitioner import partition_for_key
 from eventplatform.events.registry import SchemaRegistry
 from eventplatform.log.extensions import ENTITY_VERSIONS_CONFIG
 

@@ -13,9 +13,10 @@ partitioner and librdkafka's ``murmur2_random`` agree on keyed records:
   producer instead sticks to one partition per batch; no reader may rely on
   where keyless records land.
 
-Everything here is a pure function of its arguments: the tests compute where a
-keyed record must land and check that the broker, librdkafka, kafka-python and
-aiokafka put it there.
+Everything here is a pure function of its arguments. The entity store sends an
+entity's reads and conditional appends to the partition the event producer (librdkafka)
+puts its events in, and the tests check that the broker, librdkafka, kafka-python and
+aiokafka put a keyed record where this module says.
 """
 
 from __future__ import annotations
