@@ -11,8 +11,10 @@ with EventProducer("127.0.0.1:9092") as producer:
     producer.append([Correction(of=ref, replacement=PageViewed(user_id="u1", url="/home"))])
 
 The package is the pure model (``model``, ``codec``, ``corrections``,
-``compatibility``, ``errors``, ``ids``, ``wire``) and its adapters to the log
-(``producer``, ``registry``: librdkafka; ``batching``: trio). Each name below is
+``compatibility``, ``deciders``, ``history``, ``partitioner``, ``errors``, ``ids``,
+``wire``) and its adapters to the log
+(``producer``, ``registry``: librdkafka; ``batching``: trio; ``entities``, ``log_client``:
+the entity store over the log's own wire client). Each name below is
 imported from its module on first use, so importing the model alone loads no
 client.
 """
@@ -33,6 +35,20 @@ if TYPE_CHECKING:
     from eventplatform.events.codec import TYPE_HEADER, VERSION_HEADER, EventCatalog, encode
     from eventplatform.events.compatibility import Compatibility
     from eventplatform.events.corrections import CORRECTION_TYPE, Correction
+    from eventplatform.events.deciders import (
+        Command,
+        CommandRejectedError,
+        ConcurrencyError,
+        Decider,
+        Decision,
+        decide_on,
+    )
+    from eventplatform.events.entities import (
+        EntityStore,
+        EntityStoreError,
+        Repository,
+        VersionConflictError,
+    )
     from eventplatform.events.errors import (
         AppendError,
         DecodeError,
@@ -44,6 +60,7 @@ if TYPE_CHECKING:
         UnknownEventTypeError,
         UpcastError,
     )
+    from eventplatform.events.history import EntityHistory, corrected_history
     from eventplatform.events.ids import uuid7
     from eventplatform.events.model import Envelope, Event, EventRef, Position, upcaster
     from eventplatform.events.producer import EventProducer
@@ -54,6 +71,18 @@ _EXPORTS: dict[str, str] = {
     "TYPE_HEADER": "eventplatform.events.codec",
     "VERSION_HEADER": "eventplatform.events.codec",
     "AppendError": "eventplatform.events.errors",
+    "Command": "eventplatform.events.deciders",
+    "CommandRejectedError": "eventplatform.events.deciders",
+    "ConcurrencyError": "eventplatform.events.deciders",
+    "Decider": "eventplatform.events.deciders",
+    "Decision": "eventplatform.events.deciders",
+    "decide_on": "eventplatform.events.deciders",
+    "EntityHistory": "eventplatform.events.history",
+    "corrected_history": "eventplatform.events.history",
+    "EntityStore": "eventplatform.events.entities",
+    "EntityStoreError": "eventplatform.events.entities",
+    "Repository": "eventplatform.events.entities",
+    "VersionConflictError": "eventplatform.events.entities",
     "Compatibility": "eventplatform.events.compatibility",
     "Correction": "eventplatform.events.corrections",
     "DecodeError": "eventplatform.events.errors",
@@ -89,9 +118,17 @@ __all__ = [
     "VERSION_HEADER",
     "AppendError",
     "AppendQueue",
+    "Command",
+    "CommandRejectedError",
     "Compatibility",
+    "ConcurrencyError",
     "Correction",
+    "Decider",
+    "Decision",
     "DecodeError",
+    "EntityHistory",
+    "EntityStore",
+    "EntityStoreError",
     "Envelope",
     "Event",
     "EventCatalog",
@@ -103,9 +140,13 @@ __all__ = [
     "IncompatibleSchemaError",
     "Position",
     "RegistryError",
+    "Repository",
     "SchemaRegistry",
     "UnknownEventTypeError",
     "UpcastError",
+    "VersionConflictError",
+    "corrected_history",
+    "decide_on",
     "encode",
     "serve_datagrams",
     "upcaster",

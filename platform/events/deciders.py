@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from eventplatform.events.errors import EventError
+from eventplatform.events.history import EntityHistory
 from eventplatform.events.ids import uuid7
 from eventplatform.events.model import Envelope, Event
 
@@ -110,17 +111,25 @@ class Decision(Generic[S]):
 
 
 def decide_on(
-    decider: Decider[Any, S], history: Sequence[Envelope[Any]], command: Command
+    decider: Decider[Any, S],
+    history: EntityHistory | Sequence[Envelope[Any]],
+    command: Command,
 ) -> Decision[S]:
-    """Decide ``command`` against the entity whose events, in log order, are ``history``.
+    """Decide ``command`` against the entity whose events, in log order, are ``history``
+    (an :class:`~eventplatform.events.history.EntityHistory`, whose corrected events are
+    folded, or the envelopes themselves).
 
     When some of them already carry the command's id as causation id, the command took
     effect before (a retry after a lost answer): those events are its answer again, and
     nothing new is decided."""
-    earlier = [i for i, e in enumerate(history) if e.causation_id == command.command_id]
-    state = decider.fold(e.event for e in history)
+    if isinstance(history, EntityHistory):
+        envelopes, folded = history.envelopes, history.corrected
+    else:
+        envelopes = folded = history
+    earlier = [i for i, e in enumerate(envelopes) if e.causation_id == command.command_id]
+    state = decider.fold(e.event for e in folded)
     if earlier:
-        events = [history[i].event for i in earlier]
+        events = [envelopes[i].event for i in earlier]
         return Decision(events, earlier[0], state, repeated=True)
     events = list(decider.decide(command, state))
-    return Decision(events, len(history), decider.fold(events, state))
+    return Decision(events, len(envelopes), decider.fold(events, state))

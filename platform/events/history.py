@@ -1,5 +1,8 @@
 """An entity's or a partition's history as readers see it: corrections applied.
 
+:class:`EntityHistory` is one entity's events as the entity store read them: every
+record with its key, in log order, and the same history with corrections applied.
+
 A :class:`~eventplatform.events.Correction` amends an earlier event of its partition;
 the event's content is its chain's latest replacement, or nothing once retracted (see
 :mod:`.corrections`). :func:`corrected_history` applies every correction of a history,
@@ -10,14 +13,42 @@ its decider. Pure: no client, no I/O.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable
-from dataclasses import replace
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from eventplatform.events.codec import EventCatalog
 from eventplatform.events.corrections import Correction, ReplacementEvent
 from eventplatform.events.errors import UnknownEventTypeError
 from eventplatform.events.model import Envelope, Event
+
+
+@dataclass(frozen=True)
+class EntityHistory:
+    """One entity's events: ``envelopes`` are every record with its key, corrections
+    included, in log order; ``corrected`` the history with corrections applied (what a
+    decider folds). ``version`` is the number of records, the version an append expects."""
+
+    topic: str
+    partition: int
+    key: str
+    envelopes: Sequence[Envelope[Any]]
+    corrected: Sequence[Envelope[Any]]
+
+    @property
+    def version(self) -> int:
+        return len(self.envelopes)
+
+    @classmethod
+    def of(
+        cls,
+        topic: str,
+        partition: int,
+        key: str,
+        envelopes: Sequence[Envelope[Any]],
+        catalog: EventCatalog,
+    ) -> EntityHistory:
+        return cls(topic, partition, key, envelopes, corrected_history(envelopes, catalog))
 
 
 def corrected_history(

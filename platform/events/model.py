@@ -30,7 +30,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
-from eventplatform.events.errors import EventDefinitionError
+from eventplatform.events.errors import EventDefinitionError, EventValidationError
 from eventplatform.events.ids import uuid7
 
 TYPE_NAME_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*(\.[A-Za-z][A-Za-z0-9_-]*)+$")
@@ -217,3 +217,24 @@ class Envelope(Generic[E]):
 
     def at(self, position: Position) -> Envelope[E]:
         return replace(self, position=position)
+
+
+def envelope_for(
+    item: Event | Envelope[Any],
+    *,
+    correlation_id: uuid.UUID | None = None,
+    causation_id: uuid.UUID | None = None,
+) -> Envelope[Any]:
+    """``item`` as an envelope ready to append: an envelope as it is, an event wrapped
+    with the given ids. Raises EventValidationError for anything else."""
+    if isinstance(item, Envelope):
+        event: Event = item.event
+    elif isinstance(item, Event):
+        event = item
+    else:
+        raise EventValidationError(f"{type(item).__name__} is not an Event or an Envelope")
+    if "event_type" not in type(event).__dict__:
+        raise EventValidationError(f"{type(event).__name__} declares no type= and version=")
+    if isinstance(item, Envelope):
+        return item
+    return Envelope(event, correlation_id=correlation_id, causation_id=causation_id)

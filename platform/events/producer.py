@@ -25,8 +25,8 @@ import confluent_kafka
 import sniffio
 
 from eventplatform.events.codec import EncodedEvent, encode
-from eventplatform.events.errors import AppendError, EventValidationError
-from eventplatform.events.model import Envelope, Event, EventRef, Position
+from eventplatform.events.errors import AppendError
+from eventplatform.events.model import Envelope, Event, EventRef, Position, envelope_for
 from eventplatform.events.topics import create_event_topics
 
 BOOTSTRAP_DEFAULT = "127.0.0.1:9092"
@@ -116,7 +116,7 @@ class EventProducer:
     ) -> Future[list[EventRef]]:
         """Validate and send ``items``; the future resolves once all are acknowledged."""
         envelopes = [
-            _envelope(item, correlation_id=correlation_id, causation_id=causation_id)
+            envelope_for(item, correlation_id=correlation_id, causation_id=causation_id)
             for item in items
         ]
         self._check_schemas(envelopes)
@@ -225,27 +225,6 @@ class _PendingAppend:
             )
         else:
             self.future.set_result([ref for ref in self.refs if ref is not None])
-
-
-def _envelope(
-    item: Event | Envelope[Any],
-    *,
-    correlation_id: uuid.UUID | None,
-    causation_id: uuid.UUID | None,
-) -> Envelope[Any]:
-    if isinstance(item, Envelope):
-        event = item.event
-        envelope = item
-    elif isinstance(item, Event):
-        event = item
-        envelope = None
-    else:
-        raise EventValidationError(f"{type(item).__name__} is not an Event or an Envelope")
-    if "event_type" not in type(event).__dict__:
-        raise EventValidationError(f"{type(event).__name__} declares no type= and version=")
-    if envelope is not None:
-        return envelope
-    return Envelope(event, correlation_id=correlation_id, causation_id=causation_id)
 
 
 async def _trio_wait(future: Future[list[EventRef]]) -> list[EventRef]:

@@ -1,0 +1,280 @@
+"""Entity streams: read one entity's events, append a decision's events at the version
+they were decided on, and a repository that does both for a decider.
+
+An entity is a key of an event topic: its events are the records with that key, in the
+partition the key hashes to (the partitioner librdkafka uses, so events appended by the
+:class:`~eventplatform.events.EventProducer` are the same entity's). Its *version* is how
+many such records the partition holds. The topic must keep entity versions
+(``eventplatform.entity.versions.enable=true``, as the SDK creates event topics); the
+store refuses one that does not, rather than append without the check.
+
+- :meth:`EntityStore.load` reads the entity through EntityRead, page by page, from the
+  partition's entity index: the cost grows with the entity's events, not its
+  partition's. Upcasters apply as the catalog decodes, and the history comes with its
+  corrections applied too (:class:`~eventplatform.events.history.EntityHistory`).
+- :meth:`EntityStore.append` sends a decision's events as one batch whose records carry
+  ``eventplatform.expected.version`` (the version the decision saw, plus the records
+  ahead in the batch): the log appends all of them or none. A refusal for the version
+  raises :class:`VersionConflictError`.
+- :class:`Repository` loads, decides (:func:`~eventplatform.events.deciders.decide_on`)
+  and appends; on a conflict it loads and decides again, at most ``attempts`` times,
+  then raises :class:`~eventplatform.events.deciders.ConcurrencyError`. A command's id
+  travels as the causation id of its events, so a command sent again after a lost
+  answer finds its events in the history and returns them instead of deciding twice.
+
+An append is not retried blindly after a lost answer: the log may hold it. Sending it
+again is safe all the same, since the expected versions refuse a second copy, and the
+repository then finds the command's events in the reloaded history.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Generic, TypeVar
+
+from eventplatform.events.codec import EventCatalog, encode, header_type
+from eventplatform.events.deciders import (
+    Command,
+    ConcurrencyError,
+    Decider,
+    Decision,
+    decide_on,
+)
+from eventplatform.events.errors import AppendError, EventError
+from eventplatform.events.history import EntityHistory
+from eventplatform.events.log_client import REQUEST_TIMEOUT_S_DEFAULT, LogClient
+from eventplatform.events.model import Envelope, Event, EventRef, Position, envelope_for
+from eventplatform.events.partitioner import partition_for_key
+from eventplatform.events.topics import create_event_topics
+from eventplatform.log.extensions import ENTITY_VERSIONS_CONFIG, EXPECTED_VERSION_HEADER
+from eventplatform.log.protocol import ErrorCode
+from eventplatform.log.storage.record_batch import Record, decode_record_set, encode_batch
+
+READ_BYTES = 1 << 20
+"""How many bytes of an entity's batches one EntityRead asks for."""
+READ_PAGES_MAX = 100_000
+"""Pages one load may take (1 MB each: 100 GB), so a load always ends."""
+APPEND_EVENTS_MAX = 10_000
+"""Events one append may carry: one decision is one batch."""
+ATTEMPTS_DEFAULT = 5
+"""How many times a repository decides a command before it gives up on a busy entity."""
+PRODUCE_TIMEOUT_MS = 30_000
+
+S = TypeVar("S")
+C = TypeVar("C", bound=Command)
+
+
+class EntityStoreError(EventError):
+    """The log cannot serve an entity: its topic keeps no versions, or its history does
+    not start where the topic does."""
+
+
+class VersionConflictError(EventError):
+    """An append expected ``expected`` events of the entity, and the log holds another
+    number (``message`` is the log's, naming both)."""
+
+    def __init__(self, topic: str, key: str, expected: int, message: str) -> None:
+        super().__init__(f"{topic}/{key}: {message}")
+        self.topic = topic
+        self.key = key
+        self.expected = expected
+
+
+class EntityStore:
+    """See the module docstring. Thread-safe; close it (or use ``with``) when done."""
+
+    def __init__(
+        self,
+        bootstrap: str,
+        catalog: EventCatalog | Iterable[type[Event]],
+        *,
+        request_timeout_s: float = REQUEST_TIMEOUT_S_DEFAULT,
+        client: LogClient | None = None,
+    ) -> None:
+        self.bootstrap = bootstrap
+        self.catalog = catalog if isinstance(catalog, EventCatalog) else EventCatalog(catalog)
+        self.request_timeout_s = request_timeout_s
+        self.client = client or LogClient(bootstrap, request_timeout_s=request_timeout_s)
+        self._topics_ready: set[str] = set()
+        self._topics_lock = threading.Lock()
+
+    def __enter__(self) -> EntityStore:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.client.close()
+
+    def partition_of(self, topic: str, key: str) -> int:
+        return partition_for_key(key.encode(), self.client.partition_count(topic))
+
+    # ------------------------------------------------------------ read
+
+    def load(self, topic: str, key: str) -> EntityHistory:
+        """Every event of entity ``key`` in ``topic``, in log order, below the high
+        watermark; raises EntityStoreError when the topic keeps no entity versions."""
+        self._ensure_topic(topic)
+        raw_key = key.encode()
+        partition = self.partition_of(topic, key)
+        envelopes: list[Envelope[Any]] = []
+        offset = 0
+        for _ in range(READ_PAGES_MAX):
+            answer = self.client.entity_read(topic, partition, raw_key, offset, READ_BYTES)
+            if answer.error is ErrorCode.INVALID_REQUEST:
+                raise EntityStoreError(f"{topic}: {answer.message}")
+            if answer.error is not ErrorCode.NONE:
+                raise EntityStoreError(f"{topic}/{key}: {answer.error.name}: {answer.message}")
+            body = answer.body
+            if body["log_start_offset"] > 0:
+                raise EntityStoreError(
+                    f"{topic}-{partition} starts at offset {body['log_start_offset']}: the "
+                    f"history of {key!r} may have lost its first events"
+                )
+            for batch in decode_record_set(bytes(body["records"] or b"")):
+                for record in batch.records:
+                    if record.key == raw_key and record.offset >= offset:
+                        position = Position(topic, partition, record.offset)
+                        envelopes.append(
+                            self.catalog.decode(record.value, position, header_type(record.headers))
+                        )
+            if body["next_offset"] >= body["high_watermark"]:
+                return EntityHistory.of(topic, partition, key, envelopes, self.catalog)
+            offset = body["next_offset"]
+        raise EntityStoreError(f"{topic}/{key}: more than {READ_PAGES_MAX} pages of events")
+
+    # ------------------------------------------------------------ append
+
+    def append(
+        self,
+        topic: str,
+        key: str,
+        items: Sequence[Event | Envelope[Any]],
+        *,
+        expected_version: int,
+        correlation_id: uuid.UUID | None = None,
+        causation_id: uuid.UUID | None = None,
+    ) -> list[EventRef]:
+        """Append ``items``, events of entity ``key``, as one batch, only if the entity
+        has ``expected_version`` events; raises VersionConflictError when it has not,
+        AppendError when the log refuses otherwise."""
+        if not items:
+            return []
+        if len(items) > APPEND_EVENTS_MAX:
+            raise AppendError(f"{len(items)} events exceed {APPEND_EVENTS_MAX} in one append", [])
+        if expected_version < 0:
+            raise ValueError(f"expected_version {expected_version} < 0")
+        envelopes = [
+            envelope_for(item, correlation_id=correlation_id, causation_id=causation_id)
+            for item in items
+        ]
+        records = []
+        for index, envelope in enumerate(envelopes):
+            encoded = encode(envelope)
+            if envelope.key != key or encoded.topic != topic:
+                raise AppendError(
+                    f"event {index} belongs to {encoded.topic}/{envelope.key}, not {topic}/{key}",
+                    [],
+                )
+            version = str(expected_version + index).encode()
+            headers = (*encoded.headers, (EXPECTED_VERSION_HEADER, version))
+            records.append(Record(index, encoded.timestamp_ms, encoded.key, encoded.value, headers))
+        self._ensure_topic(topic)
+        partition = self.partition_of(topic, key)
+        answer = self.client.produce(
+            topic, partition, encode_batch(records), timeout_ms=PRODUCE_TIMEOUT_MS
+        )
+        if answer.error is ErrorCode.INVALID_RECORD:
+            raise VersionConflictError(topic, key, expected_version, answer.message or "refused")
+        if answer.error is not ErrorCode.NONE:
+            raise AppendError(
+                f"{topic}/{key}: the log refused the events: {answer.error.name}: {answer.message}",
+                [None] * len(envelopes),
+            )
+        base = answer.body["base_offset"]
+        return [
+            EventRef(envelope.event_id, key, Position(topic, partition, base + index))
+            for index, envelope in enumerate(envelopes)
+        ]
+
+    def _ensure_topic(self, topic: str) -> None:
+        """Create ``topic`` as an event topic once, if it is missing; then make sure it
+        keeps entity versions (an empty read that the log refuses when it does not)."""
+        if topic in self._topics_ready:
+            return
+        with self._topics_lock:
+            if topic in self._topics_ready:
+                return
+            settings = {"bootstrap.servers": self.bootstrap}
+            create_event_topics(settings, [topic], timeout_s=self.request_timeout_s)
+            partition = self.partition_of(topic, "")
+            answer = self.client.entity_read(topic, partition, b"", 0, 0)
+            if answer.error is ErrorCode.INVALID_REQUEST:
+                raise EntityStoreError(
+                    f"{topic} does not keep entity versions ({ENTITY_VERSIONS_CONFIG}), so "
+                    f"an append could not be checked against its entity's version: "
+                    f"{answer.message}"
+                )
+            self._topics_ready.add(topic)
+
+
+class Repository(Generic[C, S]):
+    """Handles commands for the entities of one topic with one decider (see the module
+    docstring). ``entity_of`` names a command's entity key."""
+
+    def __init__(
+        self,
+        store: EntityStore,
+        topic: str,
+        decider: Decider[C, S],
+        entity_of: Callable[[C], str],
+        *,
+        attempts: int = ATTEMPTS_DEFAULT,
+    ) -> None:
+        if attempts < 1:
+            raise ValueError(f"attempts must be at least 1, not {attempts}")
+        self.store = store
+        self.topic = topic
+        self.decider = decider
+        self.entity_of = entity_of
+        self.attempts = attempts
+        self.conflicts = 0
+        """Conflicts met so far (each cost one more load and decision)."""
+
+    def load(self, key: str) -> tuple[S, EntityHistory]:
+        """The entity's state (its corrected history folded) and its history."""
+        history = self.store.load(self.topic, key)
+        return self.decider.fold(e.event for e in history.corrected), history
+
+    def handle(self, command: C, *, correlation_id: uuid.UUID | None = None) -> Decision[S]:
+        """Decide ``command`` on its entity and append the events; raises
+        CommandRejectedError from the decider, ConcurrencyError after ``attempts``
+        conflicts in a row."""
+        key = self.entity_of(command)
+        conflict: VersionConflictError | None = None
+        history: EntityHistory | None = None
+        for _ in range(self.attempts):
+            history = self.store.load(self.topic, key)
+            decision = decide_on(self.decider, history, command)
+            if decision.repeated or not decision.events:
+                return decision
+            try:
+                self.store.append(
+                    self.topic,
+                    key,
+                    decision.events,
+                    expected_version=decision.expected_version,
+                    correlation_id=correlation_id,
+                    causation_id=command.command_id,
+                )
+            except VersionConflictError as exc:
+                conflict = exc
+                self.conflicts += 1
+                continue
+            return decision
+        assert conflict is not None and history is not None
+        actual = self.store.load(self.topic, key).version
+        raise ConcurrencyError(key, conflict.expected, actual, self.attempts)
