@@ -93,10 +93,13 @@ faults: $(STAMP)
 
 # The entity race at full size (tests/cluster/test_entity_race.py): 16 processes send 2,000
 # bank commands each to 50 accounts, on one broker and on a 3-node cluster whose leader of
-# the accounts' partition is killed every few seconds; CI runs a small slice of it.
+# the accounts' partition is killed every few seconds; then the broker's entity rule
+# against its sequential model for 1,000 examples. CI runs a small slice of both.
 entity-race: $(STAMP)
 	ENTITY_RACE_PROCESSES=16 ENTITY_RACE_COMMANDS=2000 ENTITY_RACE_ACCOUNTS=50 \
 		$(BIN)/python -m pytest -s -p no:cacheprovider tests/cluster/test_entity_race.py
+	ENTITY_RULE_EXAMPLES=1000 $(BIN)/python -m pytest -p no:cacheprovider \
+		tests/log/replica/test_entity_versions_state_machine.py
 
 bench-log-tail: $(STAMP)
 	$(BIN)/python -m bench.log_tail
