@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PACKAGES := platform log projections spark_projections apps
 
-.PHONY: demo test lint typecheck pytest venv bench-storage bench-broker bench-projections bench-replay bench-replay-kafka bench-collector bench-log-tail bench-replication bench bench-quick sim faults entity-race compat compat-quick compat-build clean
+.PHONY: demo test lint typecheck pytest venv bench-storage bench-broker bench-projections bench-entities bench-replay bench-replay-kafka bench-collector bench-log-tail bench-replication bench bench-quick sim faults entity-race compat compat-quick compat-build clean
 
 venv: $(STAMP)
 
@@ -55,6 +55,11 @@ $(BENCH_STAMP): $(STAMP)
 
 bench-projections: $(BENCH_STAMP)
 	$(BIN)/python -m bench.projections
+
+# Entities: conditional appends, entity loads in a 10-million-event partition, version memory,
+# and commands beside the eventsourcing library on PostgreSQL (about 20 minutes).
+bench-entities: $(BENCH_STAMP)
+	$(BIN)/python -m bench.entities --json build/bench-entities.json
 
 # The suite against peers and this machine's limits: make bench rewrites the generated
 # section of docs/benchmarks.md and docs/benchmarks.json (at most 30 minutes); make
