@@ -1,14 +1,15 @@
 """Where each entity's records are: for every key of a partition with entity versions, the
-last offsets of the batches that hold records with that key.
+batches that hold records with that key: their last offsets and where they lie in their
+segments' files.
 
 Reading one entity then costs what that entity holds, not what its partition holds: a
-lookup (:meth:`EntityIndex.batches_of`) names the batches, and the reader fetches only
-those. A batch of several entities' records is named under each of its keys; the reader
-keeps the records of its own key.
+lookup (:meth:`EntityIndex.batches_of`) names the batches, and the reader reads each with
+one positioned read (checking that it found the batch it expected). A batch of several
+entities' records is named under each of its keys; the reader keeps its own key's records.
 
-The index is a small log-structured merge tree of ``(key hash, batch last offset)``
-entries (a batch is read by any offset it holds; its last one tells, too, whether it
-reaches past an offset), sorted by hash and then by offset:
+The index is a small log-structured merge tree of ``(key hash, batch last offset, file
+position, size)`` entries (the last offset tells whether a batch reaches past an offset,
+and finds its segment), sorted by hash and then by offset:
 
 - New entries go to a memory part. When it holds ``MEMORY_ENTRIES_MAX`` of them it is
   written out as a *run*, a file covering the offsets ``[start, end)`` of the log, and
@@ -26,8 +27,9 @@ hash name each other's batches, which the reader filters out; they never hide on
 
 Runs live in ``entity-index/`` of the partition directory, one file each,
 ``<start>-<end>.run`` (20-digit offsets), written whole with :func:`write_atomically`:
-a header (magic ``EPEI``, format version, level, start, end, entry count), the hashes
-and the offsets as little-endian 64-bit arrays, and a CRC-32C of everything before it.
+a header (magic ``EPEI``, format version, level, start, end, entry count), the hashes,
+last offsets and positions as little-endian 64-bit arrays and the sizes as 32-bit ones,
+and a CRC-32C of everything before it.
 On open (:meth:`EntityIndex.open`) the index keeps the chain of whole runs that starts
 at the lowest start and runs without a gap, up to the log end; every other file goes.
 The caller then adds the batches from the chain's end to the log end, so the index
@@ -44,6 +46,7 @@ import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 from crc32c import crc32c
@@ -53,8 +56,8 @@ from eventplatform.log.storage.files import write_atomically
 
 INDEX_DIRECTORY = "entity-index"
 RUN_SUFFIX = ".run"
-MEMORY_ENTRIES_MAX = 65_536
-"""Entries the memory part holds before it is written out as a run (about 8 MB)."""
+MEMORY_ENTRIES_MAX = 16_384
+"""Entries the memory part holds before it is written out as a run (about 2.5 MB)."""
 RUNS_PER_MERGE = 4
 """How many runs of one level become one run of the next."""
 LEVEL_MAX = 2
@@ -62,11 +65,22 @@ LEVEL_MAX = 2
 MERGE_ENTRIES_MAX = MEMORY_ENTRIES_MAX * RUNS_PER_MERGE**LEVEL_MAX
 
 _MAGIC = b"EPEI"
-_FORMAT = 1
+_FORMAT = 2
+_ENTRY_BYTES = 28
 _HEAD = struct.Struct("<4sHHqqq")  # magic, format, level, start, end, entries
 _CRC = struct.Struct("<I")
 _HASHES = np.dtype("<u8")
 _OFFSETS = np.dtype("<i8")
+_SIZES = np.dtype("<i4")
+
+
+class Located(NamedTuple):
+    """A batch the index names: its last offset, and its position and size in the file of
+    the segment that holds that offset."""
+
+    last_offset: int
+    position: int
+    size: int
 
 
 def key_hash(key: bytes) -> int:
@@ -88,23 +102,41 @@ class Run:
     end: int
     hashes: np.ndarray
     offsets: np.ndarray
+    positions: np.ndarray
+    sizes: np.ndarray
     mapping: mmap.mmap | None
 
     @property
     def entries(self) -> int:
         return len(self.hashes)
 
-    def lookup(self, hashed: int, from_offset: int) -> np.ndarray:
+    def lookup(self, hashed: int, from_offset: int) -> list[Located]:
         low = int(np.searchsorted(self.hashes, hashed, side="left"))
         high = int(np.searchsorted(self.hashes, hashed, side="right"))
-        found = self.offsets[low:high]
-        return found[found >= from_offset] if len(found) and found[0] < from_offset else found
+        if low == high:
+            return []
+        offsets = self.offsets[low:high]
+        skip = int(np.searchsorted(offsets, from_offset, side="left"))
+        return [
+            Located(*entry)
+            for entry in zip(
+                offsets[skip:].tolist(),
+                self.positions[low + skip : high].tolist(),
+                self.sizes[low + skip : high].tolist(),
+                strict=True,
+            )
+        ]
 
     def close(self) -> None:
         if self.mapping is not None:
             # the arrays view the mapping: drop them before it closes
-            object.__setattr__(self, "hashes", np.empty(0, _HASHES))
-            object.__setattr__(self, "offsets", np.empty(0, _OFFSETS))
+            for name, dtype in (
+                ("hashes", _HASHES),
+                ("offsets", _OFFSETS),
+                ("positions", _OFFSETS),
+                ("sizes", _SIZES),
+            ):
+                object.__setattr__(self, name, np.empty(0, dtype))
             with contextlib.suppress(BufferError):
                 self.mapping.close()
 
@@ -113,12 +145,15 @@ def run_name(start: int, end: int) -> str:
     return f"{start:020d}-{end:020d}{RUN_SUFFIX}"
 
 
-def encode_run(level: int, start: int, end: int, hashes: np.ndarray, offsets: np.ndarray) -> bytes:
+def encode_run(level: int, start: int, end: int, entries: Entries) -> bytes:
     """A run file's bytes (see the module docstring); the entries must be sorted."""
+    hashes, offsets, positions, sizes = entries
     body = (
         _HEAD.pack(_MAGIC, _FORMAT, level, start, end, len(hashes))
         + hashes.astype(_HASHES, copy=False).tobytes()
         + offsets.astype(_OFFSETS, copy=False).tobytes()
+        + positions.astype(_OFFSETS, copy=False).tobytes()
+        + sizes.astype(_SIZES, copy=False).tobytes()
     )
     return body + _CRC.pack(crc32c(body))
 
@@ -137,22 +172,30 @@ def open_run(path: Path) -> Run:
         magic, version, level, start, end, entries = _HEAD.unpack_from(mapping, 0)
         if magic != _MAGIC or version != _FORMAT:
             raise RunError(f"{path.name}: not a run of format {_FORMAT}")
-        if size != _HEAD.size + 16 * entries + _CRC.size or not 0 <= start <= end:
+        if size != _HEAD.size + _ENTRY_BYTES * entries + _CRC.size or not 0 <= start <= end:
             raise RunError(f"{path.name}: {entries} entries do not fill {size} bytes")
         (stored,) = _CRC.unpack_from(mapping, size - _CRC.size)
         if crc32c(memoryview(mapping)[: size - _CRC.size]) != stored:
             raise RunError(f"{path.name}: checksum mismatch")
-        hashes = np.frombuffer(mapping, _HASHES, entries, _HEAD.size)
-        offsets = np.frombuffer(mapping, _OFFSETS, entries, _HEAD.size + 8 * entries)
+        at = _HEAD.size
+        hashes = np.frombuffer(mapping, _HASHES, entries, at)
+        offsets = np.frombuffer(mapping, _OFFSETS, entries, at + 8 * entries)
+        positions = np.frombuffer(mapping, _OFFSETS, entries, at + 16 * entries)
+        sizes = np.frombuffer(mapping, _SIZES, entries, at + 24 * entries)
     except BaseException:
         mapping.close()
         raise
-    return Run(path, level, start, end, hashes, offsets, mapping)
+    return Run(path, level, start, end, hashes, offsets, positions, sizes, mapping)
 
 
-def _sorted(hashes: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+Entries = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+"""Hashes, last offsets, positions and sizes, entry by entry."""
+
+
+def _sorted(entries: Entries) -> Entries:
+    hashes, offsets, positions, sizes = entries
     order = np.lexsort((offsets, hashes))
-    return hashes[order], offsets[order]
+    return hashes[order], offsets[order], positions[order], sizes[order]
 
 
 class EntityIndex:
@@ -172,7 +215,7 @@ class EntityIndex:
         self.runs = runs
         self.start = runs[-1].end if runs else end  # where the memory part begins
         self.end = end  # the offset after the last batch indexed
-        self._memory: dict[int, list[int]] = {}
+        self._memory: dict[int, list[Located]] = {}
         self._memory_entries = 0
 
     # ------------------------------------------------------------ open
@@ -216,17 +259,25 @@ class EntityIndex:
 
     # ------------------------------------------------------------ update
 
-    def add(self, base_offset: int, last_offset: int, keys: Iterable[bytes | None]) -> None:
-        """Index one batch of the offsets ``base_offset..last_offset`` holding records
-        with ``keys``."""
+    def add(
+        self,
+        base_offset: int,
+        last_offset: int,
+        keys: Iterable[bytes | None],
+        position: int,
+        size: int,
+    ) -> None:
+        """Index one batch of the offsets ``base_offset..last_offset``, ``size`` bytes at
+        ``position`` in its segment's file, holding records with ``keys``."""
         require(base_offset >= self.end, "entity index batches go forwards")
         memory = self._memory
+        located = Located(last_offset, position, size)
         for hashed in {key_hash(key) for key in keys if key is not None}:
             found = memory.get(hashed)
             if found is None:
-                memory[hashed] = [last_offset]
+                memory[hashed] = [located]
             else:
-                found.append(last_offset)
+                found.append(located)
             self._memory_entries += 1
         self.end = last_offset + 1
         if self._memory_entries >= self.memory_entries_max:
@@ -236,24 +287,24 @@ class EntityIndex:
         """Write the memory part out as a run (nothing when it is empty), then merge."""
         if not self._memory_entries:
             return
-        hashes = np.empty(self._memory_entries, _HASHES)
-        offsets = np.empty(self._memory_entries, _OFFSETS)
+        count = self._memory_entries
+        hashes = np.empty(count, _HASHES)
+        rows = np.empty((count, 3), _OFFSETS)
         at = 0
         for hashed, found in self._memory.items():
             hashes[at : at + len(found)] = hashed
-            offsets[at : at + len(found)] = found
+            rows[at : at + len(found)] = found
             at += len(found)
-        self._write_run(0, self.start, self.end, *_sorted(hashes, offsets))
+        entries = (hashes, rows[:, 0], rows[:, 1], rows[:, 2].astype(_SIZES))
+        self._write_run(0, self.start, self.end, _sorted(entries))
         self._memory.clear()
         self._memory_entries = 0
         self.start = self.end
         self._merge()
 
-    def _write_run(
-        self, level: int, start: int, end: int, hashes: np.ndarray, offsets: np.ndarray
-    ) -> Run:
+    def _write_run(self, level: int, start: int, end: int, entries: Entries) -> Run:
         path = self.directory / run_name(start, end)
-        write_atomically(path, encode_run(level, start, end, hashes, offsets))
+        write_atomically(path, encode_run(level, start, end, entries))
         run = open_run(path)
         self.runs.append(run)
         return run
@@ -264,13 +315,17 @@ class EntityIndex:
             level = newest[0].level
             if level >= LEVEL_MAX or any(run.level != level for run in newest):
                 return
-            hashes, offsets = _sorted(
-                np.concatenate([run.hashes for run in newest]),
-                np.concatenate([run.offsets for run in newest]),
+            merged = _sorted(
+                (
+                    np.concatenate([run.hashes for run in newest]),
+                    np.concatenate([run.offsets for run in newest]),
+                    np.concatenate([run.positions for run in newest]),
+                    np.concatenate([run.sizes for run in newest]),
+                )
             )
             del self.runs[-RUNS_PER_MERGE:]
             # the merged run replaces the first of the four on disk: same start, later end
-            self._write_run(level + 1, newest[0].start, newest[-1].end, hashes, offsets)
+            self._write_run(level + 1, newest[0].start, newest[-1].end, merged)
             for run in newest:
                 run.close()
                 run.path.unlink(missing_ok=True)
@@ -280,9 +335,9 @@ class EntityIndex:
         if offset >= self.end:
             return
         if self._memory_entries and self.start < offset:
-            kept: dict[int, list[int]] = {}
+            kept: dict[int, list[Located]] = {}
             for hashed, found in self._memory.items():
-                below = [base for base in found if base < offset]
+                below = [entry for entry in found if entry.last_offset < offset]
                 if below:
                     kept[hashed] = below
             self._memory = kept
@@ -293,11 +348,16 @@ class EntityIndex:
         while self.runs and self.runs[-1].end > offset:
             run = self.runs.pop()
             keep = run.offsets < offset
-            hashes, offsets = run.hashes[keep].copy(), run.offsets[keep].copy()
+            head = (
+                run.hashes[keep].copy(),
+                run.offsets[keep].copy(),
+                run.positions[keep].copy(),
+                run.sizes[keep].copy(),
+            )
             run.close()
             run.path.unlink(missing_ok=True)
             if run.start < offset:  # the run that holds the truncation point keeps its head
-                self._write_run(run.level, run.start, offset, hashes, offsets)
+                self._write_run(run.level, run.start, offset, head)
         if self._memory_entries == 0:
             self.start = self.runs[-1].end if self.runs else offset
         self.end = offset
@@ -319,17 +379,17 @@ class EntityIndex:
 
     # ------------------------------------------------------------ lookup
 
-    def batches_of(self, key: bytes, from_offset: int = 0) -> list[int]:
-        """The last offsets, ascending, of the batches that reach ``from_offset`` or past
-        it and may hold records with ``key``."""
+    def batches_of(self, key: bytes, from_offset: int = 0) -> list[Located]:
+        """The batches, in offset order, that reach ``from_offset`` or past it and may
+        hold records with ``key``."""
         hashed = key_hash(key)
-        found: list[int] = []
+        found: list[Located] = []
         for run in self.runs:
             if run.end > from_offset:
-                found.extend(run.lookup(hashed, from_offset).tolist())
-        for base in self._memory.get(hashed, ()):
-            if base >= from_offset:
-                found.append(base)
+                found.extend(run.lookup(hashed, from_offset))
+        for entry in self._memory.get(hashed, ()):
+            if entry.last_offset >= from_offset:
+                found.append(entry)
         return found
 
     @property

@@ -28,6 +28,8 @@ from eventplatform.log.replica.entity_versions import (
 )
 from eventplatform.log.storage import PartitionLog
 from eventplatform.log.storage.files import write_atomically
+from eventplatform.log.storage.partition_log import READ_CHUNK_BYTES
+from eventplatform.log.storage.record_batch import decode_record_set
 
 SNAPSHOT_FILE = "entity.versions"
 
@@ -45,16 +47,23 @@ def load_entities(directory: Path, log: PartitionLog) -> tuple[EntityVersions, E
     """The versions and the index of the records ``log`` holds, from one scan."""
     versions, versions_from = _snapshot_or_empty(directory, log)
     index = EntityIndex.open(directory, log.log_end_offset)
-    start = max(log.log_start_offset, min(versions_from, index.end))
-    for batch in log.iter_batches(start, log.log_end_offset):
-        header = batch.header
-        if header.is_control:
-            continue
-        keys = [record.key for record in batch.records]
-        if header.base_offset >= versions_from:
-            versions.apply(keys)
-        if header.base_offset >= index.end:
-            index.add(header.base_offset, header.last_offset, keys)
+    offset = max(log.log_start_offset, min(versions_from, index.end))
+    while offset < log.log_end_offset:
+        chunk = log.read(offset, READ_CHUNK_BYTES)
+        if chunk is None:
+            break
+        data = chunk.read_bytes()
+        for batch in decode_record_set(data):
+            header = batch.header
+            offset = header.next_offset
+            if header.is_control:
+                continue
+            keys = [record.key for record in batch.records]
+            if header.base_offset >= versions_from:
+                versions.apply(keys)
+            if header.base_offset >= index.end:
+                position = chunk.position + header.position
+                index.add(header.base_offset, header.last_offset, keys, position, header.size_bytes)
     return versions, index
 
 

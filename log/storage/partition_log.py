@@ -85,6 +85,7 @@ class AppendInfo(NamedTuple):
     append_time_ms: int  # -1 unless the topic uses LogAppendTime
     log_start_offset: int
     records: int
+    position: int = -1  # where the first batch starts in its segment's file
 
 
 class TimestampOffset(NamedTuple):
@@ -324,13 +325,14 @@ class PartitionLog:
             stamped.append(BatchHeader(next_offset, *header[1:]))
             next_offset += header.last_offset_delta + 1
             records += header.records_count
-        self._append_stamped(buffer, stamped, now_ms)
+        position = self._append_stamped(buffer, stamped, now_ms)
         return AppendInfo(
             stamped[0].base_offset,
             next_offset - 1,
             now_ms if log_append_time else -1,
             self.log_start_offset,
             records,
+            position,
         )
 
     @_offline_on_io_error
@@ -341,13 +343,14 @@ class PartitionLog:
         require(headers[0].base_offset >= self.log_end_offset, "follower append goes backwards")
         for previous, header in itertools.pairwise(headers):
             require(header.base_offset >= previous.next_offset, "follower batches overlap")
-        self._append_stamped(record_set, headers, self.clock_ms())
+        position = self._append_stamped(record_set, headers, self.clock_ms())
         return AppendInfo(
             headers[0].base_offset,
             headers[-1].last_offset,
             -1,
             self.log_start_offset,
             sum(header.records_count for header in headers),
+            position,
         )
 
     def _validate(self, buffer: bytes | bytearray, *, producer: bool = True) -> list[BatchHeader]:
@@ -372,14 +375,18 @@ class PartitionLog:
 
     def _append_stamped(
         self, buffer: bytes | bytearray, headers: list[BatchHeader], now_ms: int
-    ) -> None:
+    ) -> int:
+        """Append to the active segment (rolling first when due); the file position the
+        buffer starts at, in the segment that holds it."""
         last_offset = headers[-1].last_offset
         if self._active.should_roll(
             incoming_bytes=len(buffer), last_offset=last_offset, now_ms=now_ms
         ):
             self.roll(base_offset=headers[0].base_offset)
+        position = self._active.size_bytes
         self._active.append(buffer, headers, now_ms)
         self._maybe_flush(now_ms)
+        return position
 
     @_offline_on_io_error
     def roll(self, *, base_offset: int | None = None) -> Segment:

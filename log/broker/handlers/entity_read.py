@@ -52,7 +52,7 @@ async def handle(context: RequestContext, request: Body) -> Body:
         batches, next_offset = partition.entity_batches(
             request["key"], request["from_offset"], request["max_bytes"]
         )
-        records = b"".join(batch.read_bytes() for batch in batches)
+        records = b"".join(batches)
     except (KafkaStorageError, OSError) as exc:
         return _error(ErrorCode.KAFKA_STORAGE_ERROR, str(exc))
     return {

@@ -16,6 +16,7 @@ from eventplatform.log.replica.entity_index import (
     LEVEL_MAX,
     RUNS_PER_MERGE,
     EntityIndex,
+    Located,
     key_hash,
     open_run,
 )
@@ -28,6 +29,14 @@ class Batch(NamedTuple):
     base: int
     last: int
     keys: tuple[bytes | None, ...]
+
+    @property
+    def located(self) -> Located:
+        """Where the batch lies: made up, but a function of the batch."""
+        return Located(self.last, self.base * 100, 61 + 10 * (self.last - self.base))
+
+    def add_to(self, index: EntityIndex) -> None:
+        index.add(self.base, self.last, self.keys, self.located.position, self.located.size)
 
 
 class ModelLog:
@@ -50,8 +59,8 @@ class ModelLog:
         """Cut at a batch boundary at or below ``offset``, as a log truncates."""
         self.batches = [batch for batch in self.batches if batch.last < offset]
 
-    def batches_of(self, key: bytes, from_offset: int) -> list[int]:
-        return [b.last for b in self.batches if key in b.keys and b.last >= from_offset]
+    def batches_of(self, key: bytes, from_offset: int) -> list[Located]:
+        return [b.located for b in self.batches if key in b.keys and b.last >= from_offset]
 
 
 def reopen(index: EntityIndex, directory: Path, log: ModelLog) -> EntityIndex:
@@ -60,7 +69,7 @@ def reopen(index: EntityIndex, directory: Path, log: ModelLog) -> EntityIndex:
     reopened = EntityIndex.open(directory, log.end, memory_entries_max=SMALL)
     for batch in log.batches:
         if batch.base >= reopened.end:
-            reopened.add(batch.base, batch.last, batch.keys)
+            batch.add_to(reopened)
     return reopened
 
 
@@ -89,7 +98,7 @@ def test_the_index_names_the_batches_a_scan_would(
         roll = rng.random()
         if roll < 0.75:
             batch = log.append(rng)
-            index.add(batch.base, batch.last, batch.keys)
+            batch.add_to(index)
         elif roll < 0.85 and log.end:
             offset = rng.randint(0, log.end)
             log.truncate(offset)
@@ -108,13 +117,13 @@ def test_runs_merge_as_a_binary_counter_carries(tmp_path: Path) -> None:
     index = EntityIndex.open(tmp_path, 0, memory_entries_max=1)
     offset = 0
     for _ in range(RUNS_PER_MERGE**LEVEL_MAX * 3):
-        index.add(offset, offset, [KEYS[offset % len(KEYS)]])
+        Batch(offset, offset, (KEYS[offset % len(KEYS)],)).add_to(index)
         offset += 1
     assert [run.level for run in index.runs] == [LEVEL_MAX] * 3
     assert len(list((tmp_path / INDEX_DIRECTORY).iterdir())) == 3
     for run in index.runs:
         assert list(run.hashes) == sorted(run.hashes)
-    assert index.batches_of(KEYS[0]) == list(range(0, offset, len(KEYS)))
+    assert [b.last_offset for b in index.batches_of(KEYS[0])] == list(range(0, offset, len(KEYS)))
     index.close()
 
 
@@ -124,7 +133,7 @@ def test_a_damaged_run_is_dropped_and_rebuilt_from_the_log(tmp_path: Path) -> No
     index = EntityIndex.open(tmp_path, 0, memory_entries_max=SMALL)
     for _ in range(40):
         batch = log.append(rng)
-        index.add(batch.base, batch.last, batch.keys)
+        batch.add_to(index)
     index.close()
     runs = sorted((tmp_path / INDEX_DIRECTORY).iterdir())
     assert len(runs) >= 2
@@ -145,10 +154,10 @@ def test_leftovers_of_an_interrupted_merge_give_way_to_the_merged_run(tmp_path: 
     index = EntityIndex.open(tmp_path, 0, memory_entries_max=1)
     for _ in range(RUNS_PER_MERGE - 1):
         batch = log.append(rng)
-        index.add(batch.base, batch.last, batch.keys)
+        batch.add_to(index)
     before = {path.name: path.read_bytes() for path in (tmp_path / INDEX_DIRECTORY).iterdir()}
     batch = log.append(rng)
-    index.add(batch.base, batch.last, batch.keys)  # the fourth run: merged
+    batch.add_to(index)  # the fourth run: merged
     assert len(index.runs) == 1
     index.close()
     for name, data in before.items():  # as if the merge died before its unlinks
@@ -167,7 +176,7 @@ def test_runs_past_the_log_end_are_dropped(tmp_path: Path) -> None:
     index = EntityIndex.open(tmp_path, 0, memory_entries_max=SMALL)
     for _ in range(30):
         batch = log.append(rng)
-        index.add(batch.base, batch.last, batch.keys)
+        batch.add_to(index)
     index.close()
     log.truncate(log.end // 2)
     index = reopen(index, tmp_path, log)

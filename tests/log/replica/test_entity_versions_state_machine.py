@@ -29,7 +29,12 @@ from eventplatform.log.protocol import ErrorCode
 from eventplatform.log.replica.entity_versions import EXPECTED_VERSION_HEADER
 from eventplatform.log.replica.partition import Partition
 from eventplatform.log.storage import LogConfig
-from eventplatform.log.storage.record_batch import Record, decode_record_set, encode_batch
+from eventplatform.log.storage.record_batch import (
+    Record,
+    decode_record_set,
+    encode_batch,
+    parse_header,
+)
 
 KEYS = [b"a", b"b", b"c"]
 CONFIG = LogConfig(eventplatform_entity_versions_enable=True, segment_bytes=2048)
@@ -207,7 +212,8 @@ class EntityRule(RuleBasedStateMachine):
             for key in KEYS:
                 assert replica.entities.version(key) == counts[key]
                 pieces, _ = replica.entity_batches(key, 0, 1 << 30)
-                assert [p.first_offset for p in pieces] == scan_batches(replica, key)
+                assert [parse_header(p).base_offset for p in pieces] == scan_batches(replica, key)
+            assert replica.entity_index_misses == 0, "every batch was where the index said"
 
     def teardown(self) -> None:
         for replica in self.replicas:

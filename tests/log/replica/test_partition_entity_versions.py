@@ -23,7 +23,12 @@ from eventplatform.log.replica.entity_versions import (
 from eventplatform.log.replica.partition import Partition
 from eventplatform.log.storage import LogConfig
 from eventplatform.log.storage.errors import InvalidConfigError
-from eventplatform.log.storage.record_batch import Record, decode_record_set, encode_batch
+from eventplatform.log.storage.record_batch import (
+    Record,
+    decode_record_set,
+    encode_batch,
+    parse_header,
+)
 
 VERSIONED = LogConfig(eventplatform_entity_versions_enable=True, segment_bytes=1024)
 
@@ -59,8 +64,9 @@ def entity_offsets(partition: Partition, key: bytes, from_offset: int = 0) -> li
     """The offsets of ``key``'s records read through the entity index."""
     found = []
     for piece in partition.entity_batches(key, from_offset, 1 << 30)[0]:
-        for decoded in decode_record_set(piece.read_bytes()):
+        for decoded in decode_record_set(piece):
             found.extend(r.offset for r in decoded.records if r.key == key)
+    assert partition.entity_index_misses == 0, "every batch was where the index said"
     return [offset for offset in found if offset >= from_offset]
 
 
@@ -226,17 +232,17 @@ def test_one_entity_is_read_from_the_batches_that_hold_it(tmp_path: Path) -> Non
             )
     every, end = partition.entity_batches(b"a", 0, 1 << 30)
     assert end == partition.high_watermark
-    assert all(
-        any(r.key == b"a" for r in decode_record_set(p.read_bytes())[0].records) for p in every
-    ), "only batches holding the entity are read"
+    assert all(any(r.key == b"a" for r in decode_record_set(p)[0].records) for p in every), (
+        "only batches holding the entity are read"
+    )
     first, after_first = partition.entity_batches(b"a", 0, 0)
-    assert after_first == decode_record_set(first[0].read_bytes())[0].header.last_offset + 1
+    assert after_first == parse_header(first[0]).last_offset + 1
     paged, offset = [], 0
     while offset < partition.high_watermark:
         pieces, offset = partition.entity_batches(b"a", offset, 300)
-        paged.extend(piece.first_offset for piece in pieces)
-    assert paged == [piece.first_offset for piece in every]
-    assert len(first) == 1 and first[0].first_offset == every[0].first_offset
+        paged.extend(parse_header(piece).base_offset for piece in pieces)
+    assert paged == [parse_header(piece).base_offset for piece in every]
+    assert len(first) == 1 and first[0] == every[0]
     partition.close()
 
 
