@@ -65,6 +65,7 @@ if TYPE_CHECKING:
     from eventplatform.events.model import Envelope, Event, EventRef, Position, upcaster
     from eventplatform.events.producer import EventProducer
     from eventplatform.events.registry import SchemaRegistry
+    from eventplatform.events.snapshots import MemorySnapshots, Snapshot, SnapshotStore
 
 _EXPORTS: dict[str, str] = {
     "CORRECTION_TYPE": "eventplatform.events.corrections",
@@ -98,6 +99,9 @@ _EXPORTS: dict[str, str] = {
     "Position": "eventplatform.events.model",
     "RegistryError": "eventplatform.events.errors",
     "SchemaRegistry": "eventplatform.events.registry",
+    "MemorySnapshots": "eventplatform.events.snapshots",
+    "Snapshot": "eventplatform.events.snapshots",
+    "SnapshotStore": "eventplatform.events.snapshots",
     "UnknownEventTypeError": "eventplatform.events.errors",
     "UpcastError": "eventplatform.events.errors",
     "encode": "eventplatform.events.codec",
@@ -138,10 +142,13 @@ __all__ = [
     "EventRef",
     "EventValidationError",
     "IncompatibleSchemaError",
+    "MemorySnapshots",
     "Position",
     "RegistryError",
     "Repository",
     "SchemaRegistry",
+    "Snapshot",
+    "SnapshotStore",
     "UnknownEventTypeError",
     "UpcastError",
     "VersionConflictError",

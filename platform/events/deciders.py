@@ -114,22 +114,25 @@ def decide_on(
     decider: Decider[Any, S],
     history: EntityHistory | Sequence[Envelope[Any]],
     command: Command,
+    *,
+    state: S | None = None,
 ) -> Decision[S]:
     """Decide ``command`` against the entity whose events, in log order, are ``history``
     (an :class:`~eventplatform.events.history.EntityHistory`, whose corrected events are
-    folded, or the envelopes themselves).
+    folded, or the envelopes themselves), from ``state`` (the state before the history:
+    a snapshot's; the decider's initial one by default).
 
     When some of them already carry the command's id as causation id, the command took
     effect before (a retry after a lost answer): those events are its answer again, and
     nothing new is decided."""
     if isinstance(history, EntityHistory):
-        envelopes, folded = history.envelopes, history.corrected
+        envelopes, folded, first = history.envelopes, history.corrected, history.first_version
     else:
-        envelopes = folded = history
+        envelopes, folded, first = history, history, 0
     earlier = [i for i, e in enumerate(envelopes) if e.causation_id == command.command_id]
-    state = decider.fold(e.event for e in folded)
+    current = decider.fold((e.event for e in folded), state)
     if earlier:
         events = [envelopes[i].event for i in earlier]
-        return Decision(events, earlier[0], state, repeated=True)
-    events = list(decider.decide(command, state))
-    return Decision(events, len(envelopes), decider.fold(events, state))
+        return Decision(events, first + earlier[0], current, repeated=True)
+    events = list(decider.decide(command, current))
+    return Decision(events, first + len(envelopes), decider.fold(events, current))

@@ -32,6 +32,7 @@ from __future__ import annotations
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
 from typing import Any, Generic, TypeVar
 
 from eventplatform.events.codec import EventCatalog, encode, header_type
@@ -47,6 +48,7 @@ from eventplatform.events.history import EntityHistory
 from eventplatform.events.log_client import REQUEST_TIMEOUT_S_DEFAULT, LogClient
 from eventplatform.events.model import Envelope, Event, EventRef, Position, envelope_for
 from eventplatform.events.partitioner import partition_for_key
+from eventplatform.events.snapshots import CommandMark, Snapshot, SnapshotStore
 from eventplatform.events.topics import create_event_topics
 from eventplatform.log.extensions import ENTITY_VERSIONS_CONFIG, EXPECTED_VERSION_HEADER
 from eventplatform.log.protocol import ErrorCode
@@ -60,6 +62,10 @@ APPEND_EVENTS_MAX = 10_000
 """Events one append may carry: one decision is one batch."""
 ATTEMPTS_DEFAULT = 5
 """How many times a repository decides a command before it gives up on a busy entity."""
+SNAPSHOT_EVERY_DEFAULT = 100
+"""Events between an entity's snapshots, when the repository has a snapshot store."""
+COMMAND_WINDOW_DEFAULT = 1_000
+"""Commands a snapshot remembers, so that one sent again is still recognised."""
 PRODUCE_TIMEOUT_MS = 30_000
 
 S = TypeVar("S")
@@ -114,14 +120,19 @@ class EntityStore:
 
     # ------------------------------------------------------------ read
 
-    def load(self, topic: str, key: str) -> EntityHistory:
+    def load(
+        self, topic: str, key: str, *, from_offset: int = 0, first_version: int = 0
+    ) -> EntityHistory:
         """Every event of entity ``key`` in ``topic``, in log order, below the high
-        watermark; raises EntityStoreError when the topic keeps no entity versions."""
+        watermark; raises EntityStoreError when the topic keeps no entity versions.
+
+        From a snapshot on: the events at ``from_offset`` or after, ``first_version``
+        records having come before them."""
         self._ensure_topic(topic)
         raw_key = key.encode()
         partition = self.partition_of(topic, key)
         envelopes: list[Envelope[Any]] = []
-        offset = 0
+        offset = from_offset
         for _ in range(READ_PAGES_MAX):
             answer = self.client.entity_read(topic, partition, raw_key, offset, READ_BYTES)
             if answer.error is ErrorCode.INVALID_REQUEST:
@@ -129,7 +140,7 @@ class EntityStore:
             if answer.error is not ErrorCode.NONE:
                 raise EntityStoreError(f"{topic}/{key}: {answer.error.name}: {answer.message}")
             body = answer.body
-            if body["log_start_offset"] > 0:
+            if body["log_start_offset"] > from_offset:
                 raise EntityStoreError(
                     f"{topic}-{partition} starts at offset {body['log_start_offset']}: the "
                     f"history of {key!r} may have lost its first events"
@@ -142,7 +153,15 @@ class EntityStore:
                             self.catalog.decode(record.value, position, header_type(record.headers))
                         )
             if body["next_offset"] >= body["high_watermark"]:
-                return EntityHistory.of(topic, partition, key, envelopes, self.catalog)
+                return EntityHistory.of(
+                    topic,
+                    partition,
+                    key,
+                    envelopes,
+                    self.catalog,
+                    first_version=first_version,
+                    from_offset=from_offset,
+                )
             offset = body["next_offset"]
         raise EntityStoreError(f"{topic}/{key}: more than {READ_PAGES_MAX} pages of events")
 
@@ -223,7 +242,12 @@ class EntityStore:
 
 class Repository(Generic[C, S]):
     """Handles commands for the entities of one topic with one decider (see the module
-    docstring). ``entity_of`` names a command's entity key."""
+    docstring). ``entity_of`` names a command's entity key.
+
+    With ``snapshots`` (a :class:`~eventplatform.events.snapshots.SnapshotStore`) it
+    takes a snapshot of an entity every ``snapshot_every`` events and then folds only
+    the events after it; ``fingerprint`` names the state's shape, so snapshots of
+    another shape are ignored (change it when the state or the decider changes)."""
 
     def __init__(
         self,
@@ -233,21 +257,44 @@ class Repository(Generic[C, S]):
         entity_of: Callable[[C], str],
         *,
         attempts: int = ATTEMPTS_DEFAULT,
+        snapshots: SnapshotStore | None = None,
+        snapshot_every: int = SNAPSHOT_EVERY_DEFAULT,
+        command_window: int = COMMAND_WINDOW_DEFAULT,
+        fingerprint: str = "1",
     ) -> None:
         if attempts < 1:
             raise ValueError(f"attempts must be at least 1, not {attempts}")
+        if snapshot_every < 1 or command_window < 0:
+            raise ValueError("snapshot_every must be at least 1, command_window at least 0")
         self.store = store
         self.topic = topic
         self.decider = decider
         self.entity_of = entity_of
         self.attempts = attempts
+        self.snapshots = snapshots
+        self.snapshot_every = snapshot_every
+        self.command_window = command_window
+        self.fingerprint = fingerprint
         self.conflicts = 0
         """Conflicts met so far (each cost one more load and decision)."""
 
     def load(self, key: str) -> tuple[S, EntityHistory]:
-        """The entity's state (its corrected history folded) and its history."""
-        history = self.store.load(self.topic, key)
-        return self.decider.fold(e.event for e in history.corrected), history
+        """The entity's state (its corrected history folded) and its history (from its
+        snapshot on, when there is a usable one)."""
+        base, history, _ = self._load(key)
+        return self.decider.fold((e.event for e in history.corrected), base), history
+
+    def _load(self, key: str) -> tuple[S | None, EntityHistory, Snapshot[S] | None]:
+        """The state before the history (a snapshot's, or None: the initial one), the
+        history, and the snapshot it starts from."""
+        snapshot = self.snapshots.get(self.topic, key) if self.snapshots is not None else None
+        if snapshot is not None and snapshot.fingerprint == self.fingerprint:
+            history = self.store.load(
+                self.topic, key, from_offset=snapshot.offset, first_version=snapshot.version
+            )
+            if not history.amends_earlier_events:
+                return snapshot.state, history, snapshot
+        return None, self.store.load(self.topic, key), None
 
     def handle(self, command: C, *, correlation_id: uuid.UUID | None = None) -> Decision[S]:
         """Decide ``command`` on its entity and append the events; raises
@@ -255,14 +302,16 @@ class Repository(Generic[C, S]):
         conflicts in a row."""
         key = self.entity_of(command)
         conflict: VersionConflictError | None = None
-        history: EntityHistory | None = None
         for _ in range(self.attempts):
-            history = self.store.load(self.topic, key)
-            decision = decide_on(self.decider, history, command)
+            base, history, snapshot = self._load(key)
+            mark = snapshot.mark_of(command.command_id) if snapshot is not None else None
+            if mark is not None:
+                return self._repeated(key, command, mark, base, history)
+            decision = decide_on(self.decider, history, command, state=base)
             if decision.repeated or not decision.events:
                 return decision
             try:
-                self.store.append(
+                refs = self.store.append(
                     self.topic,
                     key,
                     decision.events,
@@ -274,7 +323,53 @@ class Repository(Generic[C, S]):
                 conflict = exc
                 self.conflicts += 1
                 continue
+            self._maybe_snapshot(key, command, decision, refs, history, snapshot)
             return decision
-        assert conflict is not None and history is not None
+        assert conflict is not None
         actual = self.store.load(self.topic, key).version
         raise ConcurrencyError(key, conflict.expected, actual, self.attempts)
+
+    def _repeated(
+        self, key: str, command: C, mark: CommandMark, base: S | None, history: EntityHistory
+    ) -> Decision[S]:
+        """The first answer of a command whose events lie before the snapshot."""
+        then = self.store.load(self.topic, key, from_offset=mark.offset, first_version=mark.version)
+        events = [
+            e.event for e in then.envelopes[: mark.count] if e.causation_id == command.command_id
+        ]
+        state = self.decider.fold((e.event for e in history.corrected), base)
+        return Decision(events, mark.version, state, repeated=True)
+
+    def _maybe_snapshot(
+        self,
+        key: str,
+        command: C,
+        decision: Decision[S],
+        refs: Sequence[EventRef],
+        history: EntityHistory,
+        snapshot: Snapshot[S] | None,
+    ) -> None:
+        if self.snapshots is None:
+            return
+        version = decision.expected_version + len(refs)
+        if version - (snapshot.version if snapshot is not None else 0) < self.snapshot_every:
+            return
+        marks = list(snapshot.commands) if snapshot is not None else []
+        seen: dict[uuid.UUID, CommandMark] = {}
+        for number, envelope in enumerate(history.envelopes):
+            cause, position = envelope.causation_id, envelope.position
+            if cause is None or position is None:
+                continue
+            known = seen.get(cause)
+            if known is None:
+                seen[cause] = CommandMark(cause, position.offset, history.first_version + number, 1)
+            else:
+                seen[cause] = replace(known, count=known.count + 1)
+        marks.extend(seen.values())
+        first = refs[0].position.offset
+        marks.append(CommandMark(command.command_id, first, decision.expected_version, len(refs)))
+        kept = tuple(marks[-self.command_window :]) if self.command_window else ()
+        offset = refs[-1].position.offset + 1
+        self.snapshots.put(
+            Snapshot(self.topic, key, version, offset, decision.state, kept, self.fingerprint)
+        )

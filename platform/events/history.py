@@ -27,17 +27,31 @@ from eventplatform.events.model import Envelope, Event
 class EntityHistory:
     """One entity's events: ``envelopes`` are every record with its key, corrections
     included, in log order; ``corrected`` the history with corrections applied (what a
-    decider folds). ``version`` is the number of records, the version an append expects."""
+    decider folds). ``version`` is the number of records, the version an append expects.
+
+    A history read from a snapshot on holds only the events after it:
+    ``first_version`` records came before ``envelopes[0]``, up to ``from_offset``."""
 
     topic: str
     partition: int
     key: str
     envelopes: Sequence[Envelope[Any]]
     corrected: Sequence[Envelope[Any]]
+    first_version: int = 0
+    from_offset: int = 0
 
     @property
     def version(self) -> int:
-        return len(self.envelopes)
+        return self.first_version + len(self.envelopes)
+
+    @property
+    def amends_earlier_events(self) -> bool:
+        """Whether a correction here amends an event before ``from_offset``: the state
+        folded up to there is then not the state of the corrected history."""
+        return any(
+            isinstance(e.event, Correction) and e.event.of.offset < self.from_offset
+            for e in self.envelopes
+        )
 
     @classmethod
     def of(
@@ -47,8 +61,12 @@ class EntityHistory:
         key: str,
         envelopes: Sequence[Envelope[Any]],
         catalog: EventCatalog,
+        *,
+        first_version: int = 0,
+        from_offset: int = 0,
     ) -> EntityHistory:
-        return cls(topic, partition, key, envelopes, corrected_history(envelopes, catalog))
+        corrected = corrected_history(envelopes, catalog)
+        return cls(topic, partition, key, envelopes, corrected, first_version, from_offset)
 
 
 def corrected_history(

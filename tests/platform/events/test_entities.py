@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 import uuid
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from bank_account import (
@@ -28,6 +28,7 @@ from eventplatform.events import (
     EntityStore,
     EntityStoreError,
     EventProducer,
+    MemorySnapshots,
     Repository,
     VersionConflictError,
 )
@@ -206,3 +207,62 @@ def test_tellers_racing_on_one_account_never_overdraw_it(
         assert balance >= 0
     assert history.version == 2 + paid
     assert sum(conflicts) > 0, "the tellers raced"
+
+
+def snapshotting(store: EntityStore, snapshots: MemorySnapshots, every: int = 5) -> Any:
+    return Repository(store, TOPIC, BANK, account_of, snapshots=snapshots, snapshot_every=every)
+
+
+def test_snapshots_fold_only_the_events_after_them_and_change_nothing(
+    store: EntityStore, account: str
+) -> None:
+    snapshots = MemorySnapshots()
+    bank = snapshotting(store, snapshots)
+    bank.handle(Open(account))
+    for amount in range(1, 13):
+        bank.handle(Deposit(account, amount))
+    taken = snapshots.get(TOPIC, account)
+    assert taken is not None and taken.version == 10
+    state, history = bank.load(account)
+    assert (history.first_version, history.version) == (10, 13)
+    assert len(history.envelopes) == 3, "only the events after the snapshot were read"
+    assert state == Account(opened=True, balance=78)
+    assert repository(store).load(account)[0] == state, "the log alone gives the same state"
+
+
+def test_a_command_sent_again_is_recognised_from_before_the_snapshot(
+    store: EntityStore, account: str
+) -> None:
+    bank = snapshotting(store, MemorySnapshots())
+    bank.handle(Open(account))
+    deposit = Deposit(account, 40)
+    first = bank.handle(deposit)
+    for _ in range(8):
+        bank.handle(Deposit(account, 1))
+    _, history = bank.load(account)
+    assert history.first_version > first.expected_version, "its events lie before the snapshot"
+    again = bank.handle(deposit)
+    assert again.repeated and list(again.events) == list(first.events)
+    assert again.expected_version == first.expected_version
+    assert bank.load(account)[1].version == 10, "nothing appended"
+
+
+def test_a_correction_of_an_event_before_the_snapshot_sets_the_snapshot_aside(
+    store: EntityStore, account: str, broker: BrokerProcess
+) -> None:
+    snapshots = MemorySnapshots()
+    bank = snapshotting(store, snapshots)
+    bank.handle(Open(account))
+    bank.handle(Deposit(account, 500))
+    for _ in range(4):
+        bank.handle(Deposit(account, 1))
+    mistaken = repository(store).load(account)[1].envelopes[1]
+    assert snapshots.get(TOPIC, account) is not None
+    with EventProducer(broker.bootstrap) as producer:
+        producer.append(
+            [Correction(of=mistaken, replacement=Deposited(account_id=account, amount=50))]
+        )
+    state, history = bank.load(account)
+    assert state.balance == 54 and history.first_version == 0, "folded from the log"
+    with pytest.raises(CommandRejectedError):
+        bank.handle(Withdraw(account, 55))
