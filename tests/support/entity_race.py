@@ -17,6 +17,9 @@ many conflicts, rejections and give-ups it met.
 - every acknowledged event is in the log exactly once, and no event id appears twice;
 - every event in the log is one a worker sent (acknowledged or of unknown fate);
 - conflicts happened, and were decided again.
+
+:func:`assert_tables_equal_the_log` then folds the bank's projection into a fresh SQLite
+database and compares its ``bank_balances`` with the balances the check computed.
 """
 
 from __future__ import annotations
@@ -33,7 +36,8 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from bank_account import BANK, TOPIC, Account, Deposit, Deposited, Open, Opened, Withdraw, Withdrawn
+from bank.events import TOPIC, Deposited, Opened, Withdrawn
+from bank.model import BANK, Account, Deposit, Open, Withdraw, account_of
 from confluent_kafka import Consumer, TopicPartition
 
 from eventplatform.events import (
@@ -51,10 +55,6 @@ ATTEMPTS = 200
 REQUEST_TIMEOUT_S = 5.0
 WORKER_TIMEOUT_S = 900.0
 READ_TIMEOUT_S = 60.0
-
-
-def account_of(command: Open | Deposit | Withdraw) -> str:
-    return command.account_id
 
 
 def worker(bootstrap: str, number: int, commands: int, accounts: int, seed: int, out: str) -> None:
@@ -215,8 +215,11 @@ def _logged(offset: int, value: bytes | None, headers: Sequence[Any] | None) -> 
     )
 
 
-def check_race(bootstrap: str, result: RaceResult) -> dict[str, int]:
-    """The checks of the module docstring; returns what was counted."""
+def check_race(
+    bootstrap: str, result: RaceResult
+) -> tuple[dict[str, int], dict[str, tuple[int, int]]]:
+    """The checks of the module docstring; returns what was counted, and each account's
+    balance and number of events as a fold of the log gives them."""
     by_account: dict[str, list[Logged]] = {}
     for records in read_topic(bootstrap).values():
         for record in records:
@@ -224,6 +227,7 @@ def check_race(bootstrap: str, result: RaceResult) -> dict[str, int]:
     events = [record for records in by_account.values() for record in records]
     duplicates = [i for i, n in Counter(r.event_id for r in events).items() if n > 1]
     assert not duplicates, f"event ids in the log twice: {duplicates[:5]}"
+    balances: dict[str, tuple[int, int]] = {}
     for account, records in by_account.items():
         state = Account()
         for version, record in enumerate(records):
@@ -233,13 +237,14 @@ def check_race(bootstrap: str, result: RaceResult) -> dict[str, int]:
             )
             state = BANK.evolve(state, _event(record))
             assert state.balance >= 0, f"{account} went to {state.balance} at {record.offset}"
+        balances[account] = (state.balance, len(records))
     commands = {record.causation_id for record in events}
     lost = result.acked - commands
     assert not lost, f"acknowledged commands missing from the log: {sorted(lost)[:5]}"
     strangers = commands - result.acked - result.unknown
     assert not strangers, f"commands in the log that no worker sent: {sorted(strangers)[:5]}"
     assert result.counts["conflicts"] > 0, "the workers never raced"
-    return {
+    counted = {
         "accounts": len(by_account),
         "events": len(events),
         "acknowledged commands": len(result.acked),
@@ -247,6 +252,7 @@ def check_race(bootstrap: str, result: RaceResult) -> dict[str, int]:
         "unknown in the log": len(result.unknown & commands),
         **result.counts,
     }
+    return counted, balances
 
 
 def _event(record: Logged) -> Opened | Deposited | Withdrawn:
@@ -255,3 +261,29 @@ def _event(record: Logged) -> Opened | Deposited | Withdrawn:
     if record.event_type == Deposited.event_type:
         return Deposited(account_id=record.account, amount=record.amount)
     return Withdrawn(account_id=record.account, amount=record.amount)
+
+
+def assert_tables_equal_the_log(
+    bootstrap: str, directory: Path, balances: dict[str, tuple[int, int]]
+) -> None:
+    """The bank's projection, run to the end of the topic, holds what the log folds to."""
+    from click.testing import CliRunner
+    from sqlalchemy import create_engine, text
+
+    from eventplatform.cli import main
+    from eventplatform.projections.apps import load_app
+    from eventplatform.runtime import running_projections, wait_caught_up
+
+    url = f"sqlite:///{directory / 'bank.db'}"
+    upgraded = CliRunner().invoke(main, ["db", "upgrade", "--database", url, "--app", "bank"])
+    assert upgraded.exit_code == 0, upgraded.output
+    app = load_app("bank")
+    [projection] = app.projections
+    with running_projections([projection.name], [app], url, bootstrap):
+        wait_caught_up([projection.name], url, bootstrap, [TOPIC], READ_TIMEOUT_S)
+    engine = create_engine(url)
+    with engine.connect() as connection:
+        rows = connection.execute(text("SELECT account_id, balance, events FROM bank_balances"))
+        tables = {account: (balance, events) for account, balance, events in rows}
+    engine.dispose()
+    assert tables == balances

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from bank_account import BANK, Account, Deposit, Open, Withdraw, Withdrawn
+from bank.events import Withdrawn
+from bank.model import BANK, Account, Deposit, Open, Withdraw
 
 from eventplatform.events import Envelope, Event
 from eventplatform.events.deciders import (

@@ -9,17 +9,8 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from bank_account import (
-    BANK,
-    TOPIC,
-    Account,
-    Deposit,
-    Deposited,
-    Open,
-    Opened,
-    Withdraw,
-    Withdrawn,
-)
+from bank.events import TOPIC, Deposited, Opened, Withdrawn
+from bank.model import BANK, Account, Deposit, Open, Withdraw, account_of
 
 from eventplatform.events import (
     CommandRejectedError,
@@ -40,10 +31,6 @@ if TYPE_CHECKING:
 CATALOG = [Opened, Deposited, Withdrawn]
 TELLERS = 6
 WITHDRAWALS_EACH = 8
-
-
-def account_of(command: Open | Deposit | Withdraw) -> str:
-    return command.account_id
 
 
 @pytest.fixture

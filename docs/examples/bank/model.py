@@ -1,31 +1,16 @@
-"""A bank account as the entity tests write it: events, commands, state and decider.
+"""The bank's rules, as a decider: commands, the state of an account, and how one
+becomes the other.
 
-Accounts are opened, deposited to and withdrawn from, never below zero. The events go to
-the topic ``bank-test``; tests keep apart by their account ids.
+An account is opened once. Deposits are positive. A withdrawal may not take the balance
+below zero. Everything here is pure: it reads no log and appends nothing.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from eventplatform.events import Event
-from eventplatform.events.deciders import Command, CommandRejectedError, Decider
-
-TOPIC = "bank-test"
-
-
-class Opened(Event, type="bank.opened", key="account_id", topic=TOPIC):
-    account_id: str
-
-
-class Deposited(Event, type="bank.deposited", key="account_id", topic=TOPIC):
-    account_id: str
-    amount: int
-
-
-class Withdrawn(Event, type="bank.withdrawn", key="account_id", topic=TOPIC):
-    account_id: str
-    amount: int
+from bank.events import Deposited, Opened, Withdrawn
+from eventplatform.events import Command, CommandRejectedError, Decider, Event
 
 
 @dataclass(frozen=True)
@@ -45,6 +30,9 @@ class Withdraw(Command):
     amount: int
 
 
+BankCommand = Open | Deposit | Withdraw
+
+
 @dataclass(frozen=True)
 class Account:
     opened: bool = False
@@ -54,7 +42,7 @@ class Account:
 def evolve(state: Account, event: Event) -> Account:
     match event:
         case Opened():
-            return Account(opened=True)
+            return replace(state, opened=True)
         case Deposited(amount=amount):
             return replace(state, balance=state.balance + amount)
         case Withdrawn(amount=amount):
@@ -62,19 +50,29 @@ def evolve(state: Account, event: Event) -> Account:
     return state
 
 
-def decide(command: Command, state: Account) -> list[Event]:
+def decide(command: BankCommand, state: Account) -> list[Event]:
     match command:
         case Open(account_id=account):
             if state.opened:
                 raise CommandRejectedError(f"account {account} is open already")
             return [Opened(account_id=account)]
         case Deposit(account_id=account, amount=amount):
+            if not state.opened:
+                raise CommandRejectedError(f"account {account} is not open")
+            if amount <= 0:
+                raise CommandRejectedError(f"a deposit is positive, not {amount}")
             return [Deposited(account_id=account, amount=amount)]
         case Withdraw(account_id=account, amount=amount):
-            if amount > state.balance:
+            if not state.opened:
+                raise CommandRejectedError(f"account {account} is not open")
+            if amount <= 0 or amount > state.balance:
                 raise CommandRejectedError(f"account {account} holds {state.balance}, not {amount}")
             return [Withdrawn(account_id=account, amount=amount)]
     raise CommandRejectedError(f"unknown command {command!r}")
 
 
-BANK = Decider(initial=Account(), decide=decide, evolve=evolve)
+def account_of(command: BankCommand) -> str:
+    return command.account_id
+
+
+BANK: Decider[BankCommand, Account] = Decider(initial=Account(), decide=decide, evolve=evolve)
