@@ -21,6 +21,9 @@ if TYPE_CHECKING:
     from eventplatform.projections.migrate import MigrationResult
 
 
+TOPIC_TIMEOUT_S = 30.0
+
+
 def apps_option(command: Callable[..., Any]) -> Callable[..., Any]:
     return click.option(
         "--app",
@@ -43,16 +46,43 @@ def db() -> None:
 )
 @database_option
 @apps_option
-def db_upgrade(database: str | None, app_references: tuple[str, ...], revision: str) -> None:
+@click.option(
+    "--bootstrap",
+    default=None,
+    metavar="HOST:PORT[,...]",
+    help="Also create the apps' event topics that are missing on these brokers, as the "
+    "event SDK creates them (kept forever, never compacted, entity versions on).",
+)
+def db_upgrade(
+    database: str | None, app_references: tuple[str, ...], revision: str, bootstrap: str | None
+) -> None:
     """Apply every pending revision.
 
-    Prints each revision applied, then the heads the database is at.
+    Prints each revision applied, then the heads the database is at; with --bootstrap,
+    then each event topic of the loaded apps, created or found.
     """
     from eventplatform.projections.migrate import upgrade
 
     with reported_errors():
-        result = upgrade(database_url_of(database), load_apps(app_references), revision)
+        apps = load_apps(app_references)
+        result = upgrade(database_url_of(database), apps, revision)
     _echo_result("applied", result)
+    if bootstrap is not None:
+        _create_event_topics(bootstrap, apps)
+
+
+def _create_event_topics(bootstrap: str, apps: Sequence[App]) -> None:
+    from eventplatform.events import AppendError
+    from eventplatform.events.topics import create_event_topics
+
+    topics = sorted({event.event_topic for app in apps for event in app.event_types})
+    settings = {"bootstrap.servers": bootstrap}
+    try:
+        created = set(create_event_topics(settings, topics, timeout_s=TOPIC_TIMEOUT_S))
+    except AppendError as exc:
+        raise click.ClickException(str(exc)) from exc
+    for topic in topics:
+        click.echo(f"event topic {topic}: {'created' if topic in created else 'exists'}")
 
 
 @db.command("downgrade")

@@ -62,3 +62,26 @@ def test_the_bank_of_the_docs_opens_deposits_refuses_an_overdraft_and_shows_its_
         "--format", "csv",
     )  # fmt: skip
     assert list(csv.reader(io.StringIO(output)))[1:] == [[account, "10", "3"]]
+
+
+def test_db_upgrade_creates_the_apps_event_topics_kept_forever(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("EVENTPLATFORM_APPS", "bank")
+    broker = BrokerProcess(tmp_path / "data").start()
+    try:
+        url = f"sqlite:///{tmp_path / 'bank.db'}"
+        first = invoke("db", "upgrade", "--database", url, "--bootstrap", broker.bootstrap)
+        assert "event topic bank: created" in first
+        again = invoke("db", "upgrade", "--database", url, "--bootstrap", broker.bootstrap)
+        assert "event topic bank: exists" in again
+        described = invoke("topics", "describe", "bank", "--bootstrap", broker.bootstrap)
+        for line in ("retention.ms", "retention.bytes"):
+            [row] = [row for row in described.splitlines() if row.split()[:1] == [line]]
+            assert row.split()[1] == "-1", row
+        assert any(
+            "eventplatform.entity.versions.enable" in r and "true" in r
+            for r in described.splitlines()
+        )
+    finally:
+        broker.stop()
