@@ -134,3 +134,45 @@ def test_the_admin_api_cannot_add_partitions_to_a_topic_with_entity_versions(
     assert "keeps entity versions" in refused.value.args[0].str()
     metadata = admin.list_topics(topic, timeout=FLUSH_TIMEOUT_S)
     assert len(metadata.topics[topic].partitions) == 2
+
+
+def test_a_refused_batch_among_pipelined_idempotent_batches(
+    broker: BrokerProcess, new_topic: Callable[..., str]
+) -> None:
+    """An idempotent librdkafka producer keeps five one-record batches in flight; some of
+    them expect a stale version and are refused. The batches behind a refused one reach
+    the broker out of sequence; librdkafka then resends them under a new epoch. Every
+    record it reports delivered is in the log once, in order, no refused record is, and
+    the producer goes on working."""
+    topic = new_topic(partitions=1, config=VERSIONED)
+    producer = Producer(
+        {
+            "bootstrap.servers": broker.bootstrap,
+            "enable.idempotence": True,
+            "linger.ms": 0,
+            "batch.num.messages": 1,
+            "max.in.flight.requests.per.connection": 5,
+        }
+    )
+    outcomes: dict[bytes, int | None] = {}
+
+    def delivered(error: KafkaError | None, message: Message) -> None:
+        outcomes[message.value() or b""] = None if error is None else error.code()
+
+    sent = []
+    for number in range(60):
+        value = b"event %d" % number
+        stale = number % 12 == 5
+        headers = [(EXPECTED_VERSION_HEADER, b"0")] if stale else []  # only 0 is fresh
+        producer.produce(topic, value, b"acct", partition=0, headers=headers, on_delivery=delivered)
+        sent.append((value, stale))
+        producer.poll(0)
+    assert producer.flush(FLUSH_TIMEOUT_S) == 0
+    for value, stale in sent:
+        expected = KafkaError.INVALID_RECORD if stale else None
+        assert outcomes[value] == expected, (value, outcomes[value])
+    delivered_values = [value for value, stale in sent if not stale]
+    assert read_values(broker.bootstrap, topic) == delivered_values
+    producer.produce(topic, b"afterwards", b"acct", partition=0, on_delivery=delivered)
+    assert producer.flush(FLUSH_TIMEOUT_S) == 0
+    assert outcomes[b"afterwards"] is None
