@@ -211,6 +211,9 @@ class LogClient:
         if leader is None:
             self._refresh(topic)
             leader = self._leaders.get((topic, partition))
+            count = self._partitions.get(topic, 0)
+            if not 0 <= partition < count:
+                raise LogClientError(f"{topic} has {count} partitions: no partition {partition}")
         if leader is None or leader < 0 or leader not in self._brokers:
             raise LogClientError(
                 f"{topic}-{partition} has no leader yet", ErrorCode.LEADER_NOT_AVAILABLE
