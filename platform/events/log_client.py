@@ -212,7 +212,7 @@ class LogClient:
             self._refresh(topic)
             leader = self._leaders.get((topic, partition))
             count = self._partitions.get(topic, 0)
-            if not 0 <= partition < count:
+            if count and not 0 <= partition < count:  # none known yet: metadata may catch up
                 raise LogClientError(f"{topic} has {count} partitions: no partition {partition}")
         if leader is None or leader < 0 or leader not in self._brokers:
             raise LogClientError(
