@@ -29,6 +29,7 @@ Run with ``--quick`` for a smoke run.
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.metadata
 import json
 import statistics
@@ -344,10 +345,12 @@ def ours(bootstrap: str, commands: int) -> float:
         return commands / (time.perf_counter() - started)
 
 
-def theirs(postgres: str, commands: int) -> float:
+@functools.cache
+def peer_classes() -> tuple[Any, Any]:
+    """The peer's aggregate and application, declared once: the library registers each
+    class under its name, and refuses a second class of the same name."""
     from eventsourcing.application import Application
     from eventsourcing.domain import Aggregate, event
-    from sqlalchemy.engine import make_url
 
     class Account(Aggregate):
         def __init__(self, name: str) -> None:
@@ -361,6 +364,13 @@ def theirs(postgres: str, commands: int) -> float:
     class Bank(Application[uuid.UUID]):
         pass
 
+    return Account, Bank
+
+
+def theirs(postgres: str, commands: int) -> float:
+    from sqlalchemy.engine import make_url
+
+    Account, Bank = peer_classes()  # noqa: N806 - classes
     url = make_url(postgres)
     env = {
         "PERSISTENCE_MODULE": "eventsourcing.postgres",
