@@ -28,7 +28,7 @@ CLUSTER_COMMANDS = int(os.environ.get("ENTITY_RACE_COMMANDS", "400"))
 """On the cluster the slice runs long enough for a few kills."""
 ACCOUNTS = int(os.environ.get("ENTITY_RACE_ACCOUNTS", "5"))
 SEED = int(os.environ.get("ENTITY_RACE_SEED", "1"))
-KILL_EVERY_S = 3.0
+KILL_EVERY_S = 2.0
 DOWN_S = 1.0
 
 

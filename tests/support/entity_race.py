@@ -47,6 +47,7 @@ from eventplatform.events import (
     EventError,
     Repository,
 )
+from eventplatform.events.topics import create_event_topics
 from eventplatform.log.extensions import EXPECTED_VERSION_HEADER
 
 CATALOG = [Opened, Deposited, Withdrawn]
@@ -86,7 +87,7 @@ def worker(bootstrap: str, number: int, commands: int, accounts: int, seed: int,
             except EventError as exc:  # no answer in time: the events may be in the log
                 counts["unknown"] += 1
                 unknown.append(str(command.command_id))
-                counts[f"error {type(exc).__name__}"] += 1
+                counts[f"error {type(exc).__name__}: {str(exc)[:120]}"] += 1
                 continue
             if decision.repeated:
                 counts["repeated"] += 1
@@ -114,7 +115,14 @@ def run_race(
     seed: int,
     nemesis: Callable[[threading.Event], None] | None = None,
 ) -> RaceResult:
-    """Run the workers to the end (with ``nemesis`` in a thread meanwhile); their results."""
+    """Create the bank's event topic, as ``platform db upgrade --bootstrap`` would, then run
+    the workers to the end (with ``nemesis`` in a thread meanwhile); their results.
+
+    The topic exists before anything else asks for it: a client's metadata request may
+    create a missing topic with the broker's defaults (auto.create.topics.enable), and
+    the workers would then find an event topic without entity versions, which the entity
+    store refuses."""
+    create_event_topics({"bootstrap.servers": bootstrap}, [TOPIC], timeout_s=READ_TIMEOUT_S)
     context = multiprocessing.get_context("spawn")
     outputs = [work_dir / f"worker-{n}.json" for n in range(processes)]
     workers = [
