@@ -34,15 +34,6 @@ from eventplatform.log.storage.record_batch import decode_record_set
 SNAPSHOT_FILE = "entity.versions"
 
 
-def load_entity_versions(directory: Path, log: PartitionLog) -> EntityVersions:
-    """The versions of the records ``log`` holds (see the module docstring)."""
-    versions, start = _snapshot_or_empty(directory, log)
-    for batch in log.iter_batches(start, log.log_end_offset):
-        if not batch.header.is_control:
-            versions.apply(record.key for record in batch.records)
-    return versions
-
-
 def load_entities(directory: Path, log: PartitionLog) -> tuple[EntityVersions, EntityIndex]:
     """The versions and the index of the records ``log`` holds, from one scan."""
     versions, versions_from = _snapshot_or_empty(directory, log)
