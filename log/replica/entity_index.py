@@ -161,8 +161,10 @@ def encode_run(level: int, start: int, end: int, entries: Entries) -> bytes:
     return body + _CRC.pack(crc32c(body))
 
 
-def open_run(path: Path) -> Run:
-    """Map the run at ``path``; raises RunError when it is not whole."""
+def open_run(path: Path, *, verify: bool = True) -> Run:
+    """Map the run at ``path``; raises RunError when it is not whole. ``verify=False``
+    skips the checksum, for a run this process has just written: reading it all through
+    the mapping would keep every page of it in the process's resident set."""
     try:
         with open(path, "rb") as handle:
             size = os.fstat(handle.fileno()).st_size
@@ -178,7 +180,7 @@ def open_run(path: Path) -> Run:
         if size != _HEAD.size + _ENTRY_BYTES * entries + _CRC.size or not 0 <= start <= end:
             raise RunError(f"{path.name}: {entries} entries do not fill {size} bytes")
         (stored,) = _CRC.unpack_from(mapping, size - _CRC.size)
-        if crc32c(memoryview(mapping)[: size - _CRC.size]) != stored:
+        if verify and _file_crc(path, size - _CRC.size) != stored:
             raise RunError(f"{path.name}: checksum mismatch")
         at = _HEAD.size
         hashes = np.frombuffer(mapping, _HASHES, entries, at)
@@ -190,6 +192,21 @@ def open_run(path: Path) -> Run:
         raise
     return Run(path, level, start, end, hashes, offsets, positions, sizes, mapping)
 
+
+def _file_crc(path: Path, length: int) -> int:
+    """CRC-32C of the first ``length`` bytes of ``path``, read (not mapped) in chunks."""
+    crc = 0
+    with open(path, "rb") as handle:
+        while length > 0:
+            chunk = handle.read(min(length, _CRC_CHUNK_BYTES))
+            if not chunk:
+                raise RunError(f"{path.name}: shorter than its header says")
+            crc = crc32c(chunk, crc)
+            length -= len(chunk)
+    return crc
+
+
+_CRC_CHUNK_BYTES = 1 << 20
 
 Entries = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 """Hashes, last offsets, positions and sizes, entry by entry."""
@@ -308,7 +325,7 @@ class EntityIndex:
     def _write_run(self, level: int, start: int, end: int, entries: Entries) -> Run:
         path = self.directory / run_name(start, end)
         write_atomically(path, encode_run(level, start, end, entries))
-        run = open_run(path)
+        run = open_run(path, verify=False)
         self.runs.append(run)
         return run
 

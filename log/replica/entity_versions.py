@@ -11,18 +11,15 @@ unconditionally, and counts. A record without a key belongs to no entity: it can
 conditional, and it is not counted.
 
 The module is pure. The partition turns a batch's records into :class:`Condition`\\ s
-(:func:`conditions_of`), asks :meth:`EntityVersions.check` before it appends and calls
-:meth:`EntityVersions.apply` after; a follower applies what it replicates, so a new
-leader enforces the versions from its first request. The state persists as a snapshot
-as of an offset (:func:`encode_snapshot`, :func:`decode_snapshot`), from which it is
-rebuilt with the records after it, as producer state is.
+(:func:`batch_conditions`) and asks :func:`first_conflict` before it appends, with the
+versions of its :class:`~eventplatform.log.replica.version_table.VersionTable`, which
+counts every batch appended, the leader's and the ones a follower replicates: so a new
+leader enforces the versions from its first request.
 """
 
 from __future__ import annotations
 
-import struct
-import zlib
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import NamedTuple
 
 from eventplatform.log.extensions import EXPECTED_VERSION_HEADER
@@ -38,12 +35,6 @@ from eventplatform.log.storage.record_batch import (
 
 EXPECTED_VERSION_DIGITS_MAX = 18
 """An expected version has at most 18 decimal digits: it stays below 2**63."""
-
-SNAPSHOT_MAGIC = b"EPEV"
-SNAPSHOT_VERSION = 1
-_SNAPSHOT_HEAD = struct.Struct(">4sHqq")  # magic, format version, offset, entries
-_ENTRY_HEAD = struct.Struct(">Iq")  # key length, version
-_CRC = struct.Struct(">I")
 
 
 class VersionHeaderError(ValueError):
@@ -181,94 +172,25 @@ def _varint(body: bytes, position: int, end: int) -> tuple[int, int]:
     return decode_varint(body, position, end)
 
 
-class EntityVersions:
-    """See the module docstring."""
-
-    __slots__ = ("_versions",)
-
-    def __init__(self, versions: dict[bytes, int] | None = None) -> None:
-        self._versions: dict[bytes, int] = versions if versions is not None else {}
-
-    def __len__(self) -> int:
-        return len(self._versions)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, EntityVersions) and self._versions == other._versions
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def version(self, key: bytes) -> int:
-        """How many records with ``key`` the log holds (0: none)."""
-        return self._versions.get(key, 0)
-
-    def items(self) -> Iterator[tuple[bytes, int]]:
-        return iter(self._versions.items())
-
-    def check(self, conditions: Sequence[Condition]) -> Conflict | None:
-        """The first record of a batch whose expectation fails, or None when the whole
-        batch may be appended."""
-        ahead: dict[bytes, int] = {}
-        for index, (key, expected) in enumerate(conditions):
-            if key is None:
-                if expected is not None:
-                    return Conflict(index, None, expected, 0)
-                continue
-            current = ahead.get(key)
-            if current is None:
-                current = self._versions.get(key, 0)
-            if expected is not None and expected != current:
+def first_conflict(
+    conditions: Sequence[Condition], version: Callable[[bytes], int]
+) -> Conflict | None:
+    """The first record of a batch whose expectation fails, given the ``version`` of each
+    key before the batch; None when the whole batch may be appended. Only a conditional
+    record asks for its key's version."""
+    ahead: dict[bytes, int] = {}
+    for index, (key, expected) in enumerate(conditions):
+        if key is None:
+            if expected is not None:
+                return Conflict(index, None, expected, 0)
+            continue
+        count = ahead.get(key, 0)
+        ahead[key] = count + 1
+        if expected is not None:
+            current = version(key) + count
+            if expected != current:
                 return Conflict(index, key, expected, current)
-            ahead[key] = current + 1
-        return None
-
-    def apply(self, keys: Iterable[bytes | None]) -> None:
-        """Count the records of an appended batch, by key."""
-        versions = self._versions
-        for key in keys:
-            if key is not None:
-                versions[key] = versions.get(key, 0) + 1
-
-
-def encode_snapshot(versions: EntityVersions, offset: int) -> bytes:
-    """The state as of ``offset`` (the log end it counts to), with a CRC-32 of it all."""
-    parts = [_SNAPSHOT_HEAD.pack(SNAPSHOT_MAGIC, SNAPSHOT_VERSION, offset, len(versions))]
-    for key, version in versions.items():
-        parts.append(_ENTRY_HEAD.pack(len(key), version))
-        parts.append(key)
-    body = b"".join(parts)
-    return body + _CRC.pack(zlib.crc32(body))
-
-
-class SnapshotError(ValueError):
-    """A snapshot that cannot be read: the state is rebuilt from the log instead."""
-
-
-def decode_snapshot(data: bytes) -> tuple[EntityVersions, int]:
-    """The state and its offset; raises SnapshotError for anything but a whole snapshot
-    of this format."""
-    if len(data) < _SNAPSHOT_HEAD.size + _CRC.size:
-        raise SnapshotError("the snapshot is shorter than its header")
-    body, (crc,) = data[: -_CRC.size], _CRC.unpack(data[-_CRC.size :])
-    if zlib.crc32(body) != crc:
-        raise SnapshotError("the snapshot's checksum does not match")
-    magic, version, offset, count = _SNAPSHOT_HEAD.unpack_from(body)
-    if magic != SNAPSHOT_MAGIC or version != SNAPSHOT_VERSION:
-        raise SnapshotError(f"not an entity-version snapshot of format {SNAPSHOT_VERSION}")
-    versions: dict[bytes, int] = {}
-    position = _SNAPSHOT_HEAD.size
-    for _ in range(count):
-        if position + _ENTRY_HEAD.size > len(body):
-            raise SnapshotError("the snapshot ends inside an entry")
-        length, entity_version = _ENTRY_HEAD.unpack_from(body, position)
-        position += _ENTRY_HEAD.size
-        key = body[position : position + length]
-        if len(key) != length or entity_version <= 0 or key in versions:
-            raise SnapshotError("the snapshot holds a malformed entry")
-        versions[key] = entity_version
-        position += length
-    if position != len(body) or offset < 0:
-        raise SnapshotError("the snapshot holds more than its entries")
-    return EntityVersions(versions), offset
+    return None
 
 
 def _shown(key: bytes) -> str:

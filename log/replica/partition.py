@@ -40,18 +40,11 @@ import trio
 from eventplatform.log.invariants import require
 from eventplatform.log.protocol import ErrorCode
 from eventplatform.log.replica.entity_index import EntityIndex
-from eventplatform.log.replica.entity_log import (
-    load_entities,
-    remove_entity_files,
-    write_entity_snapshot,
-)
-from eventplatform.log.replica.entity_versions import (
-    EntityVersions,
-    VersionHeaderError,
-    batch_conditions,
-)
+from eventplatform.log.replica.entity_log import batch_keys, load_entities, remove_entity_files
+from eventplatform.log.replica.entity_versions import VersionHeaderError, batch_conditions
 from eventplatform.log.replica.isr import LeaderReplicas
 from eventplatform.log.replica.producer_state import ProducerStates, Verdict, iter_headers
+from eventplatform.log.replica.version_table import VersionTable
 from eventplatform.log.storage import (
     BatchHeader,
     LogConfig,
@@ -130,7 +123,7 @@ class Partition:
         self.log = log
         self.leader_epoch = 0
         self.producers = ProducerStates.load(directory, log)
-        self.entities: EntityVersions | None = None
+        self.entities: VersionTable | None = None
         self.entity_index: EntityIndex | None = None
         self.entity_index_misses = 0
         """Entity reads that did not find their batch where the index said (a bug)."""
@@ -306,9 +299,9 @@ class Partition:
                 for header in split_batches(record_set, check_crc=False):
                     self._note_epoch(header)
                     self.producers.update(header)
+                self._apply_replicated_entities(record_set, appended.position)
             except OSError as exc:
                 raise self.log.take_offline(exc) from exc
-            self._apply_replicated_entities(record_set, appended.position)
         self.follower_high_watermark = min(leader_high_watermark, self.log.log_end_offset)
         self._wake_replicated()
         self._wake()
@@ -317,11 +310,15 @@ class Partition:
         """Drop every record at or after ``offset`` (a follower whose log diverged)."""
         if offset >= self.log.log_end_offset:
             return
+        try:
+            self._take_back_entities(offset)
+        except OSError as exc:
+            raise self.log.take_offline(exc) from exc
         self.log.truncate_to(offset)
         try:
             self.epochs.truncate_from_end(self.log.log_end_offset)
             self.producers = ProducerStates.load(self.directory, self.log)
-            self._reload_entities()
+            self._truncate_entity_index()
             # snapshots past the new end would count truncated records at the next open
             self._write_snapshots()
         except OSError as exc:
@@ -335,7 +332,9 @@ class Partition:
         try:
             self.epochs.truncate_from_end(0)
             self.producers = ProducerStates.load(self.directory, self.log)
-            self._reload_entities()
+            if self.entities is not None:
+                self.entities.reset(offset)
+            self._truncate_entity_index()
             # snapshots past the new end would count truncated records at the next open
             self._write_snapshots()
         except OSError as exc:
@@ -509,23 +508,31 @@ class Partition:
             return ProduceResult(ErrorCode(check.refusal.error), message=check.message)
         if check.verdict is Verdict.OUT_OF_ORDER:
             return ProduceResult(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, message=check.message)
-        entities = self._entity_versions()
-        keys: list[bytes | None] = []
-        if entities is not None:
-            refused, keys = self._check_entities(entities, buffer)
-            if refused is not None:
-                return refused
+        try:
+            entities = self._entity_versions()
+            keys: list[bytes | None] = []
+            if entities is not None:
+                refused, keys = self._check_entities(entities, buffer)
+                if refused is not None:
+                    return refused
+        except OSError as exc:
+            error = self.log.take_offline(exc)
+            return ProduceResult(ErrorCode.KAFKA_STORAGE_ERROR, message=str(error))
         active_base = self.log.active_segment.base_offset
         try:
             info = self.log.append(buffer, leader_epoch=self.leader_epoch, validated=headers)
         except StorageError as exc:
             return ProduceResult.refused(exc)
         if entities is not None:
-            entities.apply(keys)
             assert self.entity_index is not None
             self.entity_index.add(
                 info.base_offset, info.last_offset, keys, info.position, len(buffer)
             )
+            try:
+                entities.apply(keys, info.last_offset + 1)
+            except OSError as exc:
+                error = self.log.take_offline(exc)
+                return ProduceResult(ErrorCode.KAFKA_STORAGE_ERROR, message=str(error))
         stamped = header._replace(base_offset=info.base_offset)
         if info.append_time_ms >= 0:
             stamped = stamped._replace(max_timestamp=info.append_time_ms)
@@ -549,7 +556,7 @@ class Partition:
 
     # ------------------------------------------------------------ entity versions
 
-    def _entity_versions(self) -> EntityVersions | None:
+    def _entity_versions(self) -> VersionTable | None:
         """The versions of this partition's entities when its topic keeps them, loaded on
         first use (at open, or when the topic's config turns them on)."""
         if not self.log.config.eventplatform_entity_versions_enable:
@@ -564,11 +571,13 @@ class Partition:
         if it kept them again, since nothing would follow the log meanwhile)."""
         if self.entity_index is not None:
             self.entity_index.close()
+        if self.entities is not None:
+            self.entities.close()
         self.entities = self.entity_index = None
         remove_entity_files(self.directory)
 
     def _check_entities(
-        self, entities: EntityVersions, buffer: bytes | bytearray | memoryview
+        self, entities: VersionTable, buffer: bytes | bytearray | memoryview
     ) -> tuple[ProduceResult | None, list[bytes | None]]:
         """The refusal of a batch whose expected versions do not hold (INVALID_RECORD,
         naming the record), or None and the batch's keys, to count once it is appended."""
@@ -592,7 +601,7 @@ class Partition:
             header = batch.header
             if not header.is_control:
                 keys = [record.key for record in batch.records]
-                entities.apply(keys)
+                entities.apply(keys, header.next_offset)
                 self.entity_index.add(
                     header.base_offset,
                     header.last_offset,
@@ -601,18 +610,23 @@ class Partition:
                     header.size_bytes,
                 )
 
-    def _reload_entities(self) -> None:
-        """After a truncation: count the log again (from the snapshot when it still holds)
-        and forget the index entries past the new end."""
+    def _take_back_entities(self, offset: int) -> None:
+        """Before the log drops the records at ``offset`` and after: uncount them."""
         if self.entities is not None:
-            assert self.entity_index is not None
+            batches = (
+                (header.base_offset, keys) for header, _, keys in batch_keys(self.log, offset)
+            )
+            self.entities.take_back(batches, offset)
+
+    def _truncate_entity_index(self) -> None:
+        """After a truncation: forget the index entries past the new end (everything, when
+        the log restarted past them)."""
+        if self.entity_index is not None:
             end = self.log.log_end_offset
             if end < self.entity_index.end:
                 self.entity_index.truncate(end)
             if self.log.log_start_offset >= self.entity_index.end:
                 self.entity_index.reset(self.log.log_start_offset)
-            self.entity_index.close()
-            self.entities, self.entity_index = load_entities(self.directory, self.log)
 
     def entity_batches(
         self, key: bytes, from_offset: int, max_bytes: int
@@ -657,7 +671,7 @@ class Partition:
         end = self.log.log_end_offset
         self.producers.write_snapshot(self.directory, end)
         if self.entities is not None:
-            write_entity_snapshot(self.directory, self.entities, end)
+            self.entities.write()
             assert self.entity_index is not None
             self.entity_index.drop_before(self.log.log_start_offset)
 
@@ -698,6 +712,8 @@ class Partition:
                 self.log.take_offline(exc)
         if self.entity_index is not None:
             self.entity_index.close()
+        if self.entities is not None:
+            self.entities.close()
         self.log.close()
         self.closed = True
         self.is_leader = False

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+from eventplatform.log.replica.partition import Partition
 from eventplatform.log.storage import PartitionLog
 
 
@@ -25,3 +26,15 @@ def crash(log: PartitionLog) -> None:
             segment.descriptor = -1
     os.close(log._lock_descriptor)
     log._closed = True
+
+
+def crash_partition(partition: Partition) -> None:
+    """:func:`crash` for a partition's log, and its entity state dropped as a kill drops
+    it: the versions' database keeps what it last committed (the kernel releases its
+    lock), the index's runs are unmapped, and nothing in memory is written."""
+    crash(partition.log)
+    if partition.entities is not None:
+        partition.entities.close()
+    if partition.entity_index is not None:
+        partition.entity_index.close()
+    partition.closed = True

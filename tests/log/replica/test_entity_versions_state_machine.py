@@ -21,7 +21,7 @@ from collections import Counter
 from pathlib import Path
 
 import hypothesis.strategies as st
-from crash_simulation import crash
+from crash_simulation import crash_partition
 from hypothesis import settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
@@ -183,7 +183,7 @@ class EntityRule(RuleBasedStateMachine):
     @rule(which=st.integers(0, 1), torn=st.integers(0, 200))
     def kill(self, which: int, torn: int) -> None:
         """SIGKILL a replica: nothing flushed or snapshotted beyond what was; a torn tail."""
-        crash(self.replicas[which].log)
+        crash_partition(self.replicas[which])
         segments = sorted(self.paths[which].glob("*.log"))
         size = segments[-1].stat().st_size
         os.truncate(segments[-1], max(0, size - torn))
@@ -209,6 +209,7 @@ class EntityRule(RuleBasedStateMachine):
         for replica in self.replicas:
             assert replica.entities is not None
             counts = scan_versions(replica)
+            assert dict(replica.entities.items()) == counts
             for key in KEYS:
                 assert replica.entities.version(key) == counts[key]
                 pieces, _ = replica.entity_batches(key, 0, 1 << 30)

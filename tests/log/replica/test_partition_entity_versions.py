@@ -5,22 +5,19 @@ from __future__ import annotations
 
 import os
 import random
+from collections import Counter
 from pathlib import Path
 
 import pytest
-from crash_simulation import crash
+from crash_simulation import crash_partition
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from eventplatform.log.protocol import ErrorCode
 from eventplatform.log.replica.entity_index import INDEX_DIRECTORY
-from eventplatform.log.replica.entity_log import SNAPSHOT_FILE
-from eventplatform.log.replica.entity_versions import (
-    EXPECTED_VERSION_HEADER,
-    EntityVersions,
-    decode_snapshot,
-)
+from eventplatform.log.replica.entity_versions import EXPECTED_VERSION_HEADER
 from eventplatform.log.replica.partition import Partition
+from eventplatform.log.replica.version_table import DATABASE_FILE
 from eventplatform.log.storage import LogConfig
 from eventplatform.log.storage.errors import InvalidConfigError
 from eventplatform.log.storage.record_batch import (
@@ -53,11 +50,18 @@ def open_partition(directory: Path) -> Partition:
     return Partition.open("accounts", 0, directory, VERSIONED)
 
 
-def full_scan(partition: Partition) -> EntityVersions:
-    versions = EntityVersions()
-    for decoded in partition.log.iter_batches():
-        versions.apply(record.key for record in decoded.records)
-    return versions
+def full_scan(partition: Partition) -> Counter[bytes]:
+    return Counter(
+        record.key
+        for decoded in partition.log.iter_batches()
+        for record in decoded.records
+        if record.key is not None
+    )
+
+
+def versions_of(partition: Partition) -> dict[bytes, int]:
+    assert partition.entities is not None
+    return dict(partition.entities.items())
 
 
 def entity_offsets(partition: Partition, key: bytes, from_offset: int = 0) -> list[int]:
@@ -113,7 +117,7 @@ def test_without_the_config_the_header_is_only_a_header(tmp_path: Path) -> None:
     assert partition.append(batch((b"a", 5))).error == ErrorCode.NONE
     assert partition.entities is None
     partition.close()
-    assert not (tmp_path / SNAPSHOT_FILE).exists()
+    assert not (tmp_path / DATABASE_FILE).exists()
 
 
 def test_the_versions_survive_a_clean_close(tmp_path: Path) -> None:
@@ -134,10 +138,10 @@ def test_the_versions_survive_a_clean_close(tmp_path: Path) -> None:
     seed=st.integers(min_value=0, max_value=2**32),
     appends=st.integers(min_value=1, max_value=120),
     torn_bytes=st.integers(min_value=0, max_value=300),
-    snapshot_damaged=st.booleans(),
+    database_damaged=st.booleans(),
 )
 def test_after_a_kill_the_versions_equal_a_scan_of_the_log(
-    tmp_path_factory: object, seed: int, appends: int, torn_bytes: int, snapshot_damaged: bool
+    tmp_path_factory: object, seed: int, appends: int, torn_bytes: int, database_damaged: bool
 ) -> None:
     directory = Path(tmp_path_factory.mktemp("kill"))  # type: ignore[attr-defined]
     rng = random.Random(seed)
@@ -154,23 +158,23 @@ def test_after_a_kill_the_versions_equal_a_scan_of_the_log(
                 expected = partition.entities.version(key) + ahead + rng.choice([0, 0, 0, 1])
             records.append((key, expected))
         partition.append(batch(*records))
-    crash(partition.log)
+    crash_partition(partition)
     segments = sorted(directory.glob("*.log"))
     last = segments[-1]
     size = last.stat().st_size
     os.truncate(last, max(0, size - torn_bytes))  # a torn tail
-    snapshot = directory / SNAPSHOT_FILE
-    if snapshot_damaged and snapshot.exists():
-        data = bytearray(snapshot.read_bytes())
-        data[len(data) // 2] ^= 0xFF
-        snapshot.write_bytes(bytes(data))
+    database = directory / DATABASE_FILE
+    if database_damaged and database.exists():
+        data = bytearray(database.read_bytes())
+        data[:16] = b"no database here"  # SQLite reads its header, and refuses the file
+        database.write_bytes(bytes(data))
     recovered = open_partition(directory)
-    assert recovered.entities == full_scan(recovered)
+    assert versions_of(recovered) == full_scan(recovered)
     for key in keys:
         assert entity_offsets(recovered, key) == scanned_offsets(recovered, key)
     recovered.close()
     again = open_partition(directory)
-    assert again.entities == full_scan(again)
+    assert versions_of(again) == full_scan(again)
     again.close()
 
 
@@ -201,17 +205,16 @@ def test_a_truncation_below_the_snapshot_leaves_no_stale_state_for_a_kill(
     partition = Partition.open("accounts", 0, tmp_path, config)
     for _ in range(10):
         assert partition.append(batch((b"a", None))).error == ErrorCode.NONE
-    partition.close()  # snapshots as of offset 10
+    partition.close()  # the versions are written as of offset 10
     partition = Partition.open("accounts", 0, tmp_path, config)
-    _, snapshot_offset = decode_snapshot((tmp_path / SNAPSHOT_FILE).read_bytes())
-    assert snapshot_offset == 10
+    assert partition.entities is not None and partition.entities.stored_offset == 10
     partition.truncate_to(7)
     for _ in range(5):
         assert partition.append(batch((b"b", None))).error == ErrorCode.NONE
     assert partition.log.log_end_offset == 12
-    crash(partition.log)
+    crash_partition(partition)
     reopened = Partition.open("accounts", 0, tmp_path, config)
-    assert reopened.entities == full_scan(reopened)
+    assert versions_of(reopened) == full_scan(reopened)
     assert reopened.entities is not None
     assert (reopened.entities.version(b"a"), reopened.entities.version(b"b")) == (7, 5)
     reopened.close()
@@ -270,5 +273,5 @@ def test_a_topic_that_stops_keeping_versions_keeps_none_of_their_files(tmp_path:
     partition.log.update_config(LogConfig(segment_bytes=1024))
     partition.append(batch((b"a", None)))
     assert partition.entities is None and partition.entity_batches(b"a", 0, 1 << 20)[0] == []
-    assert not (tmp_path / INDEX_DIRECTORY).exists() and not (tmp_path / SNAPSHOT_FILE).exists()
+    assert not (tmp_path / INDEX_DIRECTORY).exists() and not (tmp_path / DATABASE_FILE).exists()
     partition.close()
