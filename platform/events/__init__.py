@@ -66,6 +66,7 @@ if TYPE_CHECKING:
     from eventplatform.events.producer import EventProducer
     from eventplatform.events.registry import SchemaRegistry
     from eventplatform.events.snapshots import MemorySnapshots, Snapshot, SnapshotStore
+    from eventplatform.events.sql_snapshots import SqlSnapshots
 
 _EXPORTS: dict[str, str] = {
     "CORRECTION_TYPE": "eventplatform.events.corrections",
@@ -100,6 +101,7 @@ _EXPORTS: dict[str, str] = {
     "RegistryError": "eventplatform.events.errors",
     "SchemaRegistry": "eventplatform.events.registry",
     "MemorySnapshots": "eventplatform.events.snapshots",
+    "SqlSnapshots": "eventplatform.events.sql_snapshots",
     "Snapshot": "eventplatform.events.snapshots",
     "SnapshotStore": "eventplatform.events.snapshots",
     "UnknownEventTypeError": "eventplatform.events.errors",
@@ -149,6 +151,7 @@ __all__ = [
     "SchemaRegistry",
     "Snapshot",
     "SnapshotStore",
+    "SqlSnapshots",
     "UnknownEventTypeError",
     "UpcastError",
     "VersionConflictError",
