@@ -399,15 +399,16 @@ def decode_batch(
     if check_crc:
         verify_crc(buffer, header)
     payload = memoryview(buffer)[position + HEADER_BYTES : end]
-    try:
-        codec = Compression(header.attributes & COMPRESSION_MASK)
-    except ValueError:
-        raise CorruptRecordError(
-            f"record batch uses unknown compression codec {header.attributes & COMPRESSION_MASK}"
-        ) from None
-    body = payload if codec is Compression.NONE else memoryview(decompress(codec, payload))
-    records = _decode_records(body, header)
-    return DecodedBatch(header, records)
+    compression = header.attributes & COMPRESSION_MASK
+    if compression:  # else uncompressed, the common case: no enum lookup
+        try:
+            codec = Compression(compression)
+        except ValueError:
+            raise CorruptRecordError(
+                f"record batch uses unknown compression codec {compression}"
+            ) from None
+        payload = memoryview(decompress(codec, payload))
+    return DecodedBatch(header, _decode_records(payload, header))
 
 
 def decode_record_set(
@@ -602,12 +603,14 @@ def rebase_record(data: bytes, timestamp_shift_ms: int) -> bytes:
     return encode_varint(len(body)) + body
 
 
-def _decode_records(body: memoryview, header: BatchHeader) -> list[Record]:
+def _decode_records(payload: memoryview, header: BatchHeader) -> list[Record]:
+    # One copy of the payload: indexing and slicing bytes is much cheaper than a memoryview.
+    body = bytes(payload)
     records: list[Record] = []
     position = 0
     end = len(body)
     for _ in range(header.records_count):
-        length, position = decode_varint(body, position, end)
+        length, position = _varint(body, position, end)
         record_end = position + length
         if length < 0 or record_end > end:
             raise CorruptRecordError(f"record length {length} overruns its batch")
@@ -618,15 +621,15 @@ def _decode_records(body: memoryview, header: BatchHeader) -> list[Record]:
     return records
 
 
-def _decode_record(body: memoryview, position: int, end: int, header: BatchHeader) -> Record:
+def _decode_record(body: bytes, position: int, end: int, header: BatchHeader) -> Record:
     position += 1  # attributes: unused in v2
     if position > end:
         raise CorruptRecordError("record is shorter than its attributes byte")
-    timestamp_delta, position = decode_varint(body, position, end)
-    offset_delta, position = decode_varint(body, position, end)
+    timestamp_delta, position = _varint(body, position, end)
+    offset_delta, position = _varint(body, position, end)
     key, position = _decode_bytes(body, position, end)
     value, position = _decode_bytes(body, position, end)
-    header_count, position = decode_varint(body, position, end)
+    header_count, position = _varint(body, position, end)
     if header_count < 0 or header_count > end - position:
         raise CorruptRecordError(f"record header count {header_count} is impossible")
     headers = []
@@ -647,13 +650,22 @@ def _decode_record(body: memoryview, position: int, end: int, header: BatchHeade
     return Record(header.base_offset + offset_delta, timestamp, key, value, tuple(headers))
 
 
-def _decode_bytes(body: memoryview, position: int, end: int) -> tuple[bytes | None, int]:
-    length, position = decode_varint(body, position, end)
+def _varint(body: bytes, position: int, end: int) -> tuple[int, int]:
+    """:func:`decode_varint`, with the one-byte case (every value from -64 to 63) inline."""
+    if position < end:
+        byte = body[position]
+        if byte < 0x80:
+            return (byte >> 1) ^ -(byte & 1), position + 1
+    return decode_varint(body, position, end)
+
+
+def _decode_bytes(body: bytes, position: int, end: int) -> tuple[bytes | None, int]:
+    length, position = _varint(body, position, end)
     if length == -1:
         return None, position
     if length < 0 or position + length > end:
         raise CorruptRecordError(f"record field length {length} overruns its record")
-    return bytes(body[position : position + length]), position + length
+    return body[position : position + length], position + length
 
 
 def _signed16(value: int) -> int:
