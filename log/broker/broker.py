@@ -30,7 +30,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import trio
 
-from eventplatform.log.broker.descriptors import check_new_partitions, partitions_held_here
+from eventplatform.log.broker.descriptors import (
+    DESCRIPTORS_FOR_ENTITY_VERSIONS,
+    DESCRIPTORS_PER_NEW_PARTITION,
+    check_new_partitions,
+    partitions_held_here,
+)
 from eventplatform.log.broker.memory_pool import MemoryPool
 from eventplatform.log.broker.solo import SoloNode
 from eventplatform.log.cluster.membership import Membership
@@ -233,18 +238,22 @@ class Broker:
         if assignment:
             self.check_assignment(assignment)
             replication_factor = len(assignment[0])
-        self.check_descriptors(partitions, replication_factor)
+        versioned = configs.get(ENTITY_VERSIONS_CONFIG, "").strip().lower() == "true"
+        self.check_descriptors(partitions, replication_factor, versioned=versioned)
         self.membership.check_replication_factor(replication_factor)
 
-    def check_descriptors(self, partitions: int, replication_factor: int = -1) -> None:
+    def check_descriptors(
+        self, partitions: int, replication_factor: int = -1, *, versioned: bool = False
+    ) -> None:
         """Refuse (POLICY_VIOLATION) ``partitions`` new partitions whose replicas would
         leave this broker too few file descriptors for its connections, counting the
-        share of them it would hold."""
+        share of them it would hold (and, ``versioned``, their entity versions' files)."""
         if replication_factor == -1:
             replication_factor = self.config.default_replication_factor
         brokers = len(self.membership.live_brokers())
         held = partitions_held_here(partitions, replication_factor, brokers)
-        check_new_partitions(held, max_connections=self.config.max_connections)
+        each = DESCRIPTORS_PER_NEW_PARTITION + (DESCRIPTORS_FOR_ENTITY_VERSIONS if versioned else 0)
+        check_new_partitions(held, max_connections=self.config.max_connections, each=each)
 
     async def delete_topic(self, name: str) -> None:
         if self.topics.get(name) is None:

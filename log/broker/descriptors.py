@@ -29,6 +29,9 @@ DESCRIPTORS_PER_NEW_PARTITION = 4
 """What one new partition (one segment) holds open: its ``.lock``, the ``.log``,
 and the memory maps of the ``.index`` and ``.timeindex`` (each keeps a duplicate
 descriptor of its file)."""
+DESCRIPTORS_FOR_ENTITY_VERSIONS = 2
+"""What a partition of a topic with entity versions holds open besides: the versions'
+database and its write-ahead log."""
 DESCRIPTORS_RESERVED_MIN = 128
 CONNECTION_RESERVE_SHARE_MAX = 4
 """At most ``limit // 4`` descriptors are set aside for future connections."""
@@ -47,9 +50,8 @@ class DescriptorBudget:
     def free(self) -> int:
         return max(0, self.limit - self.in_use - self.reserved)
 
-    @property
-    def partitions_free(self) -> int:
-        return self.free // DESCRIPTORS_PER_NEW_PARTITION
+    def partitions_free(self, each: int = DESCRIPTORS_PER_NEW_PARTITION) -> int:
+        return self.free // each
 
 
 def open_files_limit() -> int:
@@ -78,19 +80,21 @@ def current_budget(max_connections: int) -> DescriptorBudget:
     return DescriptorBudget(limit, descriptors_in_use(), reserved)
 
 
-def check_new_partitions(count: int, *, max_connections: int) -> None:
-    """Raise TopicError (POLICY_VIOLATION) when ``count`` more partitions held here would
-    leave fewer descriptors than the reserve."""
+def check_new_partitions(
+    count: int, *, max_connections: int, each: int = DESCRIPTORS_PER_NEW_PARTITION
+) -> None:
+    """Raise TopicError (POLICY_VIOLATION) when ``count`` more partitions held here, of
+    ``each`` descriptors, would leave fewer descriptors than the reserve."""
     budget = current_budget(max_connections)
-    if count <= budget.partitions_free:
+    if count <= budget.partitions_free(each):
         return
     raise TopicError(
         ErrorCode.POLICY_VIOLATION,
         f"{count} new partitions on this broker need about "
-        f"{count * DESCRIPTORS_PER_NEW_PARTITION} file descriptors "
-        f"({DESCRIPTORS_PER_NEW_PARTITION} each), but of its open-file limit of {budget.limit} "
+        f"{count * each} file descriptors "
+        f"({each} each), but of its open-file limit of {budget.limit} "
         f"{budget.in_use} are in use and {budget.reserved} are kept for connections and "
-        f"its own files: at most {budget.partitions_free} more partitions fit. "
+        f"its own files: at most {budget.partitions_free(each)} more partitions fit. "
         "Raise the broker's open-file limit (ulimit -n) or ask for fewer partitions",
     )
 

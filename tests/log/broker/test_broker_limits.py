@@ -22,7 +22,11 @@ import trio
 from admin_requests import create_topics_body, new_topic
 
 from eventplatform.log.broker.context import Deferred, Handler
-from eventplatform.log.broker.descriptors import DESCRIPTORS_PER_NEW_PARTITION
+from eventplatform.log.broker.descriptors import (
+    DESCRIPTORS_FOR_ENTITY_VERSIONS,
+    DESCRIPTORS_PER_NEW_PARTITION,
+)
+from eventplatform.log.extensions import ENTITY_VERSIONS_CONFIG
 from eventplatform.log.protocol import ErrorCode
 from eventplatform.log.protocol.apis import API_VERSIONS, CREATE_PARTITIONS, CREATE_TOPICS
 from eventplatform.log.replica.topics import TopicRegistry
@@ -237,6 +241,22 @@ def test_the_descriptor_cost_of_a_new_partition_is_what_the_budget_counts(tmp_pa
         before = open_now()
         registry.create("counted", 20, {})
         assert open_now() - before == 20 * DESCRIPTORS_PER_NEW_PARTITION
+    finally:
+        registry.close()
+
+
+def test_a_partition_with_entity_versions_holds_the_files_the_budget_adds(
+    tmp_path: Path,
+) -> None:
+    def open_now() -> int:
+        return len(list(Path("/proc/self/fd").iterdir()))
+
+    registry = TopicRegistry.open(tmp_path, LogConfig(), lambda: 0)
+    try:
+        before = open_now()
+        registry.create("versioned", 20, {ENTITY_VERSIONS_CONFIG: "true"})
+        each = DESCRIPTORS_PER_NEW_PARTITION + DESCRIPTORS_FOR_ENTITY_VERSIONS
+        assert open_now() - before == 20 * each
     finally:
         registry.close()
 
