@@ -21,10 +21,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from eventplatform.log.replica.entity_index import INDEX_DIRECTORY, EntityIndex
+from eventplatform.log.replica.entity_versions import record_keys
 from eventplatform.log.replica.version_table import VersionTable, remove_table_files
 from eventplatform.log.storage import PartitionLog
 from eventplatform.log.storage.partition_log import READ_CHUNK_BYTES
-from eventplatform.log.storage.record_batch import BatchHeader, decode_record_set
+from eventplatform.log.storage.record_batch import BatchHeader, split_batches
 
 OLD_SNAPSHOT_FILE = "entity.versions"
 """Where versions were kept before the table: removed when found."""
@@ -34,17 +35,21 @@ Keys = list[bytes | None]
 
 def batch_keys(log: PartitionLog, from_offset: int) -> Iterator[tuple[BatchHeader, int, Keys]]:
     """Each data batch of ``log`` from ``from_offset`` to its end: its header, its position
-    in its segment's file, and its records' keys."""
+    in its segment's file, and its records' keys (:func:`record_keys`)."""
     offset = max(from_offset, log.log_start_offset)
     while offset < log.log_end_offset:
         chunk = log.read(offset, READ_CHUNK_BYTES)
         if chunk is None:
             return
-        for batch in decode_record_set(chunk.read_bytes()):
-            header = batch.header
+        data = chunk.read_bytes()
+        headers = split_batches(data, check_crc=False)
+        if not headers:
+            return
+        for header in headers:
             offset = header.next_offset
             if not header.is_control:
-                yield header, chunk.position + header.position, [r.key for r in batch.records]
+                keys = record_keys(data, header.position)
+                yield header, chunk.position + header.position, keys
 
 
 def load_entities(directory: Path, log: PartitionLog) -> tuple[VersionTable, EntityIndex]:

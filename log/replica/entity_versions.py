@@ -19,7 +19,7 @@ leader enforces the versions from its first request.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import NamedTuple
 
 from eventplatform.log.extensions import EXPECTED_VERSION_HEADER
@@ -29,8 +29,8 @@ from eventplatform.log.storage.record_batch import (
     COMPRESSION_MASK,
     HEADER_BYTES,
     Record,
-    decode_varint,
     parse_header,
+    read_varint,
 )
 
 EXPECTED_VERSION_DIGITS_MAX = 18
@@ -119,33 +119,17 @@ def batch_conditions(buffer: bytes | bytearray | memoryview) -> list[Condition]:
     """:func:`conditions_of` for the one record batch in ``buffer``, reading only each
     record's key and headers: values are skipped, not copied. Raises VersionHeaderError
     as :func:`conditions_of` does, CorruptRecordError for records that do not frame."""
-    header = parse_header(buffer)
-    payload = memoryview(buffer)[HEADER_BYTES : header.size_bytes]
-    codec = Compression(header.attributes & COMPRESSION_MASK)
-    body = bytes(payload) if codec is Compression.NONE else decompress(codec, payload)
-    end = len(body)
     found: list[Condition] = []
-    position = 0
-    for index in range(header.records_count):
-        length, position = _varint(body, position, end)
-        record_end = position + length
-        if length < 0 or record_end > end:
-            raise CorruptRecordError(f"record length {length} overruns its batch")
-        at = position + 1  # attributes
-        _, at = _varint(body, at, record_end)  # timestamp delta
-        _, at = _varint(body, at, record_end)  # offset delta
-        size, at = _varint(body, at, record_end)
-        key = None if size < 0 else body[at : at + size]
-        at += max(size, 0)
-        size, at = _varint(body, at, record_end)
+    for index, key, body, at, record_end in _keyed_records(buffer, 0):
+        size, at = read_varint(body, at, record_end)
         at += max(size, 0)  # the value, skipped
-        headers, at = _varint(body, at, record_end)
+        headers, at = read_varint(body, at, record_end)
         expected = None
         for _ in range(headers):
-            size, at = _varint(body, at, record_end)
+            size, at = read_varint(body, at, record_end)
             name = body[at : at + size]
             at += max(size, 0)
-            size, at = _varint(body, at, record_end)
+            size, at = read_varint(body, at, record_end)
             if name == _HEADER_NAME:
                 if expected is not None:
                     message = f"record {index} has two {EXPECTED_VERSION_HEADER} headers"
@@ -159,17 +143,48 @@ def batch_conditions(buffer: bytes | bytearray | memoryview) -> list[Condition]:
         if at > record_end:
             raise CorruptRecordError("record fields overrun the record")
         found.append(Condition(key, expected))
-        position = record_end
     return found
 
 
-def _varint(body: bytes, position: int, end: int) -> tuple[int, int]:
-    """A zig-zag varint; the one-byte case (every length below 64) inline."""
-    if position < end:
-        byte = body[position]
-        if byte < 0x80:
-            return (byte >> 1) ^ -(byte & 1), position + 1
-    return decode_varint(body, position, end)
+def record_keys(buffer: bytes | bytearray | memoryview, position: int = 0) -> list[bytes | None]:
+    """The keys of the records of the batch at ``position`` of ``buffer``, in order, read
+    up to each key only; none for a batch whose records cannot be read. Only a batch
+    appended before its topic kept versions can be such a batch (a versioned partition
+    reads every batch before it appends it): it counts for no entity, on every replica
+    alike."""
+    try:
+        return [key for _, key, _, _, _ in _keyed_records(buffer, position)]
+    except (CorruptRecordError, ValueError):
+        return []
+
+
+def _keyed_records(
+    buffer: bytes | bytearray | memoryview, position: int
+) -> Iterator[tuple[int, bytes | None, bytes, int, int]]:
+    """For each record of the batch at ``position``: its number, its key, the batch's
+    record bytes, where the record's value begins in them and where the record ends.
+    Raises CorruptRecordError for records that do not frame, ValueError for a codec
+    that is none."""
+    header = parse_header(buffer, position)
+    payload = memoryview(buffer)[position + HEADER_BYTES : position + header.size_bytes]
+    codec = Compression(header.attributes & COMPRESSION_MASK)
+    body = bytes(payload) if codec is Compression.NONE else decompress(codec, payload)
+    end = len(body)
+    at = 0
+    for index in range(header.records_count):
+        length, at = read_varint(body, at, end)
+        record_end = at + length
+        if length < 0 or record_end > end:
+            raise CorruptRecordError(f"record length {length} overruns its batch")
+        at += 1  # attributes
+        _, at = read_varint(body, at, record_end)  # timestamp delta
+        _, at = read_varint(body, at, record_end)  # offset delta
+        size, at = read_varint(body, at, record_end)
+        if size > record_end - at:
+            raise CorruptRecordError(f"record key length {size} overruns its record")
+        key = None if size < 0 else body[at : at + size]
+        yield index, key, body, at + max(size, 0), record_end
+        at = record_end
 
 
 def first_conflict(

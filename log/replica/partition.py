@@ -41,7 +41,11 @@ from eventplatform.log.invariants import require
 from eventplatform.log.protocol import ErrorCode
 from eventplatform.log.replica.entity_index import EntityIndex
 from eventplatform.log.replica.entity_log import batch_keys, load_entities, remove_entity_files
-from eventplatform.log.replica.entity_versions import VersionHeaderError, batch_conditions
+from eventplatform.log.replica.entity_versions import (
+    VersionHeaderError,
+    batch_conditions,
+    record_keys,
+)
 from eventplatform.log.replica.isr import LeaderReplicas
 from eventplatform.log.replica.producer_state import ProducerStates, Verdict, iter_headers
 from eventplatform.log.replica.version_table import VersionTable
@@ -52,12 +56,11 @@ from eventplatform.log.storage import (
     SegmentSlice,
     StorageError,
 )
-from eventplatform.log.storage.errors import RecordError
+from eventplatform.log.storage.errors import CorruptRecordError, RecordError
 from eventplatform.log.storage.leader_epochs import UNDEFINED_EPOCH, EpochCache, EpochCacheError
 from eventplatform.log.storage.partition_log import wall_clock_ms
 from eventplatform.log.storage.record_batch import (
     HEADER_BYTES,
-    decode_record_set,
     parse_header,
     split_batches,
 )
@@ -585,6 +588,8 @@ class Partition:
             conditions = batch_conditions(buffer)
         except VersionHeaderError as exc:
             return _invalid_record(str(exc), exc.record), []
+        except CorruptRecordError as exc:  # records that do not frame: the CRC held
+            return ProduceResult.refused(exc), []
         conflict = entities.check(conditions)
         if conflict is not None:
             return _invalid_record(conflict.message, conflict.record), []
@@ -597,10 +602,9 @@ class Partition:
         if entities is None:
             return
         assert self.entity_index is not None
-        for batch in decode_record_set(record_set):
-            header = batch.header
+        for header in split_batches(record_set, check_crc=False):
             if not header.is_control:
-                keys = [record.key for record in batch.records]
+                keys = record_keys(record_set, header.position)
                 entities.apply(keys, header.next_offset)
                 self.entity_index.add(
                     header.base_offset,

@@ -610,7 +610,7 @@ def _decode_records(payload: memoryview, header: BatchHeader) -> list[Record]:
     position = 0
     end = len(body)
     for _ in range(header.records_count):
-        length, position = _varint(body, position, end)
+        length, position = read_varint(body, position, end)
         record_end = position + length
         if length < 0 or record_end > end:
             raise CorruptRecordError(f"record length {length} overruns its batch")
@@ -625,11 +625,11 @@ def _decode_record(body: bytes, position: int, end: int, header: BatchHeader) ->
     position += 1  # attributes: unused in v2
     if position > end:
         raise CorruptRecordError("record is shorter than its attributes byte")
-    timestamp_delta, position = _varint(body, position, end)
-    offset_delta, position = _varint(body, position, end)
+    timestamp_delta, position = read_varint(body, position, end)
+    offset_delta, position = read_varint(body, position, end)
     key, position = _decode_bytes(body, position, end)
     value, position = _decode_bytes(body, position, end)
-    header_count, position = _varint(body, position, end)
+    header_count, position = read_varint(body, position, end)
     if header_count < 0 or header_count > end - position:
         raise CorruptRecordError(f"record header count {header_count} is impossible")
     headers = []
@@ -650,8 +650,9 @@ def _decode_record(body: bytes, position: int, end: int, header: BatchHeader) ->
     return Record(header.base_offset + offset_delta, timestamp, key, value, tuple(headers))
 
 
-def _varint(body: bytes, position: int, end: int) -> tuple[int, int]:
-    """:func:`decode_varint`, with the one-byte case (every value from -64 to 63) inline."""
+def read_varint(body: bytes, position: int, end: int) -> tuple[int, int]:
+    """:func:`decode_varint` for ``bytes``, with the one-byte case (every value from -64
+    to 63) inline."""
     if position < end:
         byte = body[position]
         if byte < 0x80:
@@ -660,7 +661,7 @@ def _varint(body: bytes, position: int, end: int) -> tuple[int, int]:
 
 
 def _decode_bytes(body: bytes, position: int, end: int) -> tuple[bytes | None, int]:
-    length, position = _varint(body, position, end)
+    length, position = read_varint(body, position, end)
     if length == -1:
         return None, position
     if length < 0 or position + length > end:

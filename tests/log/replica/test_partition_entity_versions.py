@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import os
 import random
+import struct
 from collections import Counter
 from pathlib import Path
 
 import pytest
 from crash_simulation import crash_partition
+from crc32c import crc32c
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -21,12 +23,16 @@ from eventplatform.log.replica.version_table import DATABASE_FILE
 from eventplatform.log.storage import LogConfig
 from eventplatform.log.storage.errors import InvalidConfigError
 from eventplatform.log.storage.record_batch import (
+    CRC_START,
+    HEADER_BYTES,
     Record,
     decode_record_set,
     encode_batch,
     parse_header,
 )
 
+CRC_AT = 17  # where a batch keeps its CRC-32C
+ATTRIBUTES_AT = 21
 VERSIONED = LogConfig(eventplatform_entity_versions_enable=True, segment_bytes=1024)
 
 
@@ -275,3 +281,50 @@ def test_a_topic_that_stops_keeping_versions_keeps_none_of_their_files(tmp_path:
     assert partition.entities is None and partition.entity_batches(b"a", 0, 1 << 20)[0] == []
     assert not (tmp_path / INDEX_DIRECTORY).exists() and not (tmp_path / DATABASE_FILE).exists()
     partition.close()
+
+
+def test_a_batch_whose_records_do_not_frame_is_refused_not_raised(tmp_path: Path) -> None:
+    """Regression: a batch with a good CRC whose first record claims more bytes than the
+    batch holds made the version check raise out of the partition's append."""
+    bad = bytearray(encode_batch([Record(0, 1_000, b"acct", b"event")]))
+    bad[HEADER_BYTES] = 0x7E  # the record's length: 63 bytes, past the batch's end
+    struct.pack_into(">I", bad, CRC_AT, crc32c(bytes(bad[CRC_START:])))
+    partition = open_partition(tmp_path)
+    result = partition.append(bytes(bad))
+    assert result.error == ErrorCode.CORRUPT_MESSAGE
+    assert "overruns" in (result.message or "")
+    assert partition.log.log_end_offset == 0
+    assert partition.append(batch((b"acct", 0))).error == ErrorCode.NONE
+    partition.close()
+
+
+def undecodable_gzip_batch() -> bytes:
+    """A batch with a good CRC that says gzip and holds no gzip data: a partition without
+    entity versions takes it, as it checks headers and CRCs only."""
+    data = bytearray(encode_batch([Record(0, 1_000, b"acct", b"event")]))
+    attributes = struct.unpack_from(">h", data, ATTRIBUTES_AT)[0]
+    struct.pack_into(">h", data, ATTRIBUTES_AT, attributes | 1)
+    struct.pack_into(">I", data, CRC_AT, crc32c(bytes(data[CRC_START:])))
+    return bytes(data)
+
+
+def test_versions_turned_on_over_a_batch_that_cannot_be_read_count_it_for_no_entity(
+    tmp_path: Path,
+) -> None:
+    """Regression: counting the log raised on such a batch, so the partition could not
+    take a produce, nor open again, once its topic kept versions."""
+    partition = Partition.open("later", 0, tmp_path, LogConfig())
+    assert partition.append(undecodable_gzip_batch()).error == ErrorCode.NONE
+    assert partition.append(batch((b"acct", None))).error == ErrorCode.NONE
+    partition.log.update_config(VERSIONED)
+    assert partition.append(batch((b"acct", 1))).error == ErrorCode.NONE
+    partition.close()
+    reopened = open_partition(tmp_path)
+    assert versions_of(reopened) == {b"acct": 2}
+    follower = Partition.open("later", 0, tmp_path / "follower", VERSIONED)
+    piece = reopened.read_for_replica(0, 1 << 20)
+    assert piece is not None
+    follower.append_replicated(piece.read_bytes(), reopened.log.log_end_offset)
+    assert versions_of(follower) == {b"acct": 2}
+    follower.close()
+    reopened.close()
