@@ -19,18 +19,16 @@ leader enforces the versions from its first request.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import NamedTuple
 
 from eventplatform.log.extensions import EXPECTED_VERSION_HEADER
-from eventplatform.log.storage.compression import Compression, decompress
 from eventplatform.log.storage.errors import CorruptRecordError
 from eventplatform.log.storage.record_batch import (
-    COMPRESSION_MASK,
-    HEADER_BYTES,
     Record,
-    parse_header,
-    read_varint,
+    keyed_records,
+    named_headers,
+    skip_value,
 )
 
 EXPECTED_VERSION_DIGITS_MAX = 18
@@ -120,28 +118,17 @@ def batch_conditions(buffer: bytes | bytearray | memoryview) -> list[Condition]:
     record's key and headers: values are skipped, not copied. Raises VersionHeaderError
     as :func:`conditions_of` does, CorruptRecordError for records that do not frame."""
     found: list[Condition] = []
-    for index, key, body, at, record_end in _keyed_records(buffer, 0):
-        size, at = read_varint(body, at, record_end)
-        at += max(size, 0)  # the value, skipped
-        headers, at = read_varint(body, at, record_end)
+    for index, _, key, body, at, record_end in keyed_records(buffer, 0):
+        values = named_headers(body, skip_value(body, at, record_end), record_end, _HEADER_NAME)
         expected = None
-        for _ in range(headers):
-            size, at = read_varint(body, at, record_end)
-            name = body[at : at + size]
-            at += max(size, 0)
-            size, at = read_varint(body, at, record_end)
-            if name == _HEADER_NAME:
-                if expected is not None:
-                    message = f"record {index} has two {EXPECTED_VERSION_HEADER} headers"
-                    raise VersionHeaderError(message, index)
-                value = None if size < 0 else body[at : at + size]
-                try:
-                    expected = parse_expected_version(value)
-                except VersionHeaderError as exc:
-                    raise VersionHeaderError(f"record {index}: {exc}", index) from None
-            at += max(size, 0)
-        if at > record_end:
-            raise CorruptRecordError("record fields overrun the record")
+        if values:  # in the order conditions_of judges them: the first, then a second
+            try:
+                expected = parse_expected_version(values[0])
+            except VersionHeaderError as exc:
+                raise VersionHeaderError(f"record {index}: {exc}", index) from None
+            if len(values) > 1:
+                message = f"record {index} has two {EXPECTED_VERSION_HEADER} headers"
+                raise VersionHeaderError(message, index)
         found.append(Condition(key, expected))
     return found
 
@@ -153,38 +140,9 @@ def record_keys(buffer: bytes | bytearray | memoryview, position: int = 0) -> li
     reads every batch before it appends it): it counts for no entity, on every replica
     alike."""
     try:
-        return [key for _, key, _, _, _ in _keyed_records(buffer, position)]
+        return [key for _, _, key, _, _, _ in keyed_records(buffer, position)]
     except (CorruptRecordError, ValueError):
         return []
-
-
-def _keyed_records(
-    buffer: bytes | bytearray | memoryview, position: int
-) -> Iterator[tuple[int, bytes | None, bytes, int, int]]:
-    """For each record of the batch at ``position``: its number, its key, the batch's
-    record bytes, where the record's value begins in them and where the record ends.
-    Raises CorruptRecordError for records that do not frame, ValueError for a codec
-    that is none."""
-    header = parse_header(buffer, position)
-    payload = memoryview(buffer)[position + HEADER_BYTES : position + header.size_bytes]
-    codec = Compression(header.attributes & COMPRESSION_MASK)
-    body = bytes(payload) if codec is Compression.NONE else decompress(codec, payload)
-    end = len(body)
-    at = 0
-    for index in range(header.records_count):
-        length, at = read_varint(body, at, end)
-        record_end = at + length
-        if length < 0 or record_end > end:
-            raise CorruptRecordError(f"record length {length} overruns its batch")
-        at += 1  # attributes
-        _, at = read_varint(body, at, record_end)  # timestamp delta
-        _, at = read_varint(body, at, record_end)  # offset delta
-        size, at = read_varint(body, at, record_end)
-        if size > record_end - at:
-            raise CorruptRecordError(f"record key length {size} overruns its record")
-        key = None if size < 0 else body[at : at + size]
-        yield index, key, body, at + max(size, 0), record_end
-        at = record_end
 
 
 def first_conflict(

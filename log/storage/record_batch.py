@@ -669,5 +669,65 @@ def _decode_bytes(body: bytes, position: int, end: int) -> tuple[bytes | None, i
     return body[position : position + length], position + length
 
 
+def keyed_records(
+    buffer: bytes | bytearray | memoryview, position: int = 0
+) -> Iterator[tuple[int, int, bytes | None, bytes, int, int]]:
+    """A lighter walk than :func:`decode_batch` for readers that want a few fields: for
+    each record of the batch at ``position``, its number, its offset delta, its key, the
+    batch's record bytes (decompressed), where the record's value begins in them, and
+    where the record ends. Nothing past the key is read (see :func:`skip_value`,
+    :func:`named_headers`) and the CRC is not checked. Raises CorruptRecordError for
+    records that do not frame, ValueError for a codec that is none."""
+    header = parse_header(buffer, position)
+    payload = memoryview(buffer)[position + HEADER_BYTES : position + header.size_bytes]
+    compression = header.attributes & COMPRESSION_MASK
+    body = decompress(Compression(compression), payload) if compression else bytes(payload)
+    end = len(body)
+    at = 0
+    for index in range(header.records_count):
+        length, at = read_varint(body, at, end)
+        record_end = at + length
+        if length < 0 or record_end > end:
+            raise CorruptRecordError(f"record length {length} overruns its batch")
+        at += 1  # attributes
+        _, at = read_varint(body, at, record_end)  # timestamp delta
+        offset_delta, at = read_varint(body, at, record_end)
+        size, at = read_varint(body, at, record_end)
+        if size > record_end - at:
+            raise CorruptRecordError(f"record key length {size} overruns its record")
+        key = None if size < 0 else body[at : at + size]
+        yield index, offset_delta, key, body, at + max(size, 0), record_end
+        at = record_end
+
+
+def record_value(body: bytes, at: int, end: int) -> tuple[bytes | None, int]:
+    """The value of the record whose value begins at ``at``, and where its headers begin."""
+    return _decode_bytes(body, at, end)
+
+
+def skip_value(body: bytes, at: int, end: int) -> int:
+    """Where the headers begin of the record whose value begins at ``at``."""
+    size, at = read_varint(body, at, end)
+    return at + max(size, 0)
+
+
+def named_headers(body: bytes, at: int, end: int, name: bytes) -> list[bytes | None]:
+    """The values of the headers called ``name`` of the record whose headers begin at
+    ``at`` and which ends at ``end``, in order; CorruptRecordError when they overrun it."""
+    count, at = read_varint(body, at, end)
+    found: list[bytes | None] = []
+    for _ in range(count):
+        size, at = read_varint(body, at, end)
+        matches = body[at : at + size] == name
+        at += max(size, 0)
+        size, at = read_varint(body, at, end)
+        if matches:
+            found.append(None if size < 0 else body[at : at + size])
+        at += max(size, 0)
+    if at > end:
+        raise CorruptRecordError("record fields overrun the record")
+    return found
+
+
 def _signed16(value: int) -> int:
     return value - 0x10000 if value & 0x8000 else value

@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import Any, Generic, TypeVar
 
-from eventplatform.events.codec import EventCatalog, encode, header_type
+from eventplatform.events.codec import TYPE_HEADER, EventCatalog, encode
 from eventplatform.events.deciders import (
     Command,
     ConcurrencyError,
@@ -52,12 +52,21 @@ from eventplatform.events.snapshots import CommandMark, Snapshot, SnapshotStore
 from eventplatform.events.topics import create_event_topics
 from eventplatform.log.extensions import ENTITY_VERSIONS_CONFIG, EXPECTED_VERSION_HEADER
 from eventplatform.log.protocol import ErrorCode
-from eventplatform.log.storage.record_batch import Record, decode_record_set, encode_batch
+from eventplatform.log.storage.errors import CorruptRecordError
+from eventplatform.log.storage.record_batch import (
+    Record,
+    encode_batch,
+    keyed_records,
+    named_headers,
+    record_value,
+    split_batches,
+)
 
 READ_BYTES = 1 << 20
 """How many bytes of an entity's batches one EntityRead asks for."""
 READ_PAGES_MAX = 100_000
 """Pages one load may take (1 MB each: 100 GB), so a load always ends."""
+_TYPE_HEADER = TYPE_HEADER.encode()
 APPEND_EVENTS_MAX = 10_000
 """Events one append may carry: one decision is one batch."""
 ATTEMPTS_DEFAULT = 5
@@ -145,13 +154,7 @@ class EntityStore:
                     f"{topic}-{partition} starts at offset {body['log_start_offset']}: the "
                     f"history of {key!r} may have lost its first events"
                 )
-            for batch in decode_record_set(bytes(body["records"] or b"")):
-                for record in batch.records:
-                    if record.key == raw_key and record.offset >= offset:
-                        position = Position(topic, partition, record.offset)
-                        envelopes.append(
-                            self.catalog.decode(record.value, position, header_type(record.headers))
-                        )
+            envelopes.extend(self._decode_entity(topic, partition, raw_key, offset, body))
             if body["next_offset"] >= body["high_watermark"]:
                 return EntityHistory.of(
                     topic,
@@ -164,6 +167,32 @@ class EntityStore:
                 )
             offset = body["next_offset"]
         raise EntityStoreError(f"{topic}/{key}: more than {READ_PAGES_MAX} pages of events")
+
+    def _decode_entity(
+        self, topic: str, partition: int, key: bytes, from_offset: int, body: dict[str, Any]
+    ) -> list[Envelope[Any]]:
+        """The events of ``key`` at ``from_offset`` or after in an EntityRead answer's
+        batches (which may hold other keys' records too), reading of each record only
+        what an event needs: its key, its value and its type header."""
+        data = bytes(body["records"] or b"")
+        found: list[Envelope[Any]] = []
+        try:
+            headers = split_batches(data, check_crc=True)
+            for header in headers:
+                base = header.base_offset
+                for _, delta, record_key, record, at, end in keyed_records(data, header.position):
+                    if record_key != key or base + delta < from_offset:
+                        continue
+                    value, at = record_value(record, at, end)
+                    types = [t for t in named_headers(record, at, end, _TYPE_HEADER) if t]
+                    event_type = types[0].decode("utf-8", "replace") if types else None
+                    position = Position(topic, partition, base + delta)
+                    found.append(self.catalog.decode(value, position, event_type))
+        except (CorruptRecordError, ValueError) as exc:
+            if isinstance(exc, EventError):
+                raise
+            raise EntityStoreError(f"{topic}-{partition}: a batch does not read: {exc}") from exc
+        return found
 
     # ------------------------------------------------------------ append
 

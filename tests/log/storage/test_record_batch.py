@@ -29,7 +29,11 @@ from eventplatform.log.storage.record_batch import (
     decode_varint,
     encode_batch,
     encode_varint,
+    keyed_records,
+    named_headers,
     parse_header,
+    record_value,
+    skip_value,
     stamp,
     stamp_log_append_time,
     validate_record_set,
@@ -185,6 +189,30 @@ def record_lists(draw: st.DrawFn, max_size: int = 12) -> list[Record]:
     return [
         Record(base_offset + index, timestamp, key, value, headers)
         for index, (timestamp, key, value, headers) in enumerate(fields)
+    ]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    records=record_lists(),
+    compression=st.sampled_from(Compression),
+    wanted=st.sampled_from(["", "a", "type"]),
+)
+def test_the_light_walk_finds_what_decoding_finds(
+    records: list[Record], compression: Compression, wanted: str
+) -> None:
+    """keyed_records with record_value and named_headers read each record's offset, key,
+    value and named headers as decode_batch does, batch at any position in a buffer."""
+    batch = b"\x00" * 7 + encode_batch(records, compression=compression)
+    walked = []
+    for index, delta, key, body, at, end in keyed_records(batch, 7):
+        value, headers_at = record_value(body, at, end)
+        assert skip_value(body, at, end) == headers_at
+        named = named_headers(body, headers_at, end, wanted.encode())
+        walked.append((index, records[0].offset + delta, key, value, named))
+    assert walked == [
+        (index, r.offset, r.key, r.value, [v for k, v in r.headers if k == wanted])
+        for index, r in enumerate(records)
     ]
 
 
