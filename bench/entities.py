@@ -12,8 +12,9 @@ beside the ``eventsourcing`` library, in one run against one ``platform serve`` 
    target entities (10, 1,000 and 10,000 events) spread evenly among them, one event per
    batch as the entity store appends decisions. Then ``EntityStore.load`` reads each
    target whole ``--loads`` times; p50 and p99 of the wall time (goal: p99 under 20 ms
-   at 1,000 events). Then a repository with snapshots every 100 events loads it with 50
-   events after its last snapshot, as a command's load does.
+   at 1,000 events). Then a repository with snapshots every 100 events, kept in
+   PostgreSQL (``SqlSnapshots``), loads it with 50 events after its last snapshot, as a
+   command's load does.
 3. **Memory per million entities.** A fresh process appends a million distinct 36-byte
    keys, in batches of 100, to a partition of a versioned topic; the growth of its
    resident set (goal: under 100 MB), the part of it that is not file pages, and what
@@ -63,8 +64,8 @@ from eventplatform.events import (
     EntityStore,
     Envelope,
     Event,
-    MemorySnapshots,
     Repository,
+    SqlSnapshots,
     encode,
 )
 from eventplatform.events.log_client import LogClient
@@ -266,6 +267,8 @@ def measure_loads(bootstrap: str, arguments: argparse.Namespace) -> list[LoadRes
     build_partition(bootstrap, topic, arguments.total_events, sizes)
     progress(f"built {arguments.total_events:,} events in {time.perf_counter() - started:.0f} s")
     results = []
+    snapshots = SqlSnapshots(arguments.postgres, int)  # as several processes would share
+    snapshots.clear(topic)
     with EntityStore(bootstrap, [Deposited]) as store:
         for size in sizes:
             key = target_key(size)
@@ -281,7 +284,7 @@ def measure_loads(bootstrap: str, arguments: argparse.Namespace) -> list[LoadRes
                 topic,
                 BANK,
                 lambda command: command.account_id,
-                snapshots=MemorySnapshots(),
+                snapshots=snapshots,
                 snapshot_every=SNAPSHOT_EVERY,
             )
             for _ in range(SNAPSHOT_EVERY + SNAPSHOT_TAIL):  # a snapshot, then a tail
@@ -300,6 +303,8 @@ def measure_loads(bootstrap: str, arguments: argparse.Namespace) -> list[LoadRes
                 f"load of {size} events: p50 {p50:.1f} ms, p99 {p99:.1f} ms; with snapshots "
                 f"p50 {near_p50:.1f} ms, p99 {near_p99:.1f} ms"
             )
+    snapshots.clear(topic)
+    snapshots.close()
     return results
 
 
@@ -505,7 +510,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         )
         rows.append(
             [
-                f"repository load of it, snapshots every {SNAPSHOT_EVERY}, "
+                f"repository load of it, snapshots every {SNAPSHOT_EVERY} in PostgreSQL, "
                 f"{SNAPSHOT_TAIL} events after the last",
                 f"p50 {load.snapshot_p50_ms:.1f} ms, p99 {load.snapshot_p99_ms:.1f} ms",
                 "",
