@@ -49,6 +49,9 @@ STORED_KEYS_MAX = 32_768
 PAGE_CACHE_KIB = 2_048
 """SQLite's page cache for the table."""
 FORMAT = 1
+_DAMAGED = (11, 26)
+"""SQLITE_CORRUPT and SQLITE_NOTADB: the file is no database of this table's, and the
+table is counted again from the log."""
 
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS versions "
@@ -100,16 +103,19 @@ class VersionTable:
         stored_keys_max: int = STORED_KEYS_MAX,
     ) -> VersionTable:
         """The table of ``partition_directory``, as last written; an empty one at offset
-        -1 (which no log holds) when there was none or it could not be read."""
+        -1 (which no log holds) when there was none or SQLite finds it damaged. Any other
+        failure (a failing disk, say) is a VersionTableError."""
         path = partition_directory / DATABASE_FILE
         try:
-            connection, offset = _connect(path)
-        except sqlite3.Error:
-            remove_table_files(partition_directory)
             try:
                 connection, offset = _connect(path)
-            except sqlite3.Error as exc:
-                raise VersionTableError(f"{path}: {exc}") from exc
+            except sqlite3.DatabaseError as exc:
+                if exc.sqlite_errorcode & 0xFF not in _DAMAGED:
+                    raise
+                remove_table_files(partition_directory)
+                connection, offset = _connect(path)
+        except sqlite3.Error as exc:
+            raise VersionTableError(f"{path}: {exc}") from exc
         return cls(
             path,
             connection,
@@ -272,7 +278,8 @@ class VersionTable:
 
 def _connect(path: Path) -> tuple[sqlite3.Connection, int]:
     """Open (or create) the database; its offset, -1 when it is new."""
-    connection = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    # no busy wait: only the process that owns the partition directory opens its table
+    connection = sqlite3.connect(path, timeout=0, isolation_level=None, check_same_thread=False)
     try:
         # one process owns the partition directory: no shared-memory index, no locking
         # per transaction; commits are atomic, and synced at checkpoints

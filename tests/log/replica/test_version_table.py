@@ -66,6 +66,20 @@ def test_a_database_that_is_not_one_is_counted_again(tmp_path: Path) -> None:
     reopened.close()
 
 
+def test_a_database_another_process_holds_is_an_error_and_stays(tmp_path: Path) -> None:
+    holder = VersionTable.open(tmp_path)
+    holder.reset(0)
+    holder.apply([b"a"], 1)
+    holder.write()  # the exclusive lock is held from the first write on
+    with pytest.raises(VersionTableError, match="locked"):
+        VersionTable.open(tmp_path)
+    assert dict(holder.items()) == {b"a": 1}, "not taken for damage and removed"
+    holder.close()
+    reopened = VersionTable.open(tmp_path)
+    assert reopened.end == 1
+    reopened.close()
+
+
 def test_a_failing_database_is_a_storage_error(tmp_path: Path) -> None:
     directory = tmp_path / "partition"
     directory.mkdir()
