@@ -223,5 +223,9 @@ class EntityRule(RuleBasedStateMachine):
         shutil.rmtree(self.root, ignore_errors=True)
 
 
-EntityRule.TestCase.settings = settings(max_examples=40, stateful_step_count=30, deadline=None)
+EXAMPLES = int(os.environ.get("ENTITY_RULE_EXAMPLES", "200"))
+"""Examples per run: 200 in the suite, 1,000 in ``make entity-race``."""
+EntityRule.TestCase.settings = settings(
+    max_examples=EXAMPLES, stateful_step_count=30, deadline=None
+)
 test_the_broker_accepts_what_the_sequential_model_accepts = EntityRule.TestCase
