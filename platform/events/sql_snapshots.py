@@ -9,7 +9,8 @@ a ``TypedDict`` or a plain ``dict`` of JSON values all serve.
 
 A snapshot is a cache, so the store never fails a command on its account: a row whose
 state no longer reads as ``state_type`` is no snapshot (``get`` answers None, and the
-repository folds the log), and a ``put`` replaces a row only with a later version (an
+repository folds the log), a database that cannot be reached is logged and treated as
+one without snapshots, and a ``put`` replaces a row only with a later version (an
 upsert that only a later version wins), so processes that take snapshots of one entity
 at once keep the latest, whichever commits last. Rows can be dropped at any time
 (:meth:`SqlSnapshots.clear`): every entity loads the same without them.
@@ -17,6 +18,7 @@ at once keep the latest, whichever commits last. Rows can be dropped at any time
 
 from __future__ import annotations
 
+import logging
 import uuid
 from typing import Any, Generic, TypeVar
 
@@ -35,6 +37,7 @@ from sqlalchemy import (
     select,
 )
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import SQLAlchemyError
 
 from eventplatform.events.snapshots import CommandMark, Snapshot
 from eventplatform.projections.database import create_store_engine
@@ -42,6 +45,8 @@ from eventplatform.projections.database import create_store_engine
 S = TypeVar("S")
 
 TABLE_DEFAULT = "eventplatform_snapshots"
+
+_log = logging.getLogger(__name__)
 
 
 def snapshots_table(name: str = TABLE_DEFAULT, metadata: MetaData | None = None) -> Table:
@@ -83,11 +88,17 @@ class SqlSnapshots(Generic[S]):
             self.table.metadata.create_all(self.engine, checkfirst=True)
 
     def get(self, topic: str, key: str) -> Snapshot[S] | None:
+        """The entity's snapshot; None when there is none, when it no longer reads, or
+        when the database cannot be reached (logged: the log alone decides)."""
         table = self.table
-        with self.engine.connect() as connection:
-            row = connection.execute(
-                select(table).where(and_(table.c.topic == topic, table.c.entity_key == key))
-            ).first()
+        try:
+            with self.engine.connect() as connection:
+                row = connection.execute(
+                    select(table).where(and_(table.c.topic == topic, table.c.entity_key == key))
+                ).first()
+        except SQLAlchemyError as exc:
+            _log.warning("snapshots of %s/%s not read: %s", topic, key, exc)
+            return None
         if row is None:
             return None
         try:
@@ -102,7 +113,7 @@ class SqlSnapshots(Generic[S]):
 
     def put(self, snapshot: Snapshot[S]) -> None:
         """Keep ``snapshot`` unless the table holds one of the entity at its version or
-        later."""
+        later; a database that cannot be reached is logged, and the snapshot dropped."""
         values = {
             "topic": snapshot.topic,
             "entity_key": snapshot.key,
@@ -118,14 +129,17 @@ class SqlSnapshots(Generic[S]):
         module: Any = postgresql if self.engine.dialect.name == "postgresql" else sqlite
         statement = module.insert(table).values(**values)
         changed = {name: statement.excluded[name] for name in values}
-        with self.engine.begin() as connection:
-            connection.execute(
-                statement.on_conflict_do_update(
-                    index_elements=["topic", "entity_key"],
-                    set_=changed,
-                    where=table.c.version < snapshot.version,
+        try:
+            with self.engine.begin() as connection:
+                connection.execute(
+                    statement.on_conflict_do_update(
+                        index_elements=["topic", "entity_key"],
+                        set_=changed,
+                        where=table.c.version < snapshot.version,
+                    )
                 )
-            )
+        except SQLAlchemyError as exc:
+            _log.warning("snapshot of %s/%s not kept: %s", snapshot.topic, snapshot.key, exc)
 
     def clear(self, topic: str | None = None) -> None:
         """Drop every snapshot (of ``topic``)."""

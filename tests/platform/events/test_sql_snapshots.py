@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from bank.events import TOPIC, Deposited, Opened, Withdrawn
 from bank.model import BANK, Account, Deposit, Open, account_of
-from sqlalchemy import text
+from sqlalchemy import create_engine, text
 
 from eventplatform.events import EntityStore, Repository
 from eventplatform.events.snapshots import CommandMark, Snapshot
@@ -71,6 +71,18 @@ def test_a_row_that_no_longer_reads_is_no_snapshot(database_url: str) -> None:
         assert store.get(TOPIC, "acct-1") is None
     finally:
         store.close()
+
+
+def test_a_database_out_of_reach_is_a_store_without_snapshots(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The store is a cache: a database it cannot reach fails no command."""
+    url = f"sqlite:///{tmp_path / 'missing' / 'snapshots.db'}"
+    store = SqlSnapshots(create_engine(url), Account, create=False)
+    store.put(snapshot(10, 55))
+    assert store.get(TOPIC, "acct-1") is None
+    assert "not kept" in caplog.text and "not read" in caplog.text
+    store.close()
 
 
 def _put_many(url: str, start: int) -> None:
