@@ -1,4 +1,5 @@
-"""Conditional appends from stock clients: confluent-kafka (plain and idempotent) and kcat,
+"""Conditional appends from stock clients: confluent-kafka and kafka-python (plain and
+idempotent) and kcat,
 against one broker and a 3-node cluster. A record with ``eventplatform.expected.version``
 is appended only at its entity's version; a refused one fails with INVALID_RECORD, and
 the producer goes on working."""
@@ -9,9 +10,11 @@ import shutil
 import subprocess
 from collections.abc import Callable, Sequence
 
+import kafka.errors
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions
+from kafka import KafkaProducer
 
 from eventplatform.log.extensions import ENTITY_VERSIONS_CONFIG, EXPECTED_VERSION_HEADER
 from eventplatform.testing import BrokerProcess
@@ -95,6 +98,73 @@ def test_confluent_kafka_appends_at_the_expected_version_only(
         b"withdraw 5",
         b"opened",
     ]
+
+
+def kafka_python_send(
+    bootstrap: str, topic: str, records: Sequence[tuple[bytes, int]], **config: object
+) -> list[tuple[bytes, str | None]]:
+    """Send ``(value, expected version)`` of entity ``acct`` with kafka-python, one at a
+    time; each value and the name of the error its send failed with (None: appended)."""
+    producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=0, **config)
+    outcomes: list[tuple[bytes, str | None]] = []
+    try:
+        for value, expected in records:
+            header = [(EXPECTED_VERSION_HEADER, str(expected).encode())]
+            future = producer.send(topic, key=b"acct", value=value, headers=header, partition=0)
+            try:
+                future.get(timeout=FLUSH_TIMEOUT_S)
+                outcomes.append((value, None))
+            except kafka.errors.KafkaError as exc:
+                outcomes.append((value, type(exc).__name__))
+    finally:
+        producer.close(timeout=FLUSH_TIMEOUT_S)
+    return outcomes
+
+
+def test_kafka_python_appends_at_the_expected_version_only(
+    broker: BrokerProcess, new_topic: Callable[..., str]
+) -> None:
+    """kafka-python sends the header as any other header; a refused record fails its
+    future with InvalidRecordError, and a producer without idempotence (kafka-python
+    3.0 turns it on by default) goes on."""
+    topic = new_topic(partitions=1, config=VERSIONED)
+    outcomes = kafka_python_send(
+        broker.bootstrap,
+        topic,
+        [(b"opened", 0), (b"opened again", 0), (b"deposit 10", 1), (b"stale", 1), (b"w 5", 2)],
+        enable_idempotence=False,
+    )
+    assert outcomes == [
+        (b"opened", None),
+        (b"opened again", "InvalidRecordError"),
+        (b"deposit 10", None),
+        (b"stale", "InvalidRecordError"),
+        (b"w 5", None),
+    ]
+    assert read_values(broker.bootstrap, topic) == [b"opened", b"deposit 10", b"w 5"]
+
+
+def test_kafka_python_idempotent_producer_stops_at_a_refusal_and_a_new_one_goes_on(
+    broker: BrokerProcess, new_topic: Callable[..., str]
+) -> None:
+    """kafka-python 3.0's idempotent producer (not transactional) takes every error it
+    cannot retry as fatal: after a refusal it fails whatever it sends. The log holds
+    nothing of those, and a new producer appends at the entity's version (as
+    docs/entities.md tells kafka-python users)."""
+    topic = new_topic(partitions=1, config=VERSIONED)
+    first = kafka_python_send(
+        broker.bootstrap,
+        topic,
+        [(b"opened", 0), (b"opened again", 0), (b"deposit 10", 1)],
+        enable_idempotence=True,
+    )
+    assert [error for _, error in first[:2]] == [None, "InvalidRecordError"]
+    assert first[2][1] is not None, "this client stops after a refusal"
+    again = kafka_python_send(
+        broker.bootstrap, topic, [(b"deposit 10", 1), (b"stale", 1)], enable_idempotence=True
+    )
+    assert again == [(b"deposit 10", None), (b"stale", "InvalidRecordError")]
+    assert read_values(broker.bootstrap, topic) == [b"opened", b"deposit 10"]
 
 
 def test_kcat_appends_at_the_expected_version_only(
