@@ -178,7 +178,7 @@ class VersionTable:
         if not self._deltas and self.stored_offset == self.end:
             return
         self._transaction(
-            [(_ADD, list(self._deltas.items()))],
+            [(_ADD, sorted(self._deltas.items()))],  # in key order: each page once
             self.end,
         )
         stored = self._stored
