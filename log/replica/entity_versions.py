@@ -141,7 +141,7 @@ def record_keys(buffer: bytes | bytearray | memoryview, position: int = 0) -> li
     alike."""
     try:
         return [key for _, _, key, _, _, _ in keyed_records(buffer, position)]
-    except (CorruptRecordError, ValueError):
+    except CorruptRecordError:
         return []
 
 

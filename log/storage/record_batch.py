@@ -398,17 +398,25 @@ def decode_batch(
         )
     if check_crc:
         verify_crc(buffer, header)
-    payload = memoryview(buffer)[position + HEADER_BYTES : end]
+    return DecodedBatch(header, _decode_records(_records_bytes(buffer, header), header))
+
+
+def _records_bytes(buffer: bytes | bytearray | memoryview, header: BatchHeader) -> bytes:
+    """The batch's records, decompressed: one copy, as bytes (indexing and slicing bytes
+    is much cheaper than a memoryview's)."""
+    payload = memoryview(buffer)[
+        header.position + HEADER_BYTES : header.position + header.size_bytes
+    ]
     compression = header.attributes & COMPRESSION_MASK
-    if compression:  # else uncompressed, the common case: no enum lookup
-        try:
-            codec = Compression(compression)
-        except ValueError:
-            raise CorruptRecordError(
-                f"record batch uses unknown compression codec {compression}"
-            ) from None
-        payload = memoryview(decompress(codec, payload))
-    return DecodedBatch(header, _decode_records(payload, header))
+    if not compression:  # uncompressed, the common case: no enum lookup
+        return bytes(payload)
+    try:
+        codec = Compression(compression)
+    except ValueError:
+        raise CorruptRecordError(
+            f"record batch uses unknown compression codec {compression}"
+        ) from None
+    return decompress(codec, payload)
 
 
 def decode_record_set(
@@ -603,9 +611,7 @@ def rebase_record(data: bytes, timestamp_shift_ms: int) -> bytes:
     return encode_varint(len(body)) + body
 
 
-def _decode_records(payload: memoryview, header: BatchHeader) -> list[Record]:
-    # One copy of the payload: indexing and slicing bytes is much cheaper than a memoryview.
-    body = bytes(payload)
+def _decode_records(body: bytes, header: BatchHeader) -> list[Record]:
     records: list[Record] = []
     position = 0
     end = len(body)
@@ -677,11 +683,9 @@ def keyed_records(
     batch's record bytes (decompressed), where the record's value begins in them, and
     where the record ends. Nothing past the key is read (see :func:`skip_value`,
     :func:`named_headers`) and the CRC is not checked. Raises CorruptRecordError for
-    records that do not frame, ValueError for a codec that is none."""
+    records that do not frame or a codec that is none."""
     header = parse_header(buffer, position)
-    payload = memoryview(buffer)[position + HEADER_BYTES : position + header.size_bytes]
-    compression = header.attributes & COMPRESSION_MASK
-    body = decompress(Compression(compression), payload) if compression else bytes(payload)
+    body = _records_bytes(buffer, header)
     end = len(body)
     at = 0
     for index in range(header.records_count):

@@ -175,23 +175,25 @@ class EntityStore:
         batches (which may hold other keys' records too), reading of each record only
         what an event needs: its key, its value and its type header."""
         data = bytes(body["records"] or b"")
-        found: list[Envelope[Any]] = []
+        records: list[tuple[bytes | None, int, str | None]] = []  # value, offset, type
         try:
-            headers = split_batches(data, check_crc=True)
-            for header in headers:
+            for header in split_batches(data, check_crc=True):
                 base = header.base_offset
                 for _, delta, record_key, record, at, end in keyed_records(data, header.position):
                     if record_key != key or base + delta < from_offset:
                         continue
                     value, at = record_value(record, at, end)
-                    types = [t for t in named_headers(record, at, end, _TYPE_HEADER) if t]
+                    types = [
+                        t for t in named_headers(record, at, end, _TYPE_HEADER) if t is not None
+                    ]
                     event_type = types[0].decode("utf-8", "replace") if types else None
-                    position = Position(topic, partition, base + delta)
-                    found.append(self.catalog.decode(value, position, event_type))
-        except (CorruptRecordError, ValueError) as exc:
-            if isinstance(exc, EventError):
-                raise
+                    records.append((value, base + delta, event_type))
+        except CorruptRecordError as exc:
             raise EntityStoreError(f"{topic}-{partition}: a batch does not read: {exc}") from exc
+        found: list[Envelope[Any]] = []
+        for value, offset, event_type in records:
+            position = Position(topic, partition, offset)
+            found.append(self.catalog.decode(value, position, event_type))
         return found
 
     # ------------------------------------------------------------ append

@@ -42,11 +42,17 @@ def test_versions_are_the_stored_count_plus_the_deltas(tmp_path: Path) -> None:
     reopened.close()
 
 
-def test_only_a_written_count_survives_a_close(tmp_path: Path) -> None:
-    table = VersionTable.open(tmp_path)
+def written_table(directory: Path) -> VersionTable:
+    """A table that has written one count of ``a``, as of offset 1."""
+    table = VersionTable.open(directory)
     table.reset(0)
     table.apply([b"a"], 1)
     table.write()
+    return table
+
+
+def test_only_a_written_count_survives_a_close(tmp_path: Path) -> None:
+    table = written_table(tmp_path)
     table.apply([b"a", b"b"], 3)
     table.close()  # as a kill: the deltas are gone, the offset says so
     reopened = VersionTable.open(tmp_path)
@@ -55,11 +61,7 @@ def test_only_a_written_count_survives_a_close(tmp_path: Path) -> None:
 
 
 def test_a_database_that_is_not_one_is_counted_again(tmp_path: Path) -> None:
-    table = VersionTable.open(tmp_path)
-    table.reset(0)
-    table.apply([b"a"], 1)
-    table.write()
-    table.close()
+    written_table(tmp_path).close()
     (tmp_path / DATABASE_FILE).write_bytes(b"not a database, " * 512)
     reopened = VersionTable.open(tmp_path)
     assert reopened.end == -1 and dict(reopened.items()) == {}
@@ -67,10 +69,7 @@ def test_a_database_that_is_not_one_is_counted_again(tmp_path: Path) -> None:
 
 
 def test_a_database_another_process_holds_is_an_error_and_stays(tmp_path: Path) -> None:
-    holder = VersionTable.open(tmp_path)
-    holder.reset(0)
-    holder.apply([b"a"], 1)
-    holder.write()  # the exclusive lock is held from the first write on
+    holder = written_table(tmp_path)  # the exclusive lock is held from the first write on
     with pytest.raises(VersionTableError, match="locked"):
         VersionTable.open(tmp_path)
     assert dict(holder.items()) == {b"a": 1}, "not taken for damage and removed"

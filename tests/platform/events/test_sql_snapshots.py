@@ -28,49 +28,44 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
         yield url
 
 
+@pytest.fixture
+def store(database_url: str) -> Iterator[SqlSnapshots[Account]]:
+    opened = SqlSnapshots(database_url, Account)
+    yield opened
+    opened.close()
+
+
 def snapshot(version: int, balance: int, key: str = "acct-1") -> Snapshot[Account]:
     mark = CommandMark(uuid.UUID(int=version), offset=100 + version, version=version, count=1)
     return Snapshot(TOPIC, key, version, 100 + version, Account(True, balance), (mark,), "1")
 
 
-def test_a_snapshot_is_read_back_whole(database_url: str) -> None:
-    store = SqlSnapshots(database_url, Account)
-    try:
-        assert store.get(TOPIC, "acct-1") is None
-        kept = snapshot(10, 55)
-        store.put(kept)
-        assert store.get(TOPIC, "acct-1") == kept
-        assert store.get("other", "acct-1") is None and store.get(TOPIC, "acct-2") is None
-    finally:
-        store.close()
+def test_a_snapshot_is_read_back_whole(store: SqlSnapshots[Account]) -> None:
+    assert store.get(TOPIC, "acct-1") is None
+    kept = snapshot(10, 55)
+    store.put(kept)
+    assert store.get(TOPIC, "acct-1") == kept
+    assert store.get("other", "acct-1") is None and store.get(TOPIC, "acct-2") is None
 
 
-def test_only_a_later_version_replaces_a_snapshot(database_url: str) -> None:
-    store = SqlSnapshots(database_url, Account)
-    try:
-        store.put(snapshot(10, 55))
-        store.put(snapshot(5, 1))
-        store.put(snapshot(10, 2))
-        assert store.get(TOPIC, "acct-1") == snapshot(10, 55)
-        store.put(snapshot(20, 210))
-        assert store.get(TOPIC, "acct-1") == snapshot(20, 210)
-        store.clear(TOPIC)
-        assert store.get(TOPIC, "acct-1") is None
-    finally:
-        store.close()
+def test_only_a_later_version_replaces_a_snapshot(store: SqlSnapshots[Account]) -> None:
+    store.put(snapshot(10, 55))
+    store.put(snapshot(5, 1))
+    store.put(snapshot(10, 2))
+    assert store.get(TOPIC, "acct-1") == snapshot(10, 55)
+    store.put(snapshot(20, 210))
+    assert store.get(TOPIC, "acct-1") == snapshot(20, 210)
+    store.clear(TOPIC)
+    assert store.get(TOPIC, "acct-1") is None
 
 
-def test_a_row_that_no_longer_reads_is_no_snapshot(database_url: str) -> None:
-    store = SqlSnapshots(database_url, Account)
-    try:
-        store.put(snapshot(10, 55))
-        with store.engine.begin() as connection:
-            connection.execute(
-                text('UPDATE eventplatform_snapshots SET state = \'{"balance": "a lot"}\'')
-            )
-        assert store.get(TOPIC, "acct-1") is None
-    finally:
-        store.close()
+def test_a_row_that_no_longer_reads_is_no_snapshot(store: SqlSnapshots[Account]) -> None:
+    store.put(snapshot(10, 55))
+    with store.engine.begin() as connection:
+        connection.execute(
+            text('UPDATE eventplatform_snapshots SET state = \'{"balance": "a lot"}\'')
+        )
+    assert store.get(TOPIC, "acct-1") is None
 
 
 def test_a_database_out_of_reach_is_a_store_without_snapshots(
