@@ -1,39 +1,48 @@
-"""Applying one correction inside a batch's transaction.
+"""Applying a run of corrections inside a batch's transaction.
 
-The correction names an event by id and position. The runner walks the
-chain back to its root (the first, non-correction event), reading each link
-from the log and checking that the id at the named position is the one the
-correction names and that it sits earlier in the same partition. Then:
+A correction names an event by id and position. Each one's chain is walked
+back to its root (the first, non-correction event), reading each link from
+the log (or from what the runner saw lately) and checking that the id at the
+named position is the one the correction names and that it sits earlier in
+the same partition. A correction that fails a check, or whose replacement a
+handler rejects, is poison: it changes nothing and the caller parks it or
+stops.
 
-1. the root's previous content is its last correction's outcome, or the
-   root itself (nothing, if the root was parked as poison and never corrected);
-2. the new content is this correction's replacement (nothing if it retracts);
-3. the root's new content is recorded, so later recomputations see it;
-4. invertible tables get the previous contributions negated and the new
-   ones applied;
-5. the event index moves the root from its previous rows to its new ones,
-   and every affected row of a non-invertible table is recomputed from the
-   events indexed for it.
+The corrections of a run are applied as one, in log order:
+
+1. each root's previous content is the outcome of the latest correction
+   before it (in this run, or recorded), or the root itself (nothing, if the
+   root was parked as poison and never corrected); its new content is the
+   correction's replacement (nothing if it retracts);
+2. every root's last new content is recorded, so later recomputations see it;
+3. the event index moves each root from the rows it had before the run to
+   the rows it has after it;
+4. invertible tables get the negated previous contributions and the new
+   ones, pre-merged into one upsert per table;
+5. rows of the other tables are amended from their stored state where that
+   is exact (:func:`~.fold.amend`), and otherwise recomputed, once each, from
+   the events indexed for them.
 
 The result equals a fold of the corrected history, whatever was applied
-before.
+before, and the same corrections applied one at a time.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import select
-
-from eventplatform.events import Correction, Envelope, Event, Position
-from eventplatform.projections import schema
+from eventplatform.events import Correction, Envelope, EventError, Position
 from eventplatform.projections.errors import HandlerError
 from eventplatform.projections.fold import link_problem as link_problem
 from eventplatform.projections.fold import replacement_event
+from eventplatform.projections.model import Contribution, TablePlan
 from eventplatform.projections.store import StoreTransaction
 
 CHAIN_LENGTH_MAX = 10_000
+RowRef = tuple[str, tuple[Any, ...]]
 
 
 class InvalidCorrectionError(HandlerError):
@@ -42,21 +51,128 @@ class InvalidCorrectionError(HandlerError):
 
 def apply_correction(transaction: StoreTransaction, correction: Envelope[Correction]) -> None:
     """Apply ``correction`` in ``transaction`` (raises HandlerError for a poison correction)."""
-    root = find_root(transaction, correction)
-    previous_content: Event | None = transaction.effective([root])[_at(root)]
-    if not transaction.is_corrected(root) and is_parked(transaction, root):
-        previous_content = None  # a parked event never contributed
-    new_content = replacement_event(correction.event, transaction.store.catalog)
-    transaction.record_correction(root, correction)
-    removed = transaction.contributions_of(root, previous_content)
-    added = transaction.contributions_of(root, new_content)
-    affected = transaction.retract_and_apply(removed, added)
-    transaction.reindex(root, removed, added)
-    by_table: dict[str, set[tuple[Any, ...]]] = defaultdict(set)
-    for table_name, key in affected:
-        by_table[table_name].add(key)
-    for table_name, keys in sorted(by_table.items()):
-        transaction.recompute(transaction.projection.plans[table_name], keys)
+    failed = apply_corrections(transaction, [correction])
+    if failed:
+        raise failed[0]
+
+
+def apply_corrections(
+    transaction: StoreTransaction,
+    corrections: Sequence[Envelope[Correction]],
+    *,
+    stop_at_poison: bool = False,
+) -> dict[int, HandlerError | EventError]:
+    """Apply ``corrections`` (in log order) in ``transaction``; the poison ones, by index.
+
+    A poison correction changes nothing; the others apply as if it were not
+    there. With ``stop_at_poison`` nothing is applied once a correction is
+    poison (the caller applies the ones before it again, and stops). Errors
+    the writes meet propagate, as every store error does.
+    """
+    failed: dict[int, HandlerError | EventError] = {}
+    roots: dict[int, Envelope[Any]] = {}
+    for index, correction in enumerate(corrections):
+        try:
+            roots[index] = find_root(transaction, correction)
+        except (HandlerError, EventError) as exc:
+            failed[index] = exc
+            if stop_at_poison:
+                return failed
+    run = _Run(transaction)
+    run.load({root.position: root for root in roots.values() if root.position is not None})
+    for index, root in roots.items():
+        try:
+            run.correct(root, corrections[index])
+        except (HandlerError, EventError) as exc:
+            failed[index] = exc
+            if stop_at_poison:
+                return failed
+    run.write()
+    return failed
+
+
+@dataclass
+class _Change:
+    """What a run does to one root: its rows before and after, and the last correction."""
+
+    root: Envelope[Any]
+    correction: Envelope[Correction]
+    rows_before: set[RowRef]
+    rows_after: set[RowRef] = field(default_factory=set)
+
+
+class _Run:
+    """The corrections of a run, worked out in memory, then written together."""
+
+    def __init__(self, transaction: StoreTransaction) -> None:
+        self.transaction = transaction
+        self.projection = transaction.projection
+        self.content: dict[Position, Any] = {}
+        self.changes: dict[Position, _Change] = {}
+        self.inverted: dict[str, list[tuple[Contribution, int]]] = defaultdict(list)
+        self.amended: dict[RowRef, list[tuple[list[Contribution], list[Contribution]]]] = (
+            defaultdict(list)
+        )
+
+    def load(self, roots: dict[Position, Envelope[Any]]) -> None:
+        """Each root's content before the run, read in one pass."""
+        corrected = self.transaction.effective(list(roots.values()))
+        recorded = self.transaction.corrected_positions(list(roots))
+        parked = self.transaction.parked_positions([p for p in roots if p not in recorded])
+        for position in roots:
+            self.content[position] = None if position in parked else corrected[position]
+
+    def correct(self, root: Envelope[Any], correction: Envelope[Correction]) -> None:
+        """Work out one correction (raises HandlerError or EventError, changing nothing)."""
+        assert root.position is not None
+        previous = self.content[root.position]
+        new = replacement_event(correction.event, self.transaction.store.catalog)
+        removed = self.transaction.contributions_of(root, previous)
+        added = self.transaction.contributions_of(root, new)
+        self.content[root.position] = new
+        change = self.changes.get(root.position)
+        if change is None:
+            change = self.changes[root.position] = _Change(root, correction, _rows(removed))
+        change.correction, change.rows_after = correction, _rows(added)
+        by_row: dict[RowRef, tuple[list[Contribution], list[Contribution]]] = {}
+        for sign, contributions in ((-1, removed), (1, added)):
+            for contribution in contributions:
+                plan = contribution.plan
+                if plan.invertible:
+                    self.inverted[plan.name].append((contribution, sign))
+                else:
+                    pair = by_row.setdefault((plan.name, contribution.key), ([], []))
+                    pair[0 if sign < 0 else 1].append(contribution)
+        for row, pair in by_row.items():
+            self.amended[row].append(pair)
+
+    def write(self) -> None:
+        if not self.changes:
+            return
+        transaction = self.transaction
+        changes = sorted(self.changes.values(), key=lambda c: self.projection.rank(_at(c.root)))
+        transaction.record_corrections([(change.root, change.correction) for change in changes])
+        transaction.move_index(
+            [
+                (self.projection.rank(_at(c.root)), c.rows_before, c.rows_after)
+                for c in changes
+                if c.rows_before != c.rows_after
+            ]
+        )
+        plans = self.projection.plans
+        for name, signed in sorted(self.inverted.items()):
+            transaction.merge_signed(plans[name], signed)
+        by_table: dict[str, dict[tuple[Any, ...], list[Any]]] = defaultdict(dict)
+        for (name, key), pairs in self.amended.items():
+            by_table[name][key] = pairs
+        for name, rows in sorted(by_table.items()):
+            plan: TablePlan = plans[name]
+            stale = transaction.amend_rows(plan, rows)
+            transaction.recompute(plan, stale)
+
+
+def _rows(contributions: Sequence[Contribution]) -> set[RowRef]:
+    return {(c.plan.name, c.key) for c in contributions if c.plan.indexed}
 
 
 def find_root(transaction: StoreTransaction, correction: Envelope[Correction]) -> Envelope[Any]:
@@ -79,19 +195,6 @@ def find_root(transaction: StoreTransaction, correction: Envelope[Correction]) -
             )
         current = found
     raise InvalidCorrectionError(f"{_at(correction)}: the chain is longer than {CHAIN_LENGTH_MAX}")
-
-
-def is_parked(transaction: StoreTransaction, root: Envelope[Any]) -> bool:
-    position = _at(root)
-    table = schema.dead_letters
-    query = select(table.c.id).where(
-        table.c.projection == transaction.projection.name,
-        table.c.topic == position.topic,
-        table.c.partition == position.partition,
-        table.c.offset == position.offset,
-        table.c.status == schema.DEAD_LETTER_PARKED,
-    )
-    return transaction.connection.execute(query.limit(1)).first() is not None
 
 
 def _at(envelope: Envelope[Any]) -> Position:

@@ -14,14 +14,14 @@ sorted JSON list and back at their boundary.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from eventplatform.events.history import corrected_history as corrected_history
 from eventplatform.events.history import replacement_content as replacement_content
 from eventplatform.events.history import replacement_event as replacement_event
 from eventplatform.events.model import Envelope, Event, Position
-from eventplatform.projections.merge import Ranked, SetAdd
+from eventplatform.projections.merge import Fold, Max, Min, Ranked, SetAdd
 from eventplatform.projections.model import (
     CONTRIBUTIONS_COLUMN,
     RANK_SUFFIX,
@@ -126,3 +126,102 @@ def fold(projection: Projection, envelopes: Iterable[Envelope[Any]]) -> dict[str
         assert envelope.position is not None, "a folded event needs its log position"
         apply(tables, projection.contributions(envelope, projection.rank(envelope.position)))
     return tables
+
+
+class NotAmendableError(Exception):
+    """A row cannot be amended from its stored state: recompute it from its events."""
+
+
+StoredForm = Callable[[Any], Any]
+"""A value as its column gives it back (``UNKNOWN`` if the store cannot say exactly)."""
+UNKNOWN: Any = object()
+
+
+def amend(
+    state: dict[str, Any] | None,
+    removed: Sequence[Contribution],
+    added: Sequence[Contribution],
+    stored_forms: Mapping[str, StoredForm],
+) -> dict[str, Any] | None:
+    """A row state after one event's contributions to it changed from ``removed`` to
+    ``added``, worked out from the state alone; raises :class:`NotAmendableError` where that
+    cannot be done and the row must be recomputed from its events. ``None`` means the
+    row is gone.
+
+    The state is a stored row (``None``: there is none), and is not modified. It
+    can be amended where what was removed is known not to have decided a column:
+
+    * invertible merges (sums, counts, ``Only``) take the negation;
+    * ``Latest`` and ``First`` keep the rank of the value they hold: a removed
+      contribution of another rank did not decide it. If it did, the event's new
+      contribution at the same rank decides it again, if it gives the column;
+    * ``Min`` and ``Max`` hold a value of one contribution: one whose value, as the
+      column stores it (``stored_forms``), differs from the held one did not decide
+      it. Ties, and values whose stored form is not known exactly, are recomputed;
+    * ``SetAdd`` cannot tell whether another contribution gave the same value, and a
+      ``Fold`` depends on order: removing from them, or adding to a fold, is
+      recomputed.
+
+    A row left with no contribution is gone whatever its columns held, and one that
+    gets contributions after that holds only theirs.
+    """
+    if state is not None:
+        state = dict(state)
+    elif removed:
+        raise NotAmendableError("the row is not stored")
+    doubt = ""
+    vacant: set[str] = set()
+    for contribution in removed:
+        assert state is not None
+        merges = contribution.plan.merges
+        for name, value in contribution.values.items():
+            merge = merges[name]
+            if merge.invertible:
+                state[name] = merge.combine(state[name], merge.negate(value))
+            elif isinstance(merge, Ranked):
+                if state[name + RANK_SUFFIX] == contribution.rank:
+                    vacant.add(name)
+            elif isinstance(merge, Min | Max):
+                if value is not None and not _decided_elsewhere(
+                    value, state[name], stored_forms.get(name)
+                ):
+                    doubt = f"{name}: the removed value may be the one held"
+            elif not (isinstance(merge, SetAdd) and not value):
+                doubt = f"{name}: {merge.name} cannot take a contribution back"
+        state[CONTRIBUTIONS_COLUMN] -= 1
+    if state is not None and state[CONTRIBUTIONS_COLUMN] <= 0:
+        state, doubt, vacant = None, "", set()  # nothing is left of what was held
+    fresh = state is None
+    for contribution in added:
+        plan = contribution.plan
+        if state is None:
+            state = empty_state(plan, contribution.key)
+        for name, value in contribution.values.items():
+            merge = plan.merges[name]
+            if isinstance(merge, Ranked):
+                rank_column = name + RANK_SUFFIX
+                if name in vacant:
+                    if state[rank_column] == contribution.rank:
+                        vacant.discard(name)
+                        state[name] = value
+                elif merge.wins(state[rank_column], contribution.rank):
+                    state[name] = value
+                    state[rank_column] = contribution.rank
+            elif isinstance(merge, Fold) and not fresh:
+                doubt = f"{name}: a fold takes contributions in log order"
+            else:
+                state[name] = merge.combine(state[name], value)
+        state[CONTRIBUTIONS_COLUMN] += 1
+    if vacant:
+        doubt = f"{sorted(vacant)}: the value held was removed"
+    if doubt:
+        raise NotAmendableError(doubt)
+    return state
+
+
+def _decided_elsewhere(value: Any, held: Any, stored_form: StoredForm | None) -> bool:
+    """Whether a removed ``Min``/``Max`` value certainly is not the one ``held``."""
+    if stored_form is None or held is None:
+        return False
+    stored = stored_form(value)
+    return stored is not UNKNOWN and stored != held

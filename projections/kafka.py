@@ -18,6 +18,8 @@ from eventplatform.projections.errors import ProjectionError
 
 READ_TIMEOUT_S = 30.0
 SCAN_GAP_RECORDS = 500
+SCAN_MESSAGES_MAX = 1000
+"""Messages one call hands over while scanning."""
 # A point read must not sit out a long-poll fetch for data that is already there.
 READER_FETCH_WAIT_MS = 10
 POLL_S = 0.2
@@ -136,20 +138,18 @@ class KafkaEventReader:
                 raise LogReadError(
                     f"{topic}/{partition}: timed out reading offset {pending[index]}"
                 )
-            message = self._consumer.poll(POLL_S)
-            if message is None:
-                continue
-            if message.error() is not None:
-                raise LogReadError(f"{topic}/{partition}: {message.error()}")
-            offset = message.offset()
-            value = message.value()
-            if offset is None or value is None:
-                continue
-            while index < len(pending) and pending[index] < offset:
-                index += 1  # compacted away or a control record: nothing to read
-            if index < len(pending) and pending[index] == offset:
-                found[Position(topic, partition, offset)] = value
-                index += 1
-            if index < len(pending) and pending[index] - offset > SCAN_GAP_RECORDS:
-                return index
+            for message in self._consumer.consume(SCAN_MESSAGES_MAX, POLL_S):
+                if message.error() is not None:
+                    raise LogReadError(f"{topic}/{partition}: {message.error()}")
+                offset = message.offset()
+                value = message.value()
+                if offset is None or value is None:
+                    continue
+                while index < len(pending) and pending[index] < offset:
+                    index += 1  # compacted away or a control record: nothing to read
+                if index < len(pending) and pending[index] == offset:
+                    found[Position(topic, partition, offset)] = value
+                    index += 1
+                if index == len(pending) or pending[index] - offset > SCAN_GAP_RECORDS:
+                    return index
         return index

@@ -33,7 +33,7 @@ from eventplatform.projections.batch import (
     plan_batch,
     young_collections_rare,
 )
-from eventplatform.projections.corrections import apply_correction
+from eventplatform.projections.corrections import apply_corrections
 from eventplatform.projections.errors import (
     CheckpointConflictError,
     HandlerError,
@@ -43,7 +43,7 @@ from eventplatform.projections.fold import link_problem
 from eventplatform.projections.kafka import KafkaEventReader
 from eventplatform.projections.premerge import BatchDelta
 from eventplatform.projections.registry import register_projection, set_status
-from eventplatform.projections.store import ProjectionStore, StoreTransaction
+from eventplatform.projections.store import ProjectionStore, RecentValues, StoreTransaction
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +88,8 @@ class ProjectionRunner:
         self._idle_since = time.monotonic()
         self._on_assign = on_assign
         self._on_commit = on_commit
-        self._reader = KafkaEventReader(bootstrap)
+        self._log_reader = KafkaEventReader(bootstrap)
+        self._reader = RecentValues(self._log_reader)
         self._consumer = confluent_kafka.Consumer(
             {
                 "bootstrap.servers": bootstrap,
@@ -140,7 +141,7 @@ class ProjectionRunner:
         try:
             self._consumer.close()
         finally:
-            self._reader.close()
+            self._log_reader.close()
 
     def _poll(self) -> list[Record]:
         messages = self._consumer.consume(self.batch_size, self.poll_timeout_s)
@@ -155,6 +156,7 @@ class ProjectionRunner:
             position = Position(message.topic(), message.partition(), message.offset())  # type: ignore[arg-type]
             # A consumer's header values are bytes (or None): no conversion needed.
             records.append(Record(position, message.value(), message.headers()))  # type: ignore[arg-type]
+        self._reader.remember((record.position, record.value) for record in records)
         return records
 
     def _assigned(self, consumer: Any, partitions: list[Any]) -> None:
@@ -172,6 +174,7 @@ class ProjectionRunner:
             self._on_assign([(p.topic, p.partition) for p in partitions])
 
     def _revoked(self, consumer: Any, partitions: list[Any]) -> None:
+        self._reader.forget()
         for partition in partitions:
             self.expected.pop((partition.topic, partition.partition), None)
         consumer.unassign()
@@ -234,27 +237,48 @@ class ProjectionRunner:
         ]
         if targets:  # one pass over the log for every correction's original
             transaction.prefetch(targets)
+        run: list[Step] = []
         for step in steps:
+            if isinstance(step, Step) and step.kind == "correct":
+                run.append(step)
+                continue
+            self._correct(transaction, run)
+            run = []
             if isinstance(step, BatchDelta):
                 transaction.apply_delta(step)
-            elif step.kind == "correct":
-                self._correct(transaction, step)
             else:
                 self._park(transaction, step)
+        self._correct(transaction, run)
 
-    def _correct(self, transaction: StoreTransaction, step: Step) -> None:
-        assert step.envelope is not None
+    def _correct(self, transaction: StoreTransaction, run: list[Step]) -> None:
+        """Apply a run of corrections together; park (or stop at) the poison ones.
+
+        Should the writes meet a handler error (a handler that is not pure), the
+        run is undone and its corrections applied one at a time instead, so the
+        error is the correction's that met it."""
+        if not run:
+            return
+        stop = self.projection.on_error == "stop"
         savepoint = transaction.connection.begin_nested()
         try:
-            apply_correction(transaction, step.envelope)
+            failed = apply_corrections(
+                transaction, [_envelope(step) for step in run], stop_at_poison=stop
+            )
         except (HandlerError, EventError) as exc:
             savepoint.rollback()
-            step.kind, step.error = "poison", exc
-            if self.projection.on_error == "stop":
-                raise _PoisonStopError(step) from exc
-            self._park(transaction, step)
+            if len(run) > 1:
+                for step in run:
+                    self._correct(transaction, [step])
+                return
+            failed = {0: exc}
         else:
             savepoint.commit()
+        for index, error in sorted(failed.items()):
+            step = run[index]
+            step.kind, step.error = "poison", error
+            if stop:
+                raise _PoisonStopError(step) from error
+            self._park(transaction, step)
 
     def _park(self, transaction: StoreTransaction, step: Step) -> None:
         assert step.error is not None
@@ -277,6 +301,11 @@ class ProjectionRunner:
             self.expected[partition] = checkpoint
             offset = confluent_kafka.OFFSET_BEGINNING if checkpoint is None else checkpoint
             self._consumer.seek(confluent_kafka.TopicPartition(*partition, offset))
+
+
+def _envelope(step: Step) -> Any:
+    assert step.envelope is not None
+    return step.envelope
 
 
 class _PoisonStopError(Exception):

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import functools
 import traceback
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
@@ -45,6 +46,7 @@ from sqlalchemy import (
     select,
     update,
 )
+from sqlalchemy import types as sqltypes
 
 from eventplatform.events import Correction, Envelope, Event, Position
 from eventplatform.events.codec import envelope_of, parse
@@ -53,13 +55,17 @@ from eventplatform.projections import schema
 from eventplatform.projections.database import reading
 from eventplatform.projections.errors import CheckpointConflictError
 from eventplatform.projections.fold import (
+    UNKNOWN,
+    NotAmendableError,
     OpaqueEvent,
+    StoredForm,
+    amend,
     apply,
     empty_state,
     merge_into,
     replacement_content,
 )
-from eventplatform.projections.merge import SetAdd
+from eventplatform.projections.merge import Max, Min, SetAdd
 from eventplatform.projections.model import (
     CONTRIBUTIONS_COLUMN,
     Contribution,
@@ -83,6 +89,8 @@ from eventplatform.projections.statements import (
 )
 
 TopicPartition = tuple[str, int]
+RowRef = tuple[str, tuple[Any, ...]]
+"""A row of a projection table: the table's name and the row's key."""
 EventReader = Callable[[Sequence[Position]], dict[Position, bytes]]
 """Reads the record values at some log positions (a correction's history)."""
 
@@ -130,6 +138,9 @@ class ProjectionStore:
             schema.event_index, index_append_statement, engine.dialect, bind_processors=False
         )
         self.scopes = {name: scope_of(projection.name, name) for name in projection.plans}
+        self.stored_forms = {
+            name: stored_forms(plan, self.postgresql) for name, plan in projection.plans.items()
+        }
         self.row_hashes = RowHashes()
         scopes = ", ".join(str(self.scopes[n]) for n, p in projection.plans.items() if p.indexed)
         # SQLite's planner would scan the scope's entries by primary key: name the index.
@@ -165,6 +176,61 @@ class ProjectionStore:
 
     def upsert(self, plan: TablePlan) -> Upsert:
         return self._upserts[plan.name]
+
+
+RECENT_VALUES_BYTES_DEFAULT = 64 * 1024 * 1024
+RECENT_VALUE_OVERHEAD_BYTES = 200
+"""What a remembered value costs beyond its own bytes: its position and the entries."""
+
+
+class RecentValues:
+    """The values of records a runner applied lately, by position, up to ``bytes_max``
+    (oldest forgotten first), in front of a reader of the log.
+
+    Corrections mostly amend recent events: their originals, and the other events of
+    rows they make recompute, are then found here instead of read back from the log.
+    A record's value at a position never changes while its topic lives; a runner
+    forgets them all when partitions are taken from it.
+    """
+
+    def __init__(self, reader: EventReader, bytes_max: int = RECENT_VALUES_BYTES_DEFAULT):
+        self._reader = reader
+        self.bytes_max = bytes_max
+        self._values: dict[Position, bytes] = {}
+        self._order: deque[Position] = deque()
+        self._bytes = 0
+
+    def remember(self, records: Iterable[tuple[Position, bytes | None]]) -> None:
+        values, order = self._values, self._order
+        added = 0
+        for position, value in records:
+            if value is not None and position not in values:
+                values[position] = value
+                order.append(position)
+                added += len(value) + RECENT_VALUE_OVERHEAD_BYTES
+        self._bytes += added
+        while self._bytes > self.bytes_max and order:
+            forgotten = values.pop(order.popleft())
+            self._bytes -= len(forgotten) + RECENT_VALUE_OVERHEAD_BYTES
+
+    def forget(self) -> None:
+        self._values.clear()
+        self._order.clear()
+        self._bytes = 0
+
+    def __call__(self, positions: Sequence[Position]) -> dict[Position, bytes]:
+        values = self._values
+        found: dict[Position, bytes] = {}
+        missing = []
+        for position in positions:
+            value = values.get(position)
+            if value is None:
+                missing.append(position)
+            else:
+                found[position] = value
+        if missing:
+            found.update(self._reader(missing))
+        return found
 
 
 class CachedReader:
@@ -264,20 +330,21 @@ class StoreTransaction:
         if entries:
             self._append_index(entries)
 
-    def _merge(self, plan: TablePlan, contributions: list[Contribution], sign: int) -> None:
-        if plan.merged_in_python:
-            self._merge_in_python(plan, contributions, sign)
-            return
+    def merge_signed(self, plan: TablePlan, signed: Sequence[tuple[Contribution, int]]) -> None:
+        """Merge contributions into an invertible table, each negated (-1) or not (1),
+        pre-merged into one upsert; rows left with no contribution go."""
         deltas: dict[tuple[Any, ...], dict[str, Any]] = {}
-        for contribution in contributions:
+        for contribution, sign in signed:
             state = deltas.get(contribution.key)
             if state is None:
                 state = deltas[contribution.key] = empty_state(plan, contribution.key)
             merge_into(state, contribution, sign)
+        if not deltas:
+            return
         compiled = self.store.premerger.compiled[plan.name]
         rows = [compiled.state_row(state) for state in deltas.values()]
         self.store.upsert(plan).execute(self, rows)
-        if sign < 0:
+        if any(sign < 0 for _, sign in signed):
             self._delete_empty(plan, deltas)
 
     def _merge_in_python(
@@ -484,16 +551,32 @@ class StoreTransaction:
                 result[root.position] = replacement_content(replacement, self.store.catalog)
         return result
 
-    def is_corrected(self, root: Envelope[Any]) -> bool:
-        assert root.position is not None
-        return bool(self._corrected_rows([root.position]))
+    def corrected_positions(self, positions: Sequence[Position]) -> set[Position]:
+        """Those of ``positions`` whose events have a correction recorded."""
+        return set(self._corrected_rows(positions))
+
+    def parked_positions(self, positions: Sequence[Position]) -> set[Position]:
+        """Those of ``positions`` whose events are parked as poison."""
+        table = schema.dead_letters
+        found: set[Position] = set()
+        for (topic, partition), offsets in _by_partition(positions).items():
+            for start in range(0, len(offsets), KEYS_PER_STATEMENT):
+                query = select(table.c.offset).where(
+                    table.c.projection == self.projection.name,
+                    table.c.topic == topic,
+                    table.c.partition == partition,
+                    table.c.offset.in_(offsets[start : start + KEYS_PER_STATEMENT]),
+                    table.c.status == schema.DEAD_LETTER_PARKED,
+                )
+                found.update(
+                    Position(topic, partition, offset)
+                    for offset in self.connection.execute(query).scalars()
+                )
+        return found
 
     def _corrected_rows(self, positions: Sequence[Position]) -> dict[Position, Any]:
-        offsets: dict[TopicPartition, list[int]] = {}
-        for position in positions:
-            offsets.setdefault((position.topic, position.partition), []).append(position.offset)
         found: dict[Position, Any] = {}
-        for (topic, partition), wanted in offsets.items():
+        for (topic, partition), wanted in _by_partition(positions).items():
             for start in range(0, len(wanted), KEYS_PER_STATEMENT):
                 parameters = {
                     "projection": self.projection.name,
@@ -544,56 +627,107 @@ class StoreTransaction:
             ranks.update(unpack_ranks(packed))
         return sorted(self.projection.position_of(rank) for rank in ranks)
 
-    def reindex(
-        self,
-        root: Envelope[Any],
-        removed: Sequence[Contribution],
-        added: Sequence[Contribution],
-    ) -> None:
-        """Move a corrected root's index entries from its old rows to its new ones."""
-        assert root.position is not None
-        rank = self.projection.rank(root.position)
+    def move_index(self, moves: Sequence[tuple[int, set[RowRef], set[RowRef]]]) -> None:
+        """Move corrected events' index entries: ``(rank, rows before, rows after)`` each,
+        a row named by table and key."""
+        scopes = self.store.scopes
+        dropped: dict[int, dict[int, set[int]]] = {}
+        kept: list[tuple[int, tuple[Any, ...], int]] = []
+        added: list[tuple[int, tuple[Any, ...], list[int]]] = []
+        for rank, before, after in moves:
+            for name, key in before - after:
+                scope, (row_hash,) = scopes[name], self.store.row_hashes([key])
+                dropped.setdefault(scope, {}).setdefault(row_hash, set()).add(rank)
+            added.extend((scopes[name], key, [rank]) for name, key in after - before)
+            kept.extend((scopes[name], key, rank) for name, key in after & before)
+        # A row that keeps the event but shares a hash with one that lost it loses its
+        # entry with it: it gets the entry again.
+        for scope, key, rank in kept:
+            (row_hash,) = self.store.row_hashes([key])
+            if rank in dropped.get(scope, {}).get(row_hash, ()):
+                added.append((scope, key, [rank]))
         table = schema.event_index
-        old: dict[str, set[tuple[Any, ...]]] = {}
-        for contribution in removed:
-            if contribution.plan.indexed:
-                old.setdefault(contribution.plan.name, set()).add(contribution.key)
-        for name, keys in sorted(old.items()):
-            scope = self.store.scopes[name]
-            hashes = sorted(set(self.store.row_hashes(list(keys))))
-            for row_hash, chunk, packed in self._index_rows(scope, hashes):
+        where = and_(
+            table.c.scope == bindparam("s"),
+            table.c.row_hash == bindparam("h"),
+            table.c.chunk == bindparam("c"),
+        )
+        for scope, by_hash in sorted(dropped.items()):
+            updates: list[dict[str, Any]] = []
+            deletes: list[dict[str, Any]] = []
+            for row_hash, chunk, packed in self._index_rows(scope, sorted(by_hash)):
                 ranks = unpack_ranks(packed)
-                if rank not in ranks:
+                gone = by_hash[row_hash]
+                left = [rank for rank in ranks if rank not in gone]
+                if len(left) == len(ranks):
                     continue
-                kept = [r for r in ranks if r != rank]
-                where = and_(
-                    table.c.scope == scope, table.c.row_hash == row_hash, table.c.chunk == chunk
-                )
-                if kept:
-                    self.connection.execute(
-                        update(table).where(where).values(ranks=pack_ranks(kept))
-                    )
+                target = {"s": scope, "h": row_hash, "c": chunk}
+                if left:
+                    updates.append({**target, "r": pack_ranks(left)})
                 else:
-                    self.connection.execute(delete(table).where(where))
-        new = {(self.store.scopes[c.plan.name], c.key): None for c in added if c.plan.indexed}
-        if new:
-            self._append_index([(scope, key, [rank]) for scope, key in new], batch=False)
+                    deletes.append(target)
+            if updates:
+                statement = update(table).where(where).values(ranks=bindparam("r"))
+                self.connection.execute(statement, updates)
+            if deletes:
+                self.connection.execute(delete(table).where(where), deletes)
+        if added:
+            self._append_index(added, batch=False)
+
+    def amend_rows(
+        self,
+        plan: TablePlan,
+        rows: dict[tuple[Any, ...], list[tuple[list[Contribution], list[Contribution]]]],
+    ) -> set[tuple[Any, ...]]:
+        """Amend rows of a non-invertible table for events whose contributions changed:
+        per row key, each event's ``(removed, added)`` contributions in log order. Returns
+        the keys that cannot be amended exactly (see :func:`~.fold.amend`): recompute them.
+        """
+        self._lock(plan)
+        keys = list(rows)
+        stored = self._read_rows(plan, keys)
+        forms = self.store.stored_forms[plan.name]
+        states: dict[tuple[Any, ...], dict[str, Any] | None] = {}
+        stale: set[tuple[Any, ...]] = set()
+        for key in keys:
+            state = stored.get(key)
+            try:
+                for removed, added in rows[key]:
+                    state = amend(state, removed, added, forms)
+            except (NotAmendableError, TypeError, ValueError, ArithmeticError):
+                stale.add(key)  # or values the merge cannot compare: the events decide
+            else:
+                states[key] = state
+        self._write_rows(plan, {k: v for k, v in stored.items() if k in states}, states)
+        return stale
 
     def record_correction(self, root: Envelope[Any], correction: Envelope[Correction]) -> None:
         """Remember the root's new effective content (upsert by root position)."""
-        assert root.position is not None and correction.position is not None
-        payload = correction.event.replacement
-        values = {
-            "projection": self.projection.name,
-            "topic": root.position.topic,
-            "partition": root.position.partition,
-            "offset": root.position.offset,
-            "event_id": str(root.event_id),
-            "correction_offset": correction.position.offset,
-            "replacement": None if payload is None else payload.model_dump(mode="json"),
-            "retracted": payload is None,
-        }
-        statement = upsert_insert(schema.corrected_events, self.store.postgresql).values(values)
+        self.record_corrections([(root, correction)])
+
+    def record_corrections(
+        self, corrected: Sequence[tuple[Envelope[Any], Envelope[Correction]]]
+    ) -> None:
+        """Remember each root's new effective content: its latest correction's outcome."""
+        if not corrected:
+            return
+        rows = []
+        for root, correction in corrected:
+            assert root.position is not None and correction.position is not None
+            payload = correction.event.replacement
+            rows.append(
+                {
+                    "projection": self.projection.name,
+                    "topic": root.position.topic,
+                    "partition": root.position.partition,
+                    "offset": root.position.offset,
+                    "event_id": str(root.event_id),
+                    "correction_offset": correction.position.offset,
+                    "replacement": None if payload is None else payload.model_dump(mode="json"),
+                    "retracted": payload is None,
+                }
+            )
+        statement = upsert_insert(schema.corrected_events, self.store.postgresql)
         statement = statement.on_conflict_do_update(
             index_elements=["projection", "topic", "partition", "offset"],
             set_={
@@ -601,22 +735,14 @@ class StoreTransaction:
                 for name in ("correction_offset", "replacement", "retracted")
             },
         )
-        self.connection.execute(statement)
+        self.connection.execute(statement, rows)
 
-    def retract_and_apply(
-        self, removed: Sequence[Contribution], added: Sequence[Contribution]
-    ) -> set[tuple[str, tuple[Any, ...]]]:
-        """Negate and re-apply invertible contributions; return the other affected rows."""
-        for plan in self.projection.plans.values():
-            if not plan.invertible:
-                continue
-            old = [c for c in removed if c.plan is plan]
-            new = [c for c in added if c.plan is plan]
-            if old:
-                self._merge(plan, old, sign=-1)
-            if new:
-                self._merge(plan, new, sign=1)
-        return {(c.plan.name, c.key) for c in (*removed, *added) if not c.plan.invertible}
+
+def _by_partition(positions: Iterable[Position]) -> dict[TopicPartition, list[int]]:
+    offsets: dict[TopicPartition, list[int]] = {}
+    for position in positions:
+        offsets.setdefault((position.topic, position.partition), []).append(position.offset)
+    return offsets
 
 
 def _merge_shared_hashes(
@@ -679,3 +805,37 @@ def _event_id_of(value: bytes | None) -> str | None:
     except Exception:
         return None
     return identifier if isinstance(identifier, str) and len(identifier) <= 36 else None
+
+
+def stored_forms(plan: TablePlan, postgresql: bool) -> dict[str, StoredForm]:
+    """For each ``Min``/``Max`` column whose type the store knows to give back exactly
+    what it was given (integers, strings, times), the value as it reads it back."""
+    forms: dict[str, StoredForm] = {}
+    for name, merge in plan.merges.items():
+        if not isinstance(merge, Min | Max):
+            continue
+        type_ = plan.table.c[name].type
+        if isinstance(type_, sqltypes.Integer):
+            forms[name] = _exactly(int)
+        elif isinstance(type_, sqltypes.String) and not isinstance(type_, sqltypes.Enum):
+            forms[name] = _exactly(str)
+        elif isinstance(type_, sqltypes.DateTime) and not postgresql:
+            forms[name] = _wall_clock  # SQLite keeps a time's wall clock, not its offset
+        elif isinstance(type_, sqltypes.DateTime) and type_.timezone:
+            forms[name] = _instant
+    return forms
+
+
+def _exactly(kind: type) -> StoredForm:
+    def form(value: Any) -> Any:
+        return value if type(value) is kind else UNKNOWN
+
+    return form
+
+
+def _wall_clock(value: Any) -> Any:
+    return value.replace(tzinfo=None) if type(value) is datetime else UNKNOWN
+
+
+def _instant(value: Any) -> Any:
+    return value if type(value) is datetime and value.tzinfo is not None else UNKNOWN

@@ -18,6 +18,7 @@ It has three tables:
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -50,7 +51,7 @@ from eventplatform.testing import BrokerProcess, running_broker
 PARTITIONS = 3
 BROKER_OVERRIDES = [f"num.partitions={PARTITIONS}", "group.initial.rebalance.delay.ms=0"]
 BATCH_SIZES = (1, 1000)
-EXAMPLES_MAX = 25
+EXAMPLES_MAX = int(os.environ.get("CORRECTION_EXAMPLES", "25"))
 
 
 # The stream -------------------------------------------------------------
