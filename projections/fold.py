@@ -158,9 +158,10 @@ def amend(
     * ``Min`` and ``Max`` hold a value of one contribution: one whose value, as the
       column stores it (``stored_forms``), differs from the held one did not decide
       it. Ties, and values whose stored form is not known exactly, are recomputed;
-    * ``SetAdd`` cannot tell whether another contribution gave the same value, and a
-      ``Fold`` depends on order: removing from them, or adding to a fold, is
-      recomputed.
+    * ``SetAdd`` cannot tell whether another contribution gave the same value (or
+      gave the column at all, when it holds the empty set), and a ``Fold`` depends
+      on order: removing from them (but an empty set from values held), or adding
+      to a fold, is recomputed.
 
     A row left with no contribution is gone whatever its columns held, and one that
     gets contributions after that holds only theirs.
@@ -186,7 +187,7 @@ def amend(
                     value, state[name], stored_forms.get(name)
                 ):
                     doubt = f"{name}: the removed value may be the one held"
-            elif not (isinstance(merge, SetAdd) and not value):
+            elif not (isinstance(merge, SetAdd) and not value and state[name]):
                 doubt = f"{name}: {merge.name} cannot take a contribution back"
         state[CONTRIBUTIONS_COLUMN] -= 1
     if state is not None and state[CONTRIBUTIONS_COLUMN] <= 0:

@@ -166,6 +166,8 @@ def test_the_latest_value_replaced_in_place_is_amended() -> None:
         ([contribution(10, last=5), contribution(20, last=7)], 1, []),
         # a set loses a value another event may also have given
         ([contribution(10, tags="x"), contribution(20, tags="x")], 1, []),
+        # an empty set taken from an empty set: did any other event give the column?
+        ([contribution(10, tags=[]), contribution(20, total=1)], 0, []),
     ],
 )
 def test_what_the_row_alone_cannot_tell_is_refused(
