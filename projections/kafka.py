@@ -93,63 +93,91 @@ class KafkaEventReader:
         return stamps
 
     def __call__(self, positions: Sequence[Position]) -> dict[Position, bytes]:
+        """The values at ``positions`` (those the log no longer or never held are left out).
+
+        Every partition is read at once, so their fetches overlap; within one, a gap
+        wider than ``SCAN_GAP_RECORDS`` is crossed with a seek.
+        """
         wanted: dict[tuple[str, int], list[int]] = defaultdict(list)
         for position in positions:
             wanted[(position.topic, position.partition)].append(position.offset)
-        found: dict[Position, bytes] = {}
+        scans: dict[tuple[str, int], _Scan] = {}
         for (topic, partition), offsets in wanted.items():
-            found.update(self._read_partition(topic, partition, sorted(set(offsets))))
+            bounds = self._bounds(topic, partition)
+            if bounds is not None:
+                low, high = bounds
+                pending = [offset for offset in sorted(set(offsets)) if low <= offset < high]
+                if pending:
+                    scans[(topic, partition)] = _Scan(topic, partition, pending)
+        found: dict[Position, bytes] = {}
+        if not scans:
+            return found
+        consumer = self._consumer
+        starts = [scan.start() for scan in scans.values()]
+        consumer.assign(starts)
+        try:
+            unfinished = len(scans)
+            deadline = time.monotonic() + READ_TIMEOUT_S
+            while unfinished:
+                if time.monotonic() > deadline:
+                    late = next(scan for scan in scans.values() if not scan.finished())
+                    raise LogReadError(f"{late.topic}/{late.partition}: timed out reading")
+                for message in consumer.consume(SCAN_MESSAGES_MAX, POLL_S):
+                    if message.error() is not None:
+                        raise LogReadError(f"{message.topic()}: {message.error()}")
+                    scan = scans.get((message.topic(), message.partition()))  # type: ignore[arg-type]
+                    if scan is None or scan.finished():
+                        continue
+                    jump = scan.take(message.offset(), message.value(), found)
+                    if scan.finished():
+                        unfinished -= 1  # (pausing it would slow the next read's fetches)
+                    elif jump:
+                        consumer.seek(scan.start())
+        finally:
+            consumer.unassign()
         return found
 
-    def _read_partition(
-        self, topic: str, partition: int, offsets: list[int]
-    ) -> dict[Position, bytes]:
+    def _bounds(self, topic: str, partition: int) -> tuple[int, int] | None:
+        """The partition's log start and end offsets; None if there is no such partition."""
         try:
             low, high = self._consumer.get_watermark_offsets(
                 confluent_kafka.TopicPartition(topic, partition), timeout=READ_TIMEOUT_S
             )
         except confluent_kafka.KafkaException as exc:
             if exc.args[0].code() in _NO_SUCH_PARTITION:
-                return {}  # a position in a partition the topic lacks holds nothing
+                return None  # a position in a partition the topic lacks holds nothing
             raise LogReadError(f"{topic}/{partition}: {exc.args[0]}") from exc
-        pending = [offset for offset in offsets if low <= offset < high]
-        found: dict[Position, bytes] = {}
-        deadline = time.monotonic() + READ_TIMEOUT_S
-        next_index = 0
-        while next_index < len(pending):
-            start = pending[next_index]
-            self._consumer.assign([confluent_kafka.TopicPartition(topic, partition, start)])
-            next_index = self._scan(topic, partition, pending, next_index, found, deadline)
-        self._consumer.unassign()
-        return found
+        return low, high
 
-    def _scan(
-        self,
-        topic: str,
-        partition: int,
-        pending: list[int],
-        index: int,
-        found: dict[Position, bytes],
-        deadline: float,
-    ) -> int:
-        """Consume from ``pending[index]`` until a wide gap or the end; the next index."""
-        while index < len(pending):
-            if time.monotonic() > deadline:
-                raise LogReadError(
-                    f"{topic}/{partition}: timed out reading offset {pending[index]}"
-                )
-            for message in self._consumer.consume(SCAN_MESSAGES_MAX, POLL_S):
-                if message.error() is not None:
-                    raise LogReadError(f"{topic}/{partition}: {message.error()}")
-                offset = message.offset()
-                value = message.value()
-                if offset is None or value is None:
-                    continue
-                while index < len(pending) and pending[index] < offset:
-                    index += 1  # compacted away or a control record: nothing to read
-                if index < len(pending) and pending[index] == offset:
-                    found[Position(topic, partition, offset)] = value
-                    index += 1
-                if index == len(pending) or pending[index] - offset > SCAN_GAP_RECORDS:
-                    return index
-        return index
+
+class _Scan:
+    """One partition's read: the offsets still wanted, in order."""
+
+    __slots__ = ("index", "partition", "pending", "topic")
+
+    def __init__(self, topic: str, partition: int, pending: list[int]) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.pending = pending
+        self.index = 0
+
+    def finished(self) -> bool:
+        return self.index == len(self.pending)
+
+    def start(self) -> confluent_kafka.TopicPartition:
+        """Where reading goes on: the next offset wanted."""
+        return confluent_kafka.TopicPartition(self.topic, self.partition, self.pending[self.index])
+
+    def take(self, offset: int | None, value: bytes | None, found: dict[Position, bytes]) -> bool:
+        """Note a consumed record; whether the next wanted offset is worth a seek."""
+        if offset is None or value is None:
+            return False
+        pending = self.pending
+        index = self.index
+        while index < len(pending) and pending[index] < offset:
+            index += 1  # compacted away or a control record: nothing to read
+        if index < len(pending) and pending[index] == offset:
+            found[Position(self.topic, self.partition, offset)] = value
+            index += 1
+        self.index = index
+        return index < len(pending) and pending[index] - offset > SCAN_GAP_RECORDS

@@ -35,8 +35,12 @@ from eventplatform.projections.registry import (
 from eventplatform.projections.runner import ProjectionRunner
 from eventplatform.projections.store import ProjectionStore, StoreTransaction
 
-WAIT_POLL_S_MIN = 0.005
-WAIT_POLL_S_MAX = 0.2
+WAIT_POLL_S_MIN = 0.001
+WAIT_POLL_S_MAX = 0.01
+WAIT_ENGINES_MAX = 8
+"""Engines ``wait_until_applied`` keeps for the database URLs it was given."""
+_wait_engines: dict[str, Engine] = {}
+_wait_engines_lock = threading.Lock()
 
 
 def run_projection(
@@ -173,25 +177,34 @@ def wait_until_applied(
         position = ref.position if isinstance(ref, EventRef) else ref
         key = (position.topic, position.partition)
         wanted[key] = max(wanted.get(key, -1), position.offset)
-    engine = create_store_engine(target) if isinstance(target, str) else target
+    engine = _wait_engine(target) if isinstance(target, str) else target
     deadline = time.monotonic() + timeout_s
     pause = WAIT_POLL_S_MIN
-    try:
-        while True:
-            with reading(engine) as connection:
-                checkpoints = checkpoints_of(connection, projection)
-            if all(checkpoints.get(key, 0) > offset for key, offset in wanted.items()):
-                return
-            if time.monotonic() >= deadline:
-                raise ApplyTimeoutError(
-                    f"{projection} did not apply {len(wanted)} partition position(s) "
-                    f"within {timeout_s}s"
-                )
-            time.sleep(pause)
-            pause = min(pause * 2, WAIT_POLL_S_MAX)
-    finally:
-        if isinstance(target, str):
-            engine.dispose()
+    while True:
+        with reading(engine) as connection:
+            checkpoints = checkpoints_of(connection, projection)
+        if all(checkpoints.get(key, 0) > offset for key, offset in wanted.items()):
+            return
+        if time.monotonic() >= deadline:
+            raise ApplyTimeoutError(
+                f"{projection} did not apply {len(wanted)} partition position(s) "
+                f"within {timeout_s}s"
+            )
+        time.sleep(pause)
+        pause = min(pause * 2, WAIT_POLL_S_MAX)
+
+
+def _wait_engine(url: str) -> Engine:
+    """The engine kept for ``url`` (a wait should not open a connection pool each time);
+    past WAIT_ENGINES_MAX URLs the oldest is disposed of."""
+    with _wait_engines_lock:
+        engine = _wait_engines.pop(url, None)
+        if engine is None:
+            engine = create_store_engine(url)
+        _wait_engines[url] = engine
+        while len(_wait_engines) > WAIT_ENGINES_MAX:
+            _wait_engines.pop(next(iter(_wait_engines))).dispose()
+        return engine
 
 
 @dataclass(frozen=True)

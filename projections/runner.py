@@ -49,6 +49,12 @@ log = logging.getLogger(__name__)
 
 BATCH_SIZE_DEFAULT = 1000
 POLL_TIMEOUT_S_DEFAULT = 0.5
+"""How long a poll waits for the first record when none is there."""
+BATCH_LINGER_S_DEFAULT = 0.005
+"""How long a batch waits for more records once the first has come."""
+GROUP_COMMIT_INTERVAL_S = 1.0
+"""How often applied offsets are committed to the group (the store's checkpoints, not
+these, say where a runner resumes; the group's show lag)."""
 RETRY_BACKOFF_S = 0.5
 RETRY_BACKOFF_S_MAX = 10.0
 TopicPartition = tuple[str, int]
@@ -73,6 +79,7 @@ class ProjectionRunner:
         *,
         batch_size: int = BATCH_SIZE_DEFAULT,
         poll_timeout_s: float = POLL_TIMEOUT_S_DEFAULT,
+        batch_linger_s: float = BATCH_LINGER_S_DEFAULT,
         consumer_config: Mapping[str, Any] | None = None,
         on_assign: Callable[[list[TopicPartition]], None] | None = None,
         on_commit: Callable[[RunnerStats], None] | None = None,
@@ -83,11 +90,14 @@ class ProjectionRunner:
         self.projection = store.projection
         self.batch_size = batch_size
         self.poll_timeout_s = poll_timeout_s
+        self.batch_linger_s = batch_linger_s
         self.stats = RunnerStats()
         self.expected: dict[TopicPartition, int | None] = {}
         self._idle_since = time.monotonic()
         self._on_assign = on_assign
         self._on_commit = on_commit
+        self._uncommitted: dict[TopicPartition, int] = {}
+        self._group_committed_at = 0.0
         self._log_reader = KafkaEventReader(bootstrap)
         self._reader = RecentValues(self._log_reader)
         self._consumer = confluent_kafka.Consumer(
@@ -139,12 +149,20 @@ class ProjectionRunner:
 
     def close(self) -> None:
         try:
+            self._commit_to_group(force=True)
             self._consumer.close()
         finally:
             self._log_reader.close()
 
     def _poll(self) -> list[Record]:
-        messages = self._consumer.consume(self.batch_size, self.poll_timeout_s)
+        # What is fetched already makes a batch at once: a large one when the runner is
+        # behind, a small one when it keeps up. With nothing there, wait for a record
+        # and take what follows it within the linger.
+        messages = self._consumer.consume(self.batch_size, 0)
+        if not messages:
+            messages = self._consumer.consume(1, self.poll_timeout_s)
+            if messages and self.batch_size > 1 and self.batch_linger_s > 0:
+                messages += self._consumer.consume(self.batch_size - 1, self.batch_linger_s)
         records = []
         for message in messages:
             error = message.error()
@@ -174,6 +192,7 @@ class ProjectionRunner:
             self._on_assign([(p.topic, p.partition) for p in partitions])
 
     def _revoked(self, consumer: Any, partitions: list[Any]) -> None:
+        self._commit_to_group(force=True)
         self._reader.forget()
         for partition in partitions:
             self.expected.pop((partition.topic, partition.partition), None)
@@ -222,11 +241,26 @@ class ProjectionRunner:
             self.expected[partition] = next_offset
         self.stats.batches += 1
         self.stats.events += plan.events
-        offsets = [confluent_kafka.TopicPartition(t, p, o) for (t, p), (_, o) in plan.moves.items()]
-        if offsets:
-            self._consumer.commit(offsets=offsets, asynchronous=True)
+        for partition, (_, next_offset) in plan.moves.items():
+            self._uncommitted[partition] = next_offset
+        self._commit_to_group()
         if self._on_commit is not None:
             self._on_commit(self.stats)
+
+    def _commit_to_group(self, *, force: bool = False) -> None:
+        """Commit the applied offsets to the group, at most every GROUP_COMMIT_INTERVAL_S."""
+        now = time.monotonic()
+        if not self._uncommitted or (
+            not force and now - self._group_committed_at < GROUP_COMMIT_INTERVAL_S
+        ):
+            return
+        offsets = [confluent_kafka.TopicPartition(*tp, o) for tp, o in self._uncommitted.items()]
+        self._uncommitted = {}
+        self._group_committed_at = now
+        try:
+            self._consumer.commit(offsets=offsets, asynchronous=True)
+        except confluent_kafka.KafkaException as exc:  # lag shows later; the store is whole
+            log.info("%s: committing offsets to the group: %s", self.projection.name, exc)
 
     def _run_steps(self, transaction: StoreTransaction, steps: list[Step | BatchDelta]) -> None:
         targets = [

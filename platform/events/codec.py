@@ -16,11 +16,11 @@ to the latest version of their class before validating them.
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, NotRequired
+from typing import Any, NamedTuple, NotRequired
 
 import orjson
 from pydantic import StrictInt, StrictStr, TypeAdapter, ValidationError
@@ -38,14 +38,15 @@ from eventplatform.events.wire import TYPE_HEADER as TYPE_HEADER
 from eventplatform.events.wire import UUID_TEXT_LENGTH as UUID_TEXT_LENGTH
 from eventplatform.events.wire import VERSION_HEADER as VERSION_HEADER
 
+EVENT_CLASSES_CACHED = 256
+"""Event classes whose encoding parts are kept."""
 ENVELOPE_FIELDS = ("id", "type", "version", "occurred_at", "key", "data")
 _SAFE_UNKNOWN = uuid.SafeUUID.unknown  # an enum member lookup costs a descriptor call
 
 Headers = Sequence[tuple[str, bytes | None]]
 
 
-@dataclass(frozen=True, slots=True)
-class EncodedEvent:
+class EncodedEvent(NamedTuple):
     """One event ready for a producer: where it goes and its bytes."""
 
     topic: str
@@ -63,9 +64,13 @@ def encode(envelope: Envelope[Event]) -> EncodedEvent:
     validation (``model_construct``) and would not decode is refused here,
     before it reaches any producer.
     """
-    event = envelope.event
+    return encode_all([envelope])[0]
+
+
+def _validated_payload(event: Event) -> bytes:
+    """``event``'s JSON, validated again; raises EventValidationError saying what is wrong."""
     try:
-        data = event.__pydantic_serializer__.to_json(event, warnings="error")
+        data: bytes = event.__pydantic_serializer__.to_json(event, warnings="error")
         type(event).model_validate_json(data)
     except ValidationError as exc:
         raise EventValidationError(
@@ -73,33 +78,88 @@ def encode(envelope: Envelope[Event]) -> EncodedEvent:
         ) from exc
     except Exception as exc:
         raise EventValidationError(f"{event.event_type}: cannot serialize: {exc}") from exc
-    head = orjson.dumps(
-        {
-            "id": str(envelope.event_id),
-            "type": event.event_type,
-            "version": event.event_version,
-            "occurred_at": envelope.occurred_at.isoformat(),
-            "key": envelope.key,
-            "correlation_id": _optional_str(envelope.correlation_id),
-            "causation_id": _optional_str(envelope.causation_id),
-        }
+    return data
+
+
+def encode_all(envelopes: Sequence[Envelope[Event]]) -> list[EncodedEvent]:
+    """The records for ``envelopes`` (see :func:`encode`). The payloads of each event
+    class are checked together: serialized and validated again as one list."""
+    datas = []
+    by_class: dict[type[Event], list[int]] = {}
+    for index, envelope in enumerate(envelopes):
+        event = envelope.event
+        event_class = type(event)
+        by_class.setdefault(event_class, []).append(index)
+        try:
+            datas.append(event_class.__pydantic_serializer__.to_json(event, warnings=False))
+        except Exception:
+            _validated_payload(event)  # raises, saying what is wrong
+            raise
+    for event_class, indexes in by_class.items():
+        try:
+            payloads = b",".join([datas[index] for index in indexes])
+            _payloads_adapter(event_class).validate_json(b"[" + payloads + b"]")
+        except Exception as exc:
+            for index in indexes:
+                _validated_payload(envelopes[index].event)  # raises for the one at fault
+            raise EventValidationError(f"{event_class.event_type}: {exc}") from exc
+    records = []
+    dumps = orjson.dumps
+    times: dict[datetime, tuple[bytes, int]] = {}
+    causes: dict[tuple[uuid.UUID | None, uuid.UUID | None], bytes] = {}
+    for envelope, data in zip(envelopes, datas, strict=True):
+        event = envelope.event
+        occurred_at = envelope.occurred_at
+        stamp = times.get(occurred_at)
+        if stamp is None:
+            iso = occurred_at.isoformat().encode()
+            stamp = times[occurred_at] = (iso, int(occurred_at.timestamp() * 1000))
+        ids = (envelope.correlation_id, envelope.causation_id)
+        cause = causes.get(ids)
+        if cause is None:
+            cause = causes[ids] = b',"correlation_id":%b,"causation_id":%b' % (
+                dumps(_optional_str(ids[0])),
+                dumps(_optional_str(ids[1])),
+            )
+        head, headers = _class_parts(type(event))
+        key = envelope.key
+        value = b'{"id":%b%b%b","key":%b%b,"data":%b}' % (
+            dumps(envelope.event_id),
+            head,
+            stamp[0],
+            dumps(key),
+            cause,
+            data,
+        )
+        if isinstance(event, Correction):
+            topic, partition = event.of.topic, event.of.partition
+        else:
+            topic, partition = event.event_topic, None
+        records.append(EncodedEvent(topic, partition, key.encode(), value, headers, stamp[1]))
+    return records
+
+
+@functools.lru_cache(maxsize=EVENT_CLASSES_CACHED)
+def _payloads_adapter(event_class: type[Event]) -> TypeAdapter[Any]:
+    return TypeAdapter(list[event_class])  # type: ignore[valid-type]
+
+
+@functools.lru_cache(maxsize=EVENT_CLASSES_CACHED)
+def _class_parts(event_class: type[Event]) -> tuple[bytes, list[tuple[str, bytes]]]:
+    """What every record of a class shares: the value's type and version, and the
+    headers (one list, read by the producer, never changed)."""
+    head = (
+        b',"type":'
+        + orjson.dumps(event_class.event_type)
+        + b',"version":'
+        + str(event_class.event_version).encode()
+        + b',"occurred_at":"'
     )
-    value = head[:-1] + b',"data":' + data + b"}"
-    if isinstance(event, Correction):
-        topic, partition = event.of.topic, event.of.partition
-    else:
-        topic, partition = event.event_topic, None
-    return EncodedEvent(
-        topic=topic,
-        partition=partition,
-        key=envelope.key.encode(),
-        value=value,
-        headers=[
-            (TYPE_HEADER, event.event_type.encode()),
-            (VERSION_HEADER, str(event.event_version).encode()),
-        ],
-        timestamp_ms=int(envelope.occurred_at.timestamp() * 1000),
-    )
+    headers = [
+        (TYPE_HEADER, event_class.event_type.encode()),
+        (VERSION_HEADER, str(event_class.event_version).encode()),
+    ]
+    return head, headers
 
 
 def header_type(headers: Headers | None) -> str | None:

@@ -9,11 +9,15 @@ ids one process makes are strictly increasing.
 from __future__ import annotations
 
 import os
+import struct
 import threading
 import time
 import uuid
 
 _COUNTER_MAX = 0xFFF
+_VARIANT = 0b10 << 62
+_RANDOM_B = 0x3FFF_FFFF_FFFF_FFFF
+_SAFE_UNKNOWN = uuid.SafeUUID.unknown
 _lock = threading.Lock()
 _last_ms = 0
 _counter = 0
@@ -21,7 +25,13 @@ _counter = 0
 
 def uuid7() -> uuid.UUID:
     """A new, strictly increasing (per process) UUIDv7."""
+    return uuid7s(1)[0]
+
+
+def uuid7s(count: int) -> list[uuid.UUID]:
+    """``count`` new UUIDv7s, strictly increasing (per process), made together."""
     global _last_ms, _counter
+    stamps: list[int] = []
     with _lock:
         now_ms = time.time_ns() // 1_000_000
         if now_ms > _last_ms:
@@ -29,17 +39,22 @@ def uuid7() -> uuid.UUID:
             _counter = int.from_bytes(os.urandom(2)) & 0x3FF
         else:
             _counter += 1
+        for _ in range(count):
             if _counter > _COUNTER_MAX:
                 _last_ms += 1
                 _counter = 0
-        unix_ms, counter = _last_ms, _counter
-    random_b = int.from_bytes(os.urandom(8)) & 0x3FFF_FFFF_FFFF_FFFF
-    value = (unix_ms & 0xFFFF_FFFF_FFFF) << 80
-    value |= 0x7 << 76
-    value |= counter << 64
-    value |= 0b10 << 62
-    value |= random_b
-    return uuid.UUID(int=value)
+            stamps.append((_last_ms & 0xFFFF_FFFF_FFFF) << 80 | 0x7 << 76 | _counter << 64)
+            _counter += 1
+        _counter -= 1
+    randomness = struct.unpack(f">{count}Q", os.urandom(8 * count))
+    ids = []
+    new, set_ = object.__new__, object.__setattr__
+    for stamp, random_b in zip(stamps, randomness, strict=True):
+        value = new(uuid.UUID)
+        set_(value, "int", stamp | _VARIANT | random_b & _RANDOM_B)
+        set_(value, "is_safe", _SAFE_UNKNOWN)
+        ids.append(value)
+    return ids
 
 
 def uuid7_unix_ms(value: uuid.UUID) -> int:

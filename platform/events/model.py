@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, ClassVar, Generic, TypeVar
@@ -31,7 +31,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 from pydantic import BaseModel, ConfigDict
 
 from eventplatform.events.errors import EventDefinitionError, EventValidationError
-from eventplatform.events.ids import uuid7
+from eventplatform.events.ids import uuid7, uuid7s
 
 TYPE_NAME_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*(\.[A-Za-z][A-Za-z0-9_-]*)+$")
 TOPIC_NAME_PATTERN = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
@@ -227,14 +227,31 @@ def envelope_for(
 ) -> Envelope[Any]:
     """``item`` as an envelope ready to append: an envelope as it is, an event wrapped
     with the given ids. Raises EventValidationError for anything else."""
-    if isinstance(item, Envelope):
-        event: Event = item.event
-    elif isinstance(item, Event):
-        event = item
-    else:
-        raise EventValidationError(f"{type(item).__name__} is not an Event or an Envelope")
-    if "event_type" not in type(event).__dict__:
-        raise EventValidationError(f"{type(event).__name__} declares no type= and version=")
-    if isinstance(item, Envelope):
-        return item
-    return Envelope(event, correlation_id=correlation_id, causation_id=causation_id)
+    return envelopes_for([item], correlation_id=correlation_id, causation_id=causation_id)[0]
+
+
+def envelopes_for(
+    items: Iterable[Event | Envelope[Any]],
+    *,
+    correlation_id: uuid.UUID | None = None,
+    causation_id: uuid.UUID | None = None,
+) -> list[Envelope[Any]]:
+    """Each item as an envelope ready to append (see :func:`envelope_for`). The events
+    wrapped here get new ids, in order, and one time: now."""
+    items = list(items)
+    for item in items:
+        event = item.event if isinstance(item, Envelope) else item
+        if not isinstance(event, Event):
+            raise EventValidationError(f"{type(item).__name__} is not an Event or an Envelope")
+        if "event_type" not in type(event).__dict__:
+            raise EventValidationError(f"{type(event).__name__} declares no type= and version=")
+    wrapped = sum(1 for item in items if not isinstance(item, Envelope))
+    ids = iter(uuid7s(wrapped))
+    now = datetime.now(UTC)
+    decoded = Envelope.decoded
+    return [
+        item
+        if isinstance(item, Envelope)
+        else decoded(item, next(ids), now, item.entity_key(), correlation_id, causation_id, None)
+        for item in items
+    ]

@@ -14,6 +14,7 @@ One background thread serves librdkafka's delivery callbacks, so ``append``
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 import time
 import uuid
@@ -24,9 +25,9 @@ from typing import Any, Protocol
 import confluent_kafka
 import sniffio
 
-from eventplatform.events.codec import EncodedEvent, encode
+from eventplatform.events.codec import EncodedEvent, encode_all
 from eventplatform.events.errors import AppendError
-from eventplatform.events.model import Envelope, Event, EventRef, Position, envelope_for
+from eventplatform.events.model import Envelope, Event, EventRef, Position, envelopes_for
 from eventplatform.events.topics import create_event_topics
 
 BOOTSTRAP_DEFAULT = "127.0.0.1:9092"
@@ -115,12 +116,9 @@ class EventProducer:
         causation_id: uuid.UUID | None = None,
     ) -> Future[list[EventRef]]:
         """Validate and send ``items``; the future resolves once all are acknowledged."""
-        envelopes = [
-            envelope_for(item, correlation_id=correlation_id, causation_id=causation_id)
-            for item in items
-        ]
+        envelopes = envelopes_for(items, correlation_id=correlation_id, causation_id=causation_id)
         self._check_schemas(envelopes)
-        records = [encode(envelope) for envelope in envelopes]
+        records = encode_all(envelopes)
         self._ensure_topics({record.topic for record in records})
         return self._send(envelopes, records)
 
@@ -157,8 +155,32 @@ class EventProducer:
         self, envelopes: list[Envelope[Any]], records: list[EncodedEvent]
     ) -> Future[list[EventRef]]:
         batch = _PendingAppend(envelopes)
+        produce: Any = self._producer.produce  # its stub types headers invariantly
+        delivered = batch.delivered
         for index, record in enumerate(records):
-            self._produce(record, batch.callback(index))
+            on_delivery = functools.partial(delivered, index)
+            try:
+                if record.partition is None:
+                    produce(
+                        record.topic,
+                        record.value,
+                        record.key,
+                        on_delivery=on_delivery,
+                        timestamp=record.timestamp_ms,
+                        headers=record.headers,
+                    )
+                else:
+                    produce(
+                        record.topic,
+                        record.value,
+                        record.key,
+                        record.partition,
+                        on_delivery=on_delivery,
+                        timestamp=record.timestamp_ms,
+                        headers=record.headers,
+                    )
+            except (BufferError, confluent_kafka.KafkaException):
+                self._produce(record, on_delivery)  # waits for room, or says what failed
         return batch.future
 
     def _produce(self, record: EncodedEvent, on_delivery: Any) -> None:
@@ -200,19 +222,17 @@ class _PendingAppend:
         if not envelopes:
             self.future.set_result([])
 
-    def callback(self, index: int) -> Any:
-        def on_delivery(error: confluent_kafka.KafkaError | None, message: Any) -> None:
-            if error is not None:
-                self.errors.append(f"event {index}: {error.str()}")
-            else:
-                envelope = self.envelopes[index]
-                position = Position(message.topic(), message.partition(), message.offset())
-                self.refs[index] = EventRef(envelope.event_id, envelope.key, position)
-            self.remaining -= 1
-            if self.remaining == 0:
-                self._finish()
-
-        return on_delivery
+    def delivered(self, index: int, error: confluent_kafka.KafkaError | None, message: Any) -> None:
+        """The delivery report of event ``index`` (on the producer's polling thread)."""
+        if error is not None:
+            self.errors.append(f"event {index}: {error.str()}")
+        else:
+            envelope = self.envelopes[index]
+            position = Position(message.topic(), message.partition(), message.offset())
+            self.refs[index] = EventRef(envelope.event_id, envelope.key, position)
+        self.remaining -= 1
+        if self.remaining == 0:
+            self._finish()
 
     def _finish(self) -> None:
         if self.errors:
