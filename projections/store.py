@@ -32,7 +32,6 @@ import traceback
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -592,7 +591,15 @@ class StoreTransaction:
         if content is None:
             return []
         assert root.position is not None
-        envelope = replace(root, event=content)
+        envelope = Envelope.decoded(
+            content,
+            root.event_id,
+            root.occurred_at,
+            root.key,
+            root.correlation_id,
+            root.causation_id,
+            root.position,
+        )
         return self.projection.contributions(envelope, self.projection.rank(root.position))
 
     def recompute(self, plan: TablePlan, keys: Iterable[tuple[Any, ...]]) -> None:
