@@ -116,8 +116,7 @@ class _Run:
 
     def load(self, roots: dict[Position, Envelope[Any]]) -> None:
         """Each root's content before the run, read in one pass."""
-        corrected = self.transaction.effective(list(roots.values()))
-        recorded = self.transaction.corrected_positions(list(roots))
+        corrected, recorded = self.transaction.contents(list(roots.values()))
         parked = self.transaction.parked_positions([p for p in roots if p not in recorded])
         for position in roots:
             self.content[position] = None if position in parked else corrected[position]

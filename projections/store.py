@@ -101,9 +101,11 @@ _CORRECTED_ROWS = select(schema.corrected_events).where(
     schema.corrected_events.c.projection == bindparam("projection"),
     schema.corrected_events.c.topic == bindparam("topic"),
     schema.corrected_events.c.partition == bindparam("partition"),
+    schema.corrected_events.c.offset.between(bindparam("first"), bindparam("last")),
     schema.corrected_events.c.offset.in_(bindparam("offsets", expanding=True)),
 )
-"""The corrected-events rows of some offsets of one partition."""
+"""The corrected-events rows of some offsets of one partition, ``first`` to ``last``
+(the range lets PostgreSQL bound its index scan: it filters a long ``IN`` list)."""
 
 _ADVANCE = (
     update(schema.checkpoints)
@@ -536,6 +538,13 @@ class StoreTransaction:
 
     def effective(self, roots: Sequence[Envelope[Any]]) -> dict[Position, Event | None]:
         """Each root's current content: its latest correction's outcome, or itself."""
+        return self.contents(roots)[0]
+
+    def contents(
+        self, roots: Sequence[Envelope[Any]]
+    ) -> tuple[dict[Position, Event | None], set[Position]]:
+        """Each root's current content (see :meth:`effective`), and which roots have a
+        correction recorded."""
         result: dict[Position, Event | None] = {}
         corrected = self._corrected_rows([root.position for root in roots if root.position])
         for root in roots:
@@ -548,23 +557,20 @@ class StoreTransaction:
             else:
                 replacement = ReplacementEvent.model_validate(row["replacement"])
                 result[root.position] = replacement_content(replacement, self.store.catalog)
-        return result
-
-    def corrected_positions(self, positions: Sequence[Position]) -> set[Position]:
-        """Those of ``positions`` whose events have a correction recorded."""
-        return set(self._corrected_rows(positions))
+        return result, set(corrected)
 
     def parked_positions(self, positions: Sequence[Position]) -> set[Position]:
         """Those of ``positions`` whose events are parked as poison."""
         table = schema.dead_letters
         found: set[Position] = set()
         for (topic, partition), offsets in _by_partition(positions).items():
-            for start in range(0, len(offsets), KEYS_PER_STATEMENT):
+            for chunk in _sorted_chunks(offsets):
                 query = select(table.c.offset).where(
                     table.c.projection == self.projection.name,
                     table.c.topic == topic,
                     table.c.partition == partition,
-                    table.c.offset.in_(offsets[start : start + KEYS_PER_STATEMENT]),
+                    table.c.offset.between(chunk[0], chunk[-1]),
+                    table.c.offset.in_(chunk),
                     table.c.status == schema.DEAD_LETTER_PARKED,
                 )
                 found.update(
@@ -576,12 +582,14 @@ class StoreTransaction:
     def _corrected_rows(self, positions: Sequence[Position]) -> dict[Position, Any]:
         found: dict[Position, Any] = {}
         for (topic, partition), wanted in _by_partition(positions).items():
-            for start in range(0, len(wanted), KEYS_PER_STATEMENT):
+            for offsets in _sorted_chunks(wanted):
                 parameters = {
                     "projection": self.projection.name,
                     "topic": topic,
                     "partition": partition,
-                    "offsets": wanted[start : start + KEYS_PER_STATEMENT],
+                    "first": offsets[0],
+                    "last": offsets[-1],
+                    "offsets": offsets,
                 }
                 for row in self.connection.execute(_CORRECTED_ROWS, parameters).mappings():
                     found[Position(row["topic"], row["partition"], row["offset"])] = row
@@ -743,6 +751,13 @@ class StoreTransaction:
             },
         )
         self.connection.execute(statement, rows)
+
+
+def _sorted_chunks(offsets: Iterable[int]) -> Iterator[list[int]]:
+    """The distinct offsets in order, KEYS_PER_STATEMENT at a time."""
+    ordered = sorted(set(offsets))
+    for start in range(0, len(ordered), KEYS_PER_STATEMENT):
+        yield ordered[start : start + KEYS_PER_STATEMENT]
 
 
 def _by_partition(positions: Iterable[Position]) -> dict[TopicPartition, list[int]]:
