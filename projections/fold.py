@@ -15,6 +15,7 @@ sorted JSON list and back at their boundary.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 from eventplatform.events.history import corrected_history as corrected_history
@@ -132,6 +133,16 @@ class NotAmendableError(Exception):
     """A row cannot be amended from its stored state: recompute it from its events."""
 
 
+class VacantColumnsError(NotAmendableError):
+    """A row amended but for ``columns`` (``Latest``/``First``), whose values are to be
+    found in its events."""
+
+    def __init__(self, state: dict[str, Any], columns: AbstractSet[str]) -> None:
+        super().__init__(f"{sorted(columns)}: the value held was removed")
+        self.state = state
+        self.columns = frozenset(columns)
+
+
 StoredForm = Callable[[Any], Any]
 """A value as its column gives it back (``UNKNOWN`` if the store cannot say exactly)."""
 UNKNOWN: Any = object()
@@ -142,6 +153,7 @@ def amend(
     removed: Sequence[Contribution],
     added: Sequence[Contribution],
     stored_forms: Mapping[str, StoredForm],
+    unknown: AbstractSet[str] = frozenset(),
 ) -> dict[str, Any] | None:
     """A row state after one event's contributions to it changed from ``removed`` to
     ``added``, worked out from the state alone; raises :class:`NotAmendableError` where that
@@ -165,6 +177,12 @@ def amend(
 
     A row left with no contribution is gone whatever its columns held, and one that
     gets contributions after that holds only theirs.
+
+    A ``Latest`` or ``First`` value removed with nothing of its rank to take its
+    place raises :class:`VacantColumnsError`, carrying the state amended in every
+    other column: the store finds the value in the row's events, nearest first.
+    ``unknown`` names such columns of the state given, still to be found: changes
+    to them are left to that search.
     """
     if state is not None:
         state = dict(state)
@@ -180,7 +198,7 @@ def amend(
             if merge.invertible:
                 state[name] = merge.combine(state[name], merge.negate(value))
             elif isinstance(merge, Ranked):
-                if state[name + RANK_SUFFIX] == contribution.rank:
+                if name not in unknown and state[name + RANK_SUFFIX] == contribution.rank:
                     vacant.add(name)
             elif isinstance(merge, Min | Max):
                 if value is not None and not _decided_elsewhere(
@@ -192,6 +210,7 @@ def amend(
         state[CONTRIBUTIONS_COLUMN] -= 1
     if state is not None and state[CONTRIBUTIONS_COLUMN] <= 0:
         state, doubt, vacant = None, "", set()  # nothing is left of what was held
+        unknown = frozenset()
     fresh = state is None
     for contribution in added:
         plan = contribution.plan
@@ -201,6 +220,8 @@ def amend(
             merge = plan.merges[name]
             if isinstance(merge, Ranked):
                 rank_column = name + RANK_SUFFIX
+                if name in unknown:
+                    continue  # the search sees this contribution too
                 if name in vacant:
                     if state[rank_column] == contribution.rank:
                         vacant.discard(name)
@@ -213,10 +234,11 @@ def amend(
             else:
                 state[name] = merge.combine(state[name], value)
         state[CONTRIBUTIONS_COLUMN] += 1
-    if vacant:
-        doubt = f"{sorted(vacant)}: the value held was removed"
     if doubt:
         raise NotAmendableError(doubt)
+    if vacant or unknown:
+        assert state is not None
+        raise VacantColumnsError(state, vacant | unknown)
     return state
 
 

@@ -58,15 +58,17 @@ from eventplatform.projections.fold import (
     NotAmendableError,
     OpaqueEvent,
     StoredForm,
+    VacantColumnsError,
     amend,
     apply,
     empty_state,
     merge_into,
     replacement_content,
 )
-from eventplatform.projections.merge import Max, Min, SetAdd
+from eventplatform.projections.merge import Latest, Max, Min, SetAdd
 from eventplatform.projections.model import (
     CONTRIBUTIONS_COLUMN,
+    RANK_SUFFIX,
     Contribution,
     Projection,
     TablePlan,
@@ -143,6 +145,7 @@ class ProjectionStore:
             name: stored_forms(plan, self.postgresql) for name, plan in projection.plans.items()
         }
         self.row_hashes = RowHashes()
+        self.original_contributions = OriginalContributions()
         scopes = ", ".join(str(self.scopes[n]) for n, p in projection.plans.items() if p.indexed)
         # SQLite's planner would scan the scope's entries by primary key: name the index.
         indexed_by = "" if self.postgresql else " INDEXED BY ep_event_index_full"
@@ -232,6 +235,34 @@ class RecentValues:
         if missing:
             found.update(self._reader(missing))
         return found
+
+
+FILL_EVENTS = 4
+"""Events a search for a row's vacant Latest/First value reads at a time."""
+ORIGINAL_CONTRIBUTIONS_MAX = 100_000
+"""Events whose original contributions a store keeps for recomputing rows."""
+
+
+class OriginalContributions:
+    """The contributions of uncorrected events, by position, the oldest used forgotten
+    first beyond ``limit`` events."""
+
+    def __init__(self, limit: int = ORIGINAL_CONTRIBUTIONS_MAX) -> None:
+        self.limit = limit
+        self._kept: dict[Position, list[Contribution]] = {}
+
+    def get(self, position: Position) -> list[Contribution] | None:
+        found = self._kept.pop(position, None)
+        if found is not None:
+            self._kept[position] = found  # used now: the newest
+        return found
+
+    def put(self, position: Position, contributions: list[Contribution]) -> None:
+        kept = self._kept
+        kept.pop(position, None)
+        kept[position] = contributions
+        while len(kept) > self.limit:
+            del kept[next(iter(kept))]
 
 
 class CachedReader:
@@ -611,29 +642,84 @@ class StoreTransaction:
         return self.projection.contributions(envelope, self.projection.rank(root.position))
 
     def recompute(self, plan: TablePlan, keys: Iterable[tuple[Any, ...]]) -> None:
-        """Rebuild rows of a non-invertible table from the events indexed for them."""
+        """Rebuild rows of a non-invertible table from the events indexed for them.
+
+        An uncorrected event's contributions are those of its original, the same
+        whenever they are computed (handlers are pure, records immutable): the
+        store keeps them (:class:`OriginalContributions`), so rows recomputed again
+        and again, as a bulk retraction does, read and decode each event once."""
         wanted = set(keys)
         if not wanted:
             return
         self._lock(plan)
         positions = self._indexed_positions(plan, wanted)
-        roots = self.read_envelopes(positions)
-        ordered = [roots[position] for position in sorted(roots, key=self.projection.rank)]
-        contents = self.effective(ordered)
+        current = self.current_contributions(positions)
         tables: dict[str, dict[tuple[Any, ...], dict[str, Any]]] = {plan.name: {}}
-        for root in ordered:
-            assert root.position is not None
-            relevant = [
-                c
-                for c in self.contributions_of(root, contents[root.position])
-                if c.plan is plan and c.key in wanted
-            ]
-            apply(tables, relevant)
+        for position in sorted(current, key=self.projection.rank):
+            apply(tables, [c for c in current[position] if c.plan is plan and c.key in wanted])
         stored = self._read_rows(plan, list(wanted))
         states: dict[tuple[Any, ...], dict[str, Any] | None] = {
             key: tables[plan.name].get(key) for key in wanted
         }
         self._write_rows(plan, stored, states)
+
+    def current_contributions(
+        self, positions: Sequence[Position]
+    ) -> dict[Position, list[Contribution]]:
+        """The contributions each event at ``positions`` makes now (corrections applied);
+        events the log no longer holds are left out.
+
+        An uncorrected event's contributions are those of its original, the same
+        whenever they are computed (handlers are pure, records immutable): the store
+        keeps them (:class:`OriginalContributions`), so rows recomputed again and
+        again, as in a bulk retraction, read and decode each event once."""
+        corrected = self._corrected_rows(positions)
+        originals = self.store.original_contributions
+        found: dict[Position, list[Contribution]] = {}
+        for position in positions:
+            if position not in corrected:
+                kept = originals.get(position)
+                if kept is not None:
+                    found[position] = kept
+        roots = self.read_envelopes([p for p in positions if p not in found])
+        contents = self.effective(list(roots.values()))
+        for position, root in roots.items():
+            contributions = found[position] = self.contributions_of(root, contents[position])
+            if position not in corrected:
+                originals.put(position, contributions)
+        return found
+
+    def fill_vacant(
+        self,
+        plan: TablePlan,
+        rows: dict[tuple[Any, ...], tuple[dict[str, Any], frozenset[str]]],
+    ) -> dict[tuple[Any, ...], dict[str, Any]]:
+        """Rows with ``Latest``/``First`` columns to find (see :func:`~.fold.amend`): each
+        takes the value of the contribution of highest (``Latest``) or lowest (``First``)
+        rank among the row's events, read nearest first, FILL_EVENTS per row at a time."""
+        searches: list[_Search] = []
+        hashes = dict(zip(rows, self.store.row_hashes(list(rows)), strict=True))
+        ranks_of: dict[int, list[int]] = {}
+        scope = self.store.scopes[plan.name]
+        for row_hash, _, packed in self._index_rows(scope, sorted(set(hashes.values()))):
+            ranks_of.setdefault(row_hash, []).extend(unpack_ranks(packed))
+        filled: dict[tuple[Any, ...], dict[str, Any]] = {}
+        for key, (state, columns) in rows.items():
+            state = filled[key] = dict(state)
+            ranks = sorted(set(ranks_of.get(hashes[key], ())))
+            for latest in (True, False):
+                wanted = {
+                    name for name in columns if isinstance(plan.merges[name], Latest) == latest
+                }
+                if wanted:
+                    order = ranks[::-1] if latest else ranks
+                    searches.append(_Search(key, state, wanted, order))
+        position_of = self.projection.position_of
+        while searches:
+            looked = {r: position_of(r) for s in searches for r in s.next_ranks(FILL_EVENTS)}
+            current = self.current_contributions(sorted(set(looked.values())))
+            searches = [search for search in searches if not search.take(plan, current, looked)]
+        return filled
 
     def _indexed_positions(self, plan: TablePlan, keys: set[tuple[Any, ...]]) -> list[Position]:
         hashes = sorted(set(self.store.row_hashes(list(keys))))
@@ -704,15 +790,27 @@ class StoreTransaction:
         forms = self.store.stored_forms[plan.name]
         states: dict[tuple[Any, ...], dict[str, Any] | None] = {}
         stale: set[tuple[Any, ...]] = set()
+        vacant: dict[tuple[Any, ...], tuple[dict[str, Any], frozenset[str]]] = {}
         for key in keys:
             state = stored.get(key)
+            unknown: frozenset[str] = frozenset()
             try:
                 for removed, added in rows[key]:
-                    state = amend(state, removed, added, forms)
+                    try:
+                        state = amend(state, removed, added, forms, unknown)
+                        unknown = frozenset()
+                    except VacantColumnsError as exc:
+                        state, unknown = exc.state, exc.columns
             except (NotAmendableError, TypeError, ValueError, ArithmeticError):
                 stale.add(key)  # or values the merge cannot compare: the events decide
+                continue
+            if unknown:
+                assert state is not None
+                vacant[key] = (state, unknown)
             else:
                 states[key] = state
+        if vacant:
+            states.update(self.fill_vacant(plan, vacant))
         self._write_rows(plan, {k: v for k, v in stored.items() if k in states}, states)
         return stale
 
@@ -861,3 +959,44 @@ def _wall_clock(value: Any) -> Any:
 
 def _instant(value: Any) -> Any:
     return value if type(value) is datetime and value.tzinfo is not None else UNKNOWN
+
+
+class _Search:
+    """One row's search for vacant ranked columns: its ranks in the order to look."""
+
+    def __init__(
+        self, key: tuple[Any, ...], state: dict[str, Any], columns: set[str], ranks: list[int]
+    ) -> None:
+        self.key = key
+        self.state = state
+        self.columns = columns
+        self.ranks = ranks
+        self.looked = 0
+
+    def next_ranks(self, count: int) -> list[int]:
+        return self.ranks[self.looked : self.looked + count]
+
+    def take(
+        self,
+        plan: TablePlan,
+        current: dict[Position, list[Contribution]],
+        looked: dict[int, Position],
+    ) -> bool:
+        """Fill what the next ranks' events give; whether the search is over."""
+        for rank in self.next_ranks(FILL_EVENTS):
+            self.looked += 1
+            for contribution in current.get(looked[rank], ()):
+                if contribution.plan is not plan or contribution.key != self.key:
+                    continue
+                for name in [n for n in self.columns if n in contribution.values]:
+                    self.state[name] = contribution.values[name]
+                    self.state[name + RANK_SUFFIX] = contribution.rank
+                    self.columns.discard(name)
+            if not self.columns:
+                return True
+        if self.looked < len(self.ranks):
+            return False
+        for name in self.columns:  # no event gives it any more
+            self.state[name] = plan.merges[name].initial
+            self.state[name + RANK_SUFFIX] = None
+        return True
