@@ -146,6 +146,8 @@ class ProjectionStore:
         }
         self.row_hashes = RowHashes()
         self.original_contributions = OriginalContributions()
+        self.unsealed_ranks = 0
+        """Ranks appended to open index entries since full ones were last sealed."""
         scopes = ", ".join(str(self.scopes[n]) for n, p in projection.plans.items() if p.indexed)
         # SQLite's planner would scan the scope's entries by primary key: name the index.
         indexed_by = "" if self.postgresql else " INDEXED BY ep_event_index_full"
@@ -237,6 +239,11 @@ class RecentValues:
         return found
 
 
+INDEX_COPY_ROWS_MIN = 64
+"""Index entries a PostgreSQL batch copies in; fewer go in with one ``INSERT``."""
+INDEX_SEAL_EVERY_RANKS = 1024
+"""Ranks appended to open index entries (SQLite) between two sealings of the full
+ones; an open entry holds at most this many more ranks than a sealed one."""
 FILL_EVENTS = 4
 """Events a search for a row's vacant Latest/First value reads at a time."""
 ORIGINAL_CONTRIBUTIONS_MAX = 100_000
@@ -456,20 +463,23 @@ class StoreTransaction:
 
         SQLite appends each key's ranks to its open entry and seals the full
         ones: an append rewrites one row in place, so pages fill and the
-        table stays small. PostgreSQL copies a batch's entries in as new
+        table stays small (the full ones are sealed once INDEX_SEAL_EVERY_RANKS
+        ranks were appended). PostgreSQL writes a batch's entries as new
         sealed ones (chunk = the key's first rank in the batch): an update
         there writes a new row version anyway, and ``COPY`` is its cheapest
-        write. A correction's entries go through the append on both.
+        write for many rows. A correction's entries go through the append on
+        both.
         """
         hashes = self.store.row_hashes([key for _, key, _ in entries])
-        copied = batch and self.store.postgresql
+        sealed = batch and self.store.postgresql
+        copied = sealed and len(entries) >= INDEX_COPY_ROWS_MIN
         open_chunk = schema.INDEX_OPEN_CHUNK
         rows = [
-            (scope, row_hash, ranks[0] if copied else open_chunk, pack_ranks(ranks))
+            (scope, row_hash, ranks[0] if sealed else open_chunk, pack_ranks(ranks))
             for (scope, _, ranks), row_hash in zip(entries, hashes, strict=True)
         ]
         if len(set(zip([e[0] for e in entries], hashes, strict=True))) < len(rows):
-            rows = _merge_shared_hashes(entries, hashes, copied)
+            rows = _merge_shared_hashes(entries, hashes, sealed)
         if copied:
             sql = "COPY ep_event_index (scope, row_hash, chunk, ranks) FROM STDIN"
             with driver_errors(self.connection, sql), self.cursor().copy(sql) as copy:
@@ -477,7 +487,12 @@ class StoreTransaction:
                     copy.write_row(row)
             return
         self.store.index_append.execute(self, rows)
-        self._seal_full_entries()
+        if sealed:
+            return
+        self.store.unsealed_ranks += sum(len(ranks) for _, _, ranks in entries)
+        if self.store.unsealed_ranks >= INDEX_SEAL_EVERY_RANKS:
+            self._seal_full_entries()
+            self.store.unsealed_ranks = 0
 
     def _seal_full_entries(self) -> None:
         """Move each open entry that is full to a sealed one under its smallest rank."""

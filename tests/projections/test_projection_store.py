@@ -35,6 +35,7 @@ from sqlalchemy import (
 
 from eventplatform.events import Correction, Envelope, Event, Position, encode
 from eventplatform.projections import migrate, schema
+from eventplatform.projections import store as store_module
 from eventplatform.projections.corrections import InvalidCorrectionError, apply_correction
 from eventplatform.projections.database import SQLITE_BUSY_TIMEOUT_S, create_store_engine
 from eventplatform.projections.errors import CheckpointConflictError, HandlerError
@@ -406,8 +407,9 @@ def test_an_event_with_two_rows_for_one_key_is_indexed_once(engine: Engine, log:
 
 
 def test_index_entries_are_sealed_in_chunks_and_corrections_reach_them(
-    engine: Engine, totals_store: ProjectionStore, log: MemoryLog
+    engine: Engine, totals_store: ProjectionStore, log: MemoryLog, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(store_module, "INDEX_SEAL_EVERY_RANKS", 1)  # look after every batch
     ticks = [log.append(tick("a", number, "x")) for number in range(70)]
     for start in range(0, 70, 10):
         write(totals_store, log, *ticks[start : start + 10])
@@ -426,6 +428,20 @@ def test_index_entries_are_sealed_in_chunks_and_corrections_reach_them(
     ]
     row = rows(engine, projection_test_app.totals)[("a",)]
     assert (row["ticks"], row["smallest"]) == (69, 0)
+
+
+def test_full_index_entries_are_sealed_only_every_so_many_ranks(
+    engine: Engine, totals_store: ProjectionStore, log: MemoryLog
+) -> None:
+    ticks = [log.append(tick("a", number, "x")) for number in range(70)]
+    for start in range(0, 70, 10):
+        write(totals_store, log, *ticks[start : start + 10])
+    with engine.connect() as connection:
+        chunks = connection.execute(select(schema.event_index.c.chunk)).scalars().all()
+
+    if engine.dialect.name == "sqlite":  # 70 ranks appended, fewer than the sealing period
+        assert store_module.INDEX_SEAL_EVERY_RANKS > 70 and chunks == [-1]
+    assert index_entries(engine, totals_store) == [("pt_totals", '["a"]', n) for n in range(70)]
 
 
 def test_poison_events_are_parked_with_their_error(
