@@ -524,7 +524,9 @@ def elect_leader(state: PartitionState, live: Iterable[int], *, unclean: bool = 
 
 def fence_changes(image: MetadataImage, broker: int) -> list[PartitionChange]:
     """What fencing ``broker`` changes: it leaves every ISR (but the last member stays, so
-    only it can lead again: no unclean election), and its partitions get new leaders."""
+    only it can lead again: no unclean election), and the partitions it led get new
+    leaders. A partition it only followed keeps its leader: moving a live leader would
+    refuse its in-flight writes for nothing."""
     live = [b for b in image.live_brokers() if b != broker]
     changes = []
     for topic in image.topics.values():
@@ -534,7 +536,10 @@ def fence_changes(image: MetadataImage, broker: int) -> list[PartitionChange]:
                 continue
             isr = tuple(b for b in state.isr if b != broker) or state.isr
             shrunk = replace(state, isr=isr)
-            leader = elect_leader(shrunk, live, unclean=unclean)
+            if state.leader != broker and state.leader in isr and state.leader in live:
+                leader = state.leader
+            else:
+                leader = elect_leader(shrunk, live, unclean=unclean)
             if leader != NO_LEADER and leader not in isr:  # unclean: the leader is the ISR
                 isr = (leader,)
             if isr != state.isr or leader != state.leader:

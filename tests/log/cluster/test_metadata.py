@@ -117,6 +117,19 @@ def test_fencing_moves_leaders_and_shrinks_isrs_but_keeps_the_last_member() -> N
     assert image.partition("orders", 1).leader == 3
 
 
+def test_fencing_a_follower_leaves_its_live_leader_leading() -> None:
+    image = cluster()
+    image.apply(PartitionChange("orders", 0, leader=2))  # not the preferred leader, 1
+    before = image.partition("orders", 0)
+    assert before.replicas[0] == 1 and 3 in before.isr
+
+    changes = [c for c in fence_changes(image, 3) if c.partition == 0]
+
+    assert changes == [
+        PartitionChange("orders", 0, leader=2, isr=tuple(b for b in before.isr if b != 3))
+    ]
+
+
 def test_an_unclean_election_makes_the_new_leader_the_isr() -> None:
     image = cluster(unclean=True)
     image.apply(PartitionChange("orders", 0, isr=(1,)))
