@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PACKAGES := platform log projections spark_projections apps
 
-.PHONY: demo test lint typecheck pytest venv bench-storage bench-broker bench-projections bench-entities bench-replay bench-replay-kafka bench-collector bench-log-tail bench-replication bench bench-quick sim faults entity-race compat compat-quick compat-build clean
+.PHONY: demo test lint typecheck pytest venv bench-storage bench-broker bench-projections bench-entities bench-corrections bench-producer bench-read-your-writes bench-replay bench-replay-kafka bench-collector bench-log-tail bench-replication bench bench-quick sim faults entity-race compat compat-quick compat-build clean
 
 venv: $(STAMP)
 
@@ -55,6 +55,17 @@ $(BENCH_STAMP): $(STAMP)
 
 bench-projections: $(BENCH_STAMP)
 	$(BIN)/python -m bench.projections
+
+# Corrections beside ordinary events (invertible, non-invertible and fold tables; spread and hot
+# keys; a bulk retraction), the SDK's append beside a raw producer, and read-your-writes latency.
+bench-corrections: $(STAMP)
+	mkdir -p build && $(BIN)/python -m bench.corrections --json build/bench-corrections.json
+
+bench-producer: $(STAMP)
+	mkdir -p build && $(BIN)/python -m bench.producer --json build/bench-producer.json
+
+bench-read-your-writes: $(STAMP)
+	mkdir -p build && $(BIN)/python -m bench.read_your_writes --json build/bench-read-your-writes.json
 
 # Entities: conditional appends, entity loads in a 10-million-event partition, version memory,
 # and commands beside the eventsourcing library on PostgreSQL (about 20 minutes).
