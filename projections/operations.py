@@ -15,6 +15,8 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Engine, select
+from sqlalchemy.engine import make_url
+from sqlalchemy.pool import NullPool
 
 from eventplatform.events import EventError, EventRef, Position
 from eventplatform.projections import schema
@@ -200,7 +202,10 @@ def _wait_engine(url: str) -> Engine:
     with _wait_engines_lock:
         engine = _wait_engines.pop(url, None)
         if engine is None:
-            engine = create_store_engine(url)
+            # A pooled SQLite connection keeps the file it opened, even once that file is
+            # replaced at the same path (a fresh demo, a restored backup): connect anew.
+            sqlite = make_url(url).get_backend_name() == "sqlite"
+            engine = create_store_engine(url, **({"poolclass": NullPool} if sqlite else {}))
         _wait_engines[url] = engine
         while len(_wait_engines) > WAIT_ENGINES_MAX:
             _wait_engines.pop(next(iter(_wait_engines))).dispose()
