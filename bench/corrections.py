@@ -87,7 +87,6 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 from multiprocessing.connection import Connection
@@ -95,9 +94,7 @@ from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any
 
-import psycopg
 from sqlalchemy import BigInteger, Column, Float, MetaData, String, Table, select
-from sqlalchemy.engine import make_url
 
 from bench.harness import (
     Deadline,
@@ -108,6 +105,7 @@ from bench.harness import (
     markdown_table,
     progress,
 )
+from bench.projections import fresh_database
 from eventplatform.events import Correction, Envelope, Event, EventProducer, EventRef
 from eventplatform.projections.database import create_store_engine
 from eventplatform.projections.merge import Count, First, Fold, Latest, Max, Min, Sum
@@ -500,31 +498,6 @@ def watch_phase(
 
 
 # ---------------------------------------------------------------- databases
-
-
-def server_url(admin_url: str, database: str) -> str:
-    return make_url(admin_url).set(database=database).render_as_string(hide_password=False)
-
-
-@contextmanager
-def fresh_database(kind: str, admin_url: str, scratch: Path) -> Iterator[str]:
-    """A new SQLite file or PostgreSQL database; yields its URL, deletes or drops it after."""
-    name = f"bench_corrections_{uuid.uuid4().hex[:10]}"
-    if kind == "sqlite":
-        path = scratch / f"{name}.db"
-        try:
-            yield f"sqlite:///{path}"
-        finally:
-            for suffix in ("", "-wal", "-shm", "-journal"):
-                Path(f"{path}{suffix}").unlink(missing_ok=True)
-        return
-    with psycopg.connect(admin_url, autocommit=True, connect_timeout=10) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield server_url(admin_url, name)
-    finally:
-        with psycopg.connect(admin_url, autocommit=True, connect_timeout=10) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 # ---------------------------------------------------------------- a run

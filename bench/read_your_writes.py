@@ -77,15 +77,12 @@ import types
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
-import psycopg
 from confluent_kafka.admin import AdminClient, NewTopic
 from sqlalchemy import BigInteger, Column, DateTime, Engine, MetaData, String, bindparam, select
-from sqlalchemy.engine import make_url
 
 from bench.harness import (
     Deadline,
@@ -94,6 +91,7 @@ from bench.harness import (
     markdown_table,
     progress,
 )
+from bench.projections import fresh_database
 from eventplatform.events import Envelope, Event, EventProducer, EventRef
 from eventplatform.projections.database import create_store_engine, reading
 from eventplatform.projections.errors import ApplyTimeoutError
@@ -222,37 +220,6 @@ def create_topic(bootstrap: str, topic: str, partitions: int, config: dict[str, 
 
 
 # ---------------------------------------------------------------- databases
-
-
-def server_url(admin_url: str, database: str) -> str:
-    return make_url(admin_url).set(database=database).render_as_string(hide_password=False)
-
-
-@contextmanager
-def fresh_postgres(admin_url: str, prefix: str) -> Iterator[str]:
-    """A new database on the admin URL's server; yields its URL, drops it afterwards."""
-    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(admin_url, autocommit=True, connect_timeout=10) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield server_url(admin_url, name)
-    finally:
-        with psycopg.connect(admin_url, autocommit=True, connect_timeout=10) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
-@contextmanager
-def fresh_database(kind: str, admin_url: str, scratch: Path) -> Iterator[str]:
-    if kind == "postgresql":
-        with fresh_postgres(admin_url, "ep_bench_ryw") as url:
-            yield url
-        return
-    path = scratch / f"read-your-writes-{uuid.uuid4().hex[:10]}.db"
-    try:
-        yield f"sqlite:///{path}"
-    finally:
-        for suffix in ("", "-wal", "-shm"):
-            Path(f"{path}{suffix}").unlink(missing_ok=True)
 
 
 # ---------------------------------------------------------------- observing the runner
