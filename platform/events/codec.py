@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import functools
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, NamedTuple, NotRequired
 
@@ -33,7 +33,7 @@ from eventplatform.events.errors import (
     UnknownEventTypeError,
     UpcastError,
 )
-from eventplatform.events.model import Envelope, Event, Position
+from eventplatform.events.model import Appendable, Envelope, Event, Position, _unvalidated
 from eventplatform.events.wire import TYPE_HEADER as TYPE_HEADER
 from eventplatform.events.wire import UUID_TEXT_LENGTH as UUID_TEXT_LENGTH
 from eventplatform.events.wire import VERSION_HEADER as VERSION_HEADER
@@ -60,9 +60,9 @@ class EncodedEvent(NamedTuple):
 def encode(envelope: Envelope[Event]) -> EncodedEvent:
     """The record for ``envelope``. A correction goes to its original's partition.
 
-    The payload is validated again from its JSON, so an event that bypassed
-    validation (``model_construct``) and would not decode is refused here,
-    before it reaches any producer.
+    An event that bypassed validation (``model_construct``) and would not
+    decode is refused here, before it reaches any producer (see
+    :func:`encode_all`).
     """
     return encode_all([envelope])[0]
 
@@ -82,61 +82,184 @@ def _validated_payload(event: Event) -> bytes:
 
 
 def encode_all(envelopes: Sequence[Envelope[Event]]) -> list[EncodedEvent]:
-    """The records for ``envelopes`` (see :func:`encode`). The payloads of each event
-    class are checked together: serialized and validated again as one list."""
+    """The records for ``envelopes`` (see :func:`encode` and :func:`encode_rows`)."""
+    return encode_rows(
+        [
+            (
+                envelope.event,
+                envelope.event_id,
+                envelope.occurred_at,
+                envelope.key,
+                envelope.correlation_id,
+                envelope.causation_id,
+            )
+            for envelope in envelopes
+        ]
+    )
+
+
+def encode_rows(rows: Sequence[Appendable]) -> list[EncodedEvent]:
+    """The records for events and their envelopes' fields, as
+    :func:`~eventplatform.events.model.appendables` gives them.
+
+    Every payload must decode as its class again. Pydantic validated an event
+    when it was made; if its class's JSON is known to read back as what was
+    written (:func:`round_trips`), that is enough. The payloads of any other
+    class, and of any event pydantic did not validate
+    (:func:`~eventplatform.events.model.was_validated`), are validated again
+    from their JSON, each class's together as one list.
+    """
+    records = []
     datas = []
-    by_class: dict[type[Event], list[int]] = {}
-    for index, envelope in enumerate(envelopes):
-        event = envelope.event
+    unchecked: dict[type[Event], list[int]] = {}
+    classes: dict[type[Event], _ClassParts] = {}
+    unvalidated = _unvalidated
+    dumps = orjson.dumps
+    new_record = tuple.__new__
+    last_time: datetime | None = None
+    stamp = (b"", 0)
+    last_ids: tuple[uuid.UUID | None, uuid.UUID | None] | None = None
+    cause = b""
+    for index, (event, event_id, occurred_at, key, correlation_id, causation_id) in enumerate(rows):
         event_class = type(event)
-        by_class.setdefault(event_class, []).append(index)
+        parts = classes.get(event_class)
+        if parts is None:
+            parts = classes[event_class] = _class_parts(event_class)
         try:
-            datas.append(event_class.__pydantic_serializer__.to_json(event, warnings=False))
+            data = event_class.__pydantic_serializer__.to_json(event, warnings=False)
         except Exception:
             _validated_payload(event)  # raises, saying what is wrong
             raise
-    for event_class, indexes in by_class.items():
-        try:
-            payloads = b",".join([datas[index] for index in indexes])
-            _payloads_adapter(event_class).validate_json(b"[" + payloads + b"]")
-        except Exception as exc:
-            for index in indexes:
-                _validated_payload(envelopes[index].event)  # raises for the one at fault
-            raise EventValidationError(f"{event_class.event_type}: {exc}") from exc
-    records = []
-    dumps = orjson.dumps
-    times: dict[datetime, tuple[bytes, int]] = {}
-    causes: dict[tuple[uuid.UUID | None, uuid.UUID | None], bytes] = {}
-    for envelope, data in zip(envelopes, datas, strict=True):
-        event = envelope.event
-        occurred_at = envelope.occurred_at
-        stamp = times.get(occurred_at)
-        if stamp is None:
-            iso = occurred_at.isoformat().encode()
-            stamp = times[occurred_at] = (iso, int(occurred_at.timestamp() * 1000))
-        ids = (envelope.correlation_id, envelope.causation_id)
-        cause = causes.get(ids)
-        if cause is None:
-            cause = causes[ids] = b',"correlation_id":%b,"causation_id":%b' % (
+        datas.append(data)
+        if not parts.trusted or id(event) in unvalidated:
+            unchecked.setdefault(event_class, []).append(index)
+        if occurred_at is not last_time:
+            last_time = occurred_at
+            stamp = (occurred_at.isoformat().encode(), int(occurred_at.timestamp() * 1000))
+        ids = (correlation_id, causation_id)
+        if ids != last_ids:
+            last_ids = ids
+            cause = b',"correlation_id":%b,"causation_id":%b' % (
                 dumps(_optional_str(ids[0])),
                 dumps(_optional_str(ids[1])),
             )
-        head, headers = _class_parts(type(event))
-        key = envelope.key
         value = b'{"id":%b%b%b","key":%b%b,"data":%b}' % (
-            dumps(envelope.event_id),
-            head,
+            dumps(event_id),
+            parts.head,
             stamp[0],
             dumps(key),
             cause,
             data,
         )
-        if isinstance(event, Correction):
-            topic, partition = event.of.topic, event.of.partition
+        if parts.correction:
+            topic, partition = event.of.topic, event.of.partition  # type: ignore[attr-defined]
         else:
-            topic, partition = event.event_topic, None
-        records.append(EncodedEvent(topic, partition, key.encode(), value, headers, stamp[1]))
+            topic, partition = parts.topic, None
+        records.append(
+            new_record(
+                EncodedEvent,
+                (topic, partition, key.encode(), value, parts.headers, stamp[1]),
+            )
+        )
+    for event_class, indexes in unchecked.items():
+        try:
+            payloads = b",".join([datas[index] for index in indexes])
+            _payloads_adapter(event_class).validate_json(b"[" + payloads + b"]")
+        except Exception as exc:
+            for index in indexes:
+                _validated_payload(rows[index][0])  # raises for the one at fault
+            raise EventValidationError(f"{event_class.event_type}: {exc}") from exc
     return records
+
+
+@functools.lru_cache(maxsize=EVENT_CLASSES_CACHED)
+def round_trips(event_class: type[Event]) -> bool:
+    """Whether every validated ``event_class`` payload reads back from its JSON as itself.
+
+    True when the class's fields are built only of types whose JSON form
+    validates back to the same value: strings, integers, booleans, dates and
+    times, UUIDs, literals and enums, finite floats (``allow_inf_nan=False``:
+    an infinite or NaN float is written as ``null``), and lists, tuples,
+    sets, string-keyed dicts and optionals of them, with defaults of the
+    field's own type. Anything else (a custom serializer or validator, an
+    alias, a computed field, a nested model, a union, JSON settings of the
+    class's own) makes it False, and its events are checked by a round trip.
+    """
+    schema = event_class.__pydantic_core_schema__
+    config = schema.get("config", {})
+    return (
+        schema.get("type") == "model"
+        and not schema.get("custom_init")
+        and not schema.get("root_model")
+        and not any(name.startswith(("ser_json", "val_json")) for name in config)
+        and "serialization" not in schema
+        and _fields_round_trip(schema["schema"])
+    )
+
+
+_NO_DEFAULT = object()
+_EMPTY_FACTORIES = (list, tuple, set, frozenset, dict)
+_PLAIN_SCHEMAS = frozenset({"str", "int", "bool", "datetime", "date", "time", "uuid", "literal"})
+_FIELD_KEYS = frozenset({"type", "schema", "metadata", "frozen"})
+_DEFAULT_TYPES: dict[str, tuple[type, ...]] = {
+    "str": (str,),
+    "int": (int,),
+    "bool": (bool,),
+    "nullable": (type(None),),
+    "list": (list,),
+    "tuple": (tuple,),
+    "set": (set,),
+    "frozenset": (frozenset,),
+    "dict": (dict,),
+}
+"""The default values a field of each schema type may have and still be trusted: its
+own type (and for a container, empty)."""
+
+
+def _fields_round_trip(schema: Mapping[str, Any]) -> bool:
+    if schema.get("type") != "model-fields" or schema.get("computed_fields"):
+        return False
+    if "extras_schema" in schema or "serialization" in schema:
+        return False
+    fields = schema["fields"].values()
+    return all(
+        set(field) <= _FIELD_KEYS and _value_round_trips(field["schema"]) for field in fields
+    )
+
+
+def _value_round_trips(schema: Mapping[str, Any]) -> bool:
+    kind = schema.get("type")
+    if "serialization" in schema:
+        return False
+    if kind in _PLAIN_SCHEMAS:
+        return True
+    if kind == "enum":
+        return all(isinstance(member.value, str | int) for member in schema["members"])
+    if kind == "float":
+        return schema.get("allow_inf_nan") is False
+    if kind in {"list", "set", "frozenset", "nullable"}:
+        inner = schema.get("items_schema", schema.get("schema"))
+        return inner is not None and _value_round_trips(inner)
+    if kind == "tuple":
+        return all(_value_round_trips(item) for item in schema["items_schema"])
+    if kind == "dict":
+        keys = schema.get("keys_schema", {"type": "str"})
+        values = schema.get("values_schema")
+        return (
+            keys.get("type") == "str"
+            and _value_round_trips(keys)
+            and values is not None
+            and _value_round_trips(values)
+        )
+    if kind == "default":
+        inner = schema["schema"]
+        default = schema.get("default", _NO_DEFAULT)
+        if schema.get("default_factory") in _EMPTY_FACTORIES:
+            default = schema["default_factory"]()
+        fits = _DEFAULT_TYPES.get(inner.get("type", ""), ())
+        empty = not isinstance(default, list | tuple | set | frozenset | dict) or not default
+        return type(default) in fits and empty and _value_round_trips(inner)
+    return False
 
 
 @functools.lru_cache(maxsize=EVENT_CLASSES_CACHED)
@@ -144,10 +267,22 @@ def _payloads_adapter(event_class: type[Event]) -> TypeAdapter[Any]:
     return TypeAdapter(list[event_class])  # type: ignore[valid-type]
 
 
+class _ClassParts(NamedTuple):
+    """What every record of a class shares."""
+
+    head: bytes
+    """The value's type, version and the start of ``occurred_at``."""
+    headers: list[tuple[str, bytes]]
+    """One list, read by the producer, never changed."""
+    topic: str
+    correction: bool
+    """Its records go to the partition of the event each corrects."""
+    trusted: bool
+    """Its validated payloads need no second validation (:func:`round_trips`)."""
+
+
 @functools.lru_cache(maxsize=EVENT_CLASSES_CACHED)
-def _class_parts(event_class: type[Event]) -> tuple[bytes, list[tuple[str, bytes]]]:
-    """What every record of a class shares: the value's type and version, and the
-    headers (one list, read by the producer, never changed)."""
+def _class_parts(event_class: type[Event]) -> _ClassParts:
     head = (
         b',"type":'
         + orjson.dumps(event_class.event_type)
@@ -159,7 +294,8 @@ def _class_parts(event_class: type[Event]) -> tuple[bytes, list[tuple[str, bytes
         (TYPE_HEADER, event_class.event_type.encode()),
         (VERSION_HEADER, str(event_class.event_version).encode()),
     ]
-    return head, headers
+    correction = issubclass(event_class, Correction)
+    return _ClassParts(head, headers, event_class.event_topic, correction, round_trips(event_class))
 
 
 def header_type(headers: Headers | None) -> str | None:

@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Callable, Iterable
+import weakref
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, ClassVar, Generic, TypeVar
@@ -38,6 +39,14 @@ TOPIC_NAME_PATTERN = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 VERSION_MAX = 1_000_000
 
 Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
+_UNVALIDATED_STATE = "eventplatform_unvalidated"
+
+_unvalidated: dict[int, weakref.ref[Any]] = {}
+"""The live events pydantic did not validate, by ``id``: built by ``model_construct``,
+``model_copy(update=...)``, or copied or unpickled from one of those. An entry
+goes with its event (its weak reference's callback removes it), so an ``id``
+reused later is not mistaken for it. A plain dict, so that the codec's check
+of every event it encodes is one lookup."""
 
 
 class Event(BaseModel):
@@ -97,6 +106,49 @@ class Event(BaseModel):
         """The entity key: it decides the partition and orders the entity's events."""
         value = getattr(self, type(self).key_field or "")
         return value if isinstance(value, str) else str(value)
+
+    # The ways to an event that pydantic did not validate mark it, so that the
+    # codec checks it again (see was_validated).
+
+    @classmethod
+    def model_construct(cls, _fields_set: set[str] | None = None, **values: Any) -> Any:
+        return _mark_unvalidated(super().model_construct(_fields_set, **values))
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Any:
+        made = super().model_copy(update=update, deep=deep)
+        return _mark_unvalidated(made) if update else made
+
+    def __copy__(self) -> Any:
+        return _marked_like(self, super().__copy__())
+
+    def __deepcopy__(self, memo: dict[int, Any] | None = None) -> Any:
+        return _marked_like(self, super().__deepcopy__(memo))
+
+    def __getstate__(self) -> dict[Any, Any]:
+        state = super().__getstate__()
+        return {**state, _UNVALIDATED_STATE: True} if id(self) in _unvalidated else state
+
+    def __setstate__(self, state: dict[Any, Any]) -> None:
+        unvalidated = state.get(_UNVALIDATED_STATE, False)
+        super().__setstate__(state)
+        if unvalidated:
+            _mark_unvalidated(self)
+
+
+def was_validated(event: Event) -> bool:
+    """Whether pydantic validated ``event``: False for one built by ``model_construct``
+    or ``model_copy(update=...)``, or copied or unpickled from such an event."""
+    return id(event) not in _unvalidated
+
+
+def _mark_unvalidated(event: Any) -> Any:
+    key = id(event)
+    _unvalidated[key] = weakref.ref(event, lambda _: _unvalidated.pop(key, None))
+    return event
+
+
+def _marked_like(original: Event, made: Any) -> Any:
+    return _mark_unvalidated(made) if id(original) in _unvalidated else made
 
 
 def upcaster(event_class: type[Event], from_version: int) -> Callable[[Upcaster], Upcaster]:
@@ -239,19 +291,58 @@ def envelopes_for(
     """Each item as an envelope ready to append (see :func:`envelope_for`). The events
     wrapped here get new ids, in order, and one time: now."""
     items = list(items)
-    for item in items:
-        event = item.event if isinstance(item, Envelope) else item
-        if not isinstance(event, Event):
-            raise EventValidationError(f"{type(item).__name__} is not an Event or an Envelope")
-        if "event_type" not in type(event).__dict__:
-            raise EventValidationError(f"{type(event).__name__} declares no type= and version=")
+    rows = iter(appendables(items, correlation_id=correlation_id, causation_id=causation_id))
+    decoded = Envelope.decoded
+    return [
+        item if isinstance(item, Envelope) else decoded(*row, None)
+        for item, row in zip(items, rows, strict=True)
+    ]
+
+
+Appendable = tuple[Event, uuid.UUID, datetime, str, uuid.UUID | None, uuid.UUID | None]
+"""An event ready to encode, with its envelope's fields in :class:`Envelope`'s order:
+event, event id, occurred at, key, correlation id, causation id. A tuple, because an
+append of many events makes one per event."""
+
+
+def appendables(
+    items: Iterable[Event | Envelope[Any]],
+    *,
+    correlation_id: uuid.UUID | None = None,
+    causation_id: uuid.UUID | None = None,
+) -> list[Appendable]:
+    """What :func:`envelopes_for` gives, as :data:`Appendable` rows, without building the
+    envelopes. Raises EventValidationError for an item that is not an appendable event."""
+    items = list(items)
     wrapped = sum(1 for item in items if not isinstance(item, Envelope))
     ids = iter(uuid7s(wrapped))
     now = datetime.now(UTC)
-    decoded = Envelope.decoded
-    return [
-        item
-        if isinstance(item, Envelope)
-        else decoded(item, next(ids), now, item.entity_key(), correlation_id, causation_id, None)
-        for item in items
-    ]
+    checked: set[type] = set()
+    rows: list[Appendable] = []
+    for item in items:
+        event: Event = item.event if isinstance(item, Envelope) else item
+        event_class = type(event)
+        if event_class not in checked:
+            _check_appendable(item, event_class)
+            checked.add(event_class)
+        if isinstance(item, Envelope):
+            rows.append(
+                (
+                    event,
+                    item.event_id,
+                    item.occurred_at,
+                    item.key,
+                    item.correlation_id,
+                    item.causation_id,
+                )
+            )
+        else:
+            rows.append((event, next(ids), now, event.entity_key(), correlation_id, causation_id))
+    return rows
+
+
+def _check_appendable(item: object, event_class: type) -> None:
+    if not issubclass(event_class, Event):
+        raise EventValidationError(f"{type(item).__name__} is not an Event or an Envelope")
+    if "event_type" not in event_class.__dict__:
+        raise EventValidationError(f"{event_class.__name__} declares no type= and version=")

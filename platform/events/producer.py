@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import itertools
 import threading
 import time
 import uuid
@@ -25,14 +26,20 @@ from typing import Any, Protocol
 import confluent_kafka
 import sniffio
 
-from eventplatform.events.codec import EncodedEvent, encode_all
+from eventplatform.events.codec import EncodedEvent, encode_rows
 from eventplatform.events.errors import AppendError
-from eventplatform.events.model import Envelope, Event, EventRef, Position, envelopes_for
+from eventplatform.events.model import Appendable, Envelope, Event, EventRef, Position, appendables
 from eventplatform.events.topics import create_event_topics
 
 BOOTSTRAP_DEFAULT = "127.0.0.1:9092"
 DELIVERY_TIMEOUT_S_DEFAULT = 30.0
 POLL_INTERVAL_S = 0.05
+FLUSH_SLICE_S = 0.05
+"""How long ``append`` lets one flush wait before it looks at its own append again."""
+APPEND_WAIT_EXTRA_S = 5.0
+"""How much longer than the delivery timeout ``append`` waits for its last report."""
+PARTITION_ANY = -1
+"""The partition argument that leaves the choice to the partitioner."""
 QUEUE_FULL_BACKOFF_S = 0.001
 PRODUCER_DEFAULTS: dict[str, Any] = {
     # Keyed records land where the Java client puts them.
@@ -91,9 +98,18 @@ class EventProducer:
         correlation_id: uuid.UUID | None = None,
         causation_id: uuid.UUID | None = None,
     ) -> list[EventRef]:
-        """Append ``items`` and wait for the log to acknowledge all of them."""
+        """Append ``items`` and wait for the log to acknowledge all of them.
+
+        The records are sent at once, without waiting ``linger.ms`` for more:
+        the caller is waiting, and nothing it appends next can join them.
+        """
         future = self.submit(items, correlation_id=correlation_id, causation_id=causation_id)
-        return future.result(timeout=self._delivery_timeout_s + 5)
+        deadline = time.monotonic() + self._delivery_timeout_s + APPEND_WAIT_EXTRA_S
+        while not future.done() and time.monotonic() < deadline:
+            # flush sends what is queued now (every thread's) and serves delivery reports
+            # on this thread too, alongside the polling thread
+            self._producer.flush(FLUSH_SLICE_S)
+        return future.result(timeout=max(0.0, deadline - time.monotonic()))
 
     async def append_async(
         self,
@@ -116,11 +132,11 @@ class EventProducer:
         causation_id: uuid.UUID | None = None,
     ) -> Future[list[EventRef]]:
         """Validate and send ``items``; the future resolves once all are acknowledged."""
-        envelopes = envelopes_for(items, correlation_id=correlation_id, causation_id=causation_id)
-        self._check_schemas(envelopes)
-        records = encode_all(envelopes)
+        rows = appendables(items, correlation_id=correlation_id, causation_id=causation_id)
+        self._check_schemas(rows)
+        records = encode_rows(rows)
         self._ensure_topics({record.topic for record in records})
-        return self._send(envelopes, records)
+        return self._send(rows, records)
 
     def flush(self, timeout_s: float = DELIVERY_TIMEOUT_S_DEFAULT) -> None:
         self._producer.flush(timeout_s)
@@ -132,10 +148,10 @@ class EventProducer:
         self._poller.join(timeout=5)
         self._producer.flush(self._delivery_timeout_s)
 
-    def _check_schemas(self, envelopes: list[Envelope[Any]]) -> None:
+    def _check_schemas(self, rows: list[Appendable]) -> None:
         if self._schemas is None:
             return
-        for event_class in {type(envelope.event) for envelope in envelopes}:
+        for event_class in {type(row[0]) for row in rows}:
             if event_class not in self._checked:
                 self._schemas.ensure_registered(event_class)
                 self._checked.add(event_class)
@@ -151,34 +167,24 @@ class EventProducer:
                 create_event_topics(self._settings, missing, timeout_s=self._delivery_timeout_s)
                 self._topics_ready |= missing
 
-    def _send(
-        self, envelopes: list[Envelope[Any]], records: list[EncodedEvent]
-    ) -> Future[list[EventRef]]:
-        batch = _PendingAppend(envelopes)
+    def _send(self, rows: list[Appendable], records: list[EncodedEvent]) -> Future[list[EventRef]]:
+        batch = _PendingAppend(rows, records)
         produce: Any = self._producer.produce  # its stub types headers invariantly
         delivered = batch.delivered
+        partial = functools.partial
         for index, record in enumerate(records):
-            on_delivery = functools.partial(delivered, index)
+            on_delivery = partial(delivered, index)
+            partition = record.partition
             try:
-                if record.partition is None:
-                    produce(
-                        record.topic,
-                        record.value,
-                        record.key,
-                        on_delivery=on_delivery,
-                        timestamp=record.timestamp_ms,
-                        headers=record.headers,
-                    )
-                else:
-                    produce(
-                        record.topic,
-                        record.value,
-                        record.key,
-                        record.partition,
-                        on_delivery=on_delivery,
-                        timestamp=record.timestamp_ms,
-                        headers=record.headers,
-                    )
+                produce(
+                    record.topic,
+                    record.value,
+                    record.key,
+                    PARTITION_ANY if partition is None else partition,
+                    on_delivery=on_delivery,
+                    timestamp=record.timestamp_ms,
+                    headers=record.headers,
+                )
             except (BufferError, confluent_kafka.KafkaException):
                 self._produce(record, on_delivery)  # waits for room, or says what failed
         return batch.future
@@ -211,40 +217,69 @@ class EventProducer:
 
 
 class _PendingAppend:
-    """Collects the delivery reports of one append; resolves its future on the last one."""
+    """Collects the delivery reports of one append; resolves its future on the last one.
 
-    def __init__(self, envelopes: list[Envelope[Any]]) -> None:
-        self.envelopes = envelopes
-        self.refs: list[EventRef | None] = [None] * len(envelopes)
+    A report only notes where its record landed; the refs are made once, when
+    the last report is in.
+    """
+
+    def __init__(self, rows: list[Appendable], records: list[EncodedEvent]) -> None:
+        self.rows = rows
+        self.records = records
+        self.partitions: list[int] = [0] * len(rows)
+        self.offsets: list[int] = [-1] * len(rows)
         self.errors: list[str] = []
-        self.remaining = len(envelopes)
+        self.failed: set[int] = set()
+        self.last = len(rows) - 1
+        self.reported = itertools.count()
         self.future: Future[list[EventRef]] = Future()
-        if not envelopes:
+        if not rows:
             self.future.set_result([])
 
     def delivered(self, index: int, error: confluent_kafka.KafkaError | None, message: Any) -> None:
-        """The delivery report of event ``index`` (on the producer's polling thread)."""
-        if error is not None:
-            self.errors.append(f"event {index}: {error.str()}")
+        """The delivery report of event ``index``, on the producer's polling thread or a
+        thread in ``append``: two may report for one append at once. Each writes only
+        its own slots, then counts itself with one atomic step; the last one finishes."""
+        if error is None:
+            self.partitions[index] = message.partition()
+            self.offsets[index] = message.offset()
         else:
-            envelope = self.envelopes[index]
-            position = Position(message.topic(), message.partition(), message.offset())
-            self.refs[index] = EventRef(envelope.event_id, envelope.key, position)
-        self.remaining -= 1
-        if self.remaining == 0:
+            self.errors.append(f"event {index}: {error.str()}")
+            self.failed.add(index)
+        if next(self.reported) == self.last:
             self._finish()
 
     def _finish(self) -> None:
+        refs = self._refs()
         if self.errors:
             failed = len(self.errors)
-            self.future.set_exception(
-                AppendError(
-                    f"{failed} of {len(self.refs)} events were not appended: {self.errors[0]}",
-                    list(self.refs),
-                )
-            )
+            message = f"{failed} of {len(refs)} events were not appended: {self.errors[0]}"
+            self.future.set_exception(AppendError(message, list(refs)))
         else:
-            self.future.set_result([ref for ref in self.refs if ref is not None])
+            self.future.set_result(refs)  # type: ignore[arg-type]  # no None: nothing failed
+
+    def _refs(self) -> list[EventRef | None]:
+        new, set_ = object.__new__, object.__setattr__
+        refs: list[EventRef | None] = []
+        failed = self.failed
+        for index, (row, record, partition, offset) in enumerate(
+            zip(self.rows, self.records, self.partitions, self.offsets, strict=True)
+        ):
+            if index in failed:
+                refs.append(None)
+                continue
+            # EventRef(row[1], row[3], Position(record.topic, partition, offset)), without
+            # the frozen dataclasses' __init__: the fields are known to be right
+            position = new(Position)
+            set_(position, "topic", record.topic)
+            set_(position, "partition", partition)
+            set_(position, "offset", offset)
+            ref = new(EventRef)
+            set_(ref, "event_id", row[1])
+            set_(ref, "key", row[3])
+            set_(ref, "position", position)
+            refs.append(ref)
+        return refs
 
 
 async def _trio_wait(future: Future[list[EventRef]]) -> list[EventRef]:

@@ -7,6 +7,7 @@ module, so each test can count the records it finds.
 from __future__ import annotations
 
 import asyncio
+import threading
 import uuid
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
@@ -23,6 +24,7 @@ from eventplatform.events import (
     Event,
     EventCatalog,
     EventProducer,
+    EventRef,
     EventValidationError,
     IncompatibleSchemaError,
     Position,
@@ -176,6 +178,44 @@ def test_append_returns_refs_in_the_order_given(producer: EventProducer, log: Lo
     for ref, order in zip(refs, orders, strict=True):
         assert by_position[ref.position].event == order
         assert by_position[ref.position].event_id == ref.event_id
+
+
+def test_appends_from_many_threads_at_once_each_get_their_own_refs(
+    producer: EventProducer, log: Log
+) -> None:
+    """Blocking appends serve delivery reports on their own threads as well as on the
+    producer's: every append must still get exactly its own events' positions."""
+    threads, appends, size = 4, 5, 300
+    results: dict[tuple[int, int], list[EventRef]] = {}
+    sent: dict[tuple[int, int], list[OrderPlaced]] = {}
+
+    def work(thread: int) -> None:
+        for round_ in range(appends):
+            batch = [
+                OrderPlaced(order_id=f"mt-{thread}-{index % 7}", total_cents=round_ * size + index)
+                for index in range(size)
+            ]
+            sent[thread, round_] = batch
+            results[thread, round_] = producer.append(batch)
+
+    workers = [threading.Thread(target=work, args=(thread,)) for thread in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(timeout=DELIVERY_TIMEOUT_S * appends)
+    assert len(results) == threads * appends
+    catalog = EventCatalog([OrderPlaced])
+    by_position = {
+        envelope.position: envelope.event
+        for envelope in (
+            decoded(catalog, message) for message in log.records(OrderPlaced.event_topic)
+        )
+    }
+    positions = [ref.position for refs in results.values() for ref in refs]
+    assert len(set(positions)) == len(positions) == threads * appends * size
+    for slot, refs in results.items():
+        assert [by_position[ref.position] for ref in refs] == sent[slot]
+        assert [ref.key for ref in refs] == [event.order_id for event in sent[slot]]
 
 
 def test_keyed_events_land_on_the_murmur2_partition(producer: EventProducer) -> None:
