@@ -34,8 +34,6 @@ from eventplatform.events.topics import create_event_topics
 BOOTSTRAP_DEFAULT = "127.0.0.1:9092"
 DELIVERY_TIMEOUT_S_DEFAULT = 30.0
 POLL_INTERVAL_S = 0.05
-FLUSH_SLICE_S = 0.05
-"""How long ``append`` lets one flush wait before it looks at its own append again."""
 APPEND_WAIT_EXTRA_S = 5.0
 """How much longer than the delivery timeout ``append`` waits for its last report."""
 PARTITION_ANY = -1
@@ -46,7 +44,10 @@ PRODUCER_DEFAULTS: dict[str, Any] = {
     "partitioner": "murmur2_random",
     "enable.idempotence": True,
     "acks": "all",
-    "linger.ms": 5,
+    # Send at once. An append waits for its acknowledgement, so lingering for more
+    # records only delays it: a list is queued whole anyway, and while requests are in
+    # flight the next records gather into batches of their own.
+    "linger.ms": 0,
     "compression.type": "lz4",
 }
 
@@ -98,18 +99,9 @@ class EventProducer:
         correlation_id: uuid.UUID | None = None,
         causation_id: uuid.UUID | None = None,
     ) -> list[EventRef]:
-        """Append ``items`` and wait for the log to acknowledge all of them.
-
-        The records are sent at once, without waiting ``linger.ms`` for more:
-        the caller is waiting, and nothing it appends next can join them.
-        """
+        """Append ``items`` and wait for the log to acknowledge all of them."""
         future = self.submit(items, correlation_id=correlation_id, causation_id=causation_id)
-        deadline = time.monotonic() + self._delivery_timeout_s + APPEND_WAIT_EXTRA_S
-        while not future.done() and time.monotonic() < deadline:
-            # flush sends what is queued now (every thread's) and serves delivery reports
-            # on this thread too, alongside the polling thread
-            self._producer.flush(FLUSH_SLICE_S)
-        return future.result(timeout=max(0.0, deadline - time.monotonic()))
+        return future.result(timeout=self._delivery_timeout_s + APPEND_WAIT_EXTRA_S)
 
     async def append_async(
         self,
@@ -237,9 +229,9 @@ class _PendingAppend:
             self.future.set_result([])
 
     def delivered(self, index: int, error: confluent_kafka.KafkaError | None, message: Any) -> None:
-        """The delivery report of event ``index``, on the producer's polling thread or a
-        thread in ``append``: two may report for one append at once. Each writes only
-        its own slots, then counts itself with one atomic step; the last one finishes."""
+        """The delivery report of event ``index``, on whichever thread polls (``flush``
+        serves reports too). Each report writes only its own slots, then counts
+        itself with one atomic step; the one that counts last finishes."""
         if error is None:
             self.partitions[index] = message.partition()
             self.offsets[index] = message.offset()
