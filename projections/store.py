@@ -36,10 +36,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import (
+    BigInteger,
     Connection,
     Engine,
     and_,
     bindparam,
+    case,
     delete,
     or_,
     select,
@@ -118,9 +120,45 @@ _ADVANCE = (
         schema.checkpoints.c.next_offset == bindparam("expected"),
     )
     .values(next_offset=bindparam("next"), updated_at=bindparam("now"))
-    .returning(schema.checkpoints.c.next_offset)
+    .returning(schema.checkpoints.c.topic, schema.checkpoints.c.partition)
 )
 """A checkpoint's compare-and-set, built once (it runs for every partition of every batch)."""
+ADVANCE_PARTITIONS_PER_STATEMENT = 32
+"""Checkpoints one statement moves at most; a batch over more partitions takes more."""
+
+
+@functools.lru_cache(maxsize=ADVANCE_PARTITIONS_PER_STATEMENT)
+def _advance_many(count: int) -> Any:
+    """The compare-and-set of ``count`` checkpoints of one projection in one statement:
+    it returns a row for each one it moved (each one still at its expected offset)."""
+    columns = schema.checkpoints.c
+
+    def at(index: int) -> Any:
+        return and_(
+            columns.topic == bindparam(f"t{index}"),
+            columns.partition == bindparam(f"n{index}"),
+        )
+
+    return (
+        update(schema.checkpoints)
+        .where(
+            columns.projection == bindparam("p"),
+            or_(
+                *(
+                    and_(at(index), columns.next_offset == bindparam(f"e{index}"))
+                    for index in range(count)
+                )
+            ),
+        )
+        .values(
+            next_offset=case(
+                *((at(index), bindparam(f"x{index}", type_=BigInteger)) for index in range(count)),
+                else_=columns.next_offset,
+            ),
+            updated_at=bindparam("now"),
+        )
+        .returning(columns.topic, columns.partition)
+    )
 
 
 class ProjectionStore:
@@ -307,27 +345,41 @@ class StoreTransaction:
         self._staged: set[str] = set()
 
     def advance(self, moves: dict[TopicPartition, tuple[int | None, int]]) -> None:
-        """Compare-and-set each partition's checkpoint from ``expected`` to ``next``."""
+        """Compare-and-set each partition's checkpoint from ``expected`` to ``next``: the
+        ones that exist in one statement (a round trip, not one per partition)."""
         now = datetime.now(UTC)
+        existing = []
         for (topic, partition), (expected, next_offset) in sorted(moves.items()):
             if expected is None:
                 inserted = self._insert_checkpoint(topic, partition, next_offset, now)
                 if not inserted:
                     raise CheckpointConflictError(f"{topic}/{partition}: checkpoint appeared")
-                continue
-            result = self.connection.execute(
-                _ADVANCE,
-                {
-                    "p": self.projection.name,
-                    "t": topic,
-                    "n": partition,
-                    "expected": expected,
-                    "next": next_offset,
-                    "now": now,
-                },
-            )
-            if result.first() is None:
-                raise CheckpointConflictError(f"{topic}/{partition}: checkpoint moved")
+            else:
+                existing.append((topic, partition, expected, next_offset))
+        for start in range(0, len(existing), ADVANCE_PARTITIONS_PER_STATEMENT):
+            self._advance(existing[start : start + ADVANCE_PARTITIONS_PER_STATEMENT], now)
+
+    def _advance(self, moves: list[tuple[str, int, int, int]], now: datetime) -> None:
+        if len(moves) == 1:
+            ((topic, partition, expected, next_offset),) = moves
+            parameters = {"t": topic, "n": partition, "expected": expected, "next": next_offset}
+            statement = _ADVANCE
+        else:
+            parameters = {}
+            for index, (topic, partition, expected, next_offset) in enumerate(moves):
+                parameters[f"t{index}"] = topic
+                parameters[f"n{index}"] = partition
+                parameters[f"e{index}"] = expected
+                parameters[f"x{index}"] = next_offset
+            statement = _advance_many(len(moves))
+        moved = self.connection.execute(
+            statement, {**parameters, "p": self.projection.name, "now": now}
+        ).all()
+        if len(moved) < len(moves):
+            still = {(topic, partition) for topic, partition, *_ in moves}
+            still -= {(topic, partition) for topic, partition in moved}
+            named = ", ".join(f"{topic}/{partition}" for topic, partition in sorted(still))
+            raise CheckpointConflictError(f"{named}: checkpoint moved")
 
     def _insert_checkpoint(self, topic: str, partition: int, offset: int, now: datetime) -> bool:
         table = schema.checkpoints

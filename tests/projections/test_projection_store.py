@@ -48,7 +48,11 @@ from eventplatform.projections.model import (
     projection_table,
 )
 from eventplatform.projections.premerge import row_hash, row_key_text, unpack_ranks
-from eventplatform.projections.store import ProjectionStore, StoreTransaction
+from eventplatform.projections.store import (
+    ADVANCE_PARTITIONS_PER_STATEMENT,
+    ProjectionStore,
+    StoreTransaction,
+)
 
 PT = Tick.event_topic
 BIG_BATCH_EVENTS = 1000
@@ -329,6 +333,23 @@ def test_checkpoints_move_by_compare_and_set(totals_store: ProjectionStore, log:
     with pytest.raises(CheckpointConflictError):
         advance(totals_store, log, {(PT, 2): (3, 4)})
     assert totals_store.checkpoints([(PT, 0), (PT, 1), (PT, 2)]) == {(PT, 0): 9, (PT, 1): 2}
+
+
+def test_many_partitions_move_together_and_one_stale_one_refuses_them_all(
+    totals_store: ProjectionStore, log: MemoryLog
+) -> None:
+    partitions = ADVANCE_PARTITIONS_PER_STATEMENT + 3  # more than one statement moves
+    advance(totals_store, log, {(PT, n): (None, n) for n in range(partitions)})
+    advance(totals_store, log, {(PT, n): (n, n + 10) for n in range(partitions)})
+    wanted = [(PT, n) for n in range(partitions)]
+    assert totals_store.checkpoints(wanted) == {(PT, n): n + 10 for n in range(partitions)}
+
+    for stale in (0, 5, partitions - 1):
+        moves = {(PT, n): (n + 10, n + 20) for n in range(partitions)}
+        moves[PT, stale] = (stale + 9, stale + 20)
+        with pytest.raises(CheckpointConflictError, match=f"{PT}/{stale}: checkpoint moved"):
+            advance(totals_store, log, moves)
+        assert totals_store.checkpoints(wanted) == {(PT, n): n + 10 for n in range(partitions)}
 
 
 def test_a_stale_checkpoint_voids_the_whole_batch(
