@@ -34,7 +34,7 @@ from eventplatform.projections.registry import (
     registered,
     row_counts,
 )
-from eventplatform.projections.runner import ProjectionRunner
+from eventplatform.projections.runner import COMMITS, ProjectionRunner
 from eventplatform.projections.store import ProjectionStore, StoreTransaction
 
 WAIT_POLL_S_MIN = 0.001
@@ -173,7 +173,11 @@ def wait_until_applied(
     *,
     timeout_s: float = 30.0,
 ) -> None:
-    """Block until ``projection`` has applied every given position (read-your-writes)."""
+    """Block until ``projection`` has applied every given position (read-your-writes).
+
+    The checkpoints are read again after WAIT_POLL_S_MIN, doubling up to
+    WAIT_POLL_S_MAX, and at once whenever a runner in this process commits.
+    """
     wanted: dict[tuple[str, int], int] = {}
     for ref in refs:
         position = ref.position if isinstance(ref, EventRef) else ref
@@ -183,6 +187,7 @@ def wait_until_applied(
     deadline = time.monotonic() + timeout_s
     pause = WAIT_POLL_S_MIN
     while True:
+        commits = COMMITS.count
         with reading(engine) as connection:
             checkpoints = checkpoints_of(connection, projection)
         if all(checkpoints.get(key, 0) > offset for key, offset in wanted.items()):
@@ -192,7 +197,7 @@ def wait_until_applied(
                 f"{projection} did not apply {len(wanted)} partition position(s) "
                 f"within {timeout_s}s"
             )
-        time.sleep(pause)
+        COMMITS.wait_after(commits, min(pause, deadline - time.monotonic()))
         pause = min(pause * 2, WAIT_POLL_S_MAX)
 
 

@@ -69,6 +69,35 @@ class RunnerStats:
     retries: int = 0
 
 
+class CommitSignal:
+    """Tells the threads of this process that wait for a projection's progress (the wait
+    API) that a runner of this process committed, so that they look at once instead
+    of at their next poll. A waiter notes :attr:`count` before it reads the
+    checkpoints, so a commit between its read and its wait is not missed."""
+
+    def __init__(self) -> None:
+        self._condition = threading.Condition()
+        self._count = 0
+
+    @property
+    def count(self) -> int:
+        return self._count
+
+    def committed(self) -> None:
+        with self._condition:
+            self._count += 1
+            self._condition.notify_all()
+
+    def wait_after(self, count: int, timeout_s: float) -> None:
+        """Return once a commit after ``count`` was signalled, or after ``timeout_s``."""
+        with self._condition:
+            self._condition.wait_for(lambda: self._count != count, max(timeout_s, 0.0))
+
+
+COMMITS = CommitSignal()
+"""Every runner of this process signals here after each committed transaction."""
+
+
 class ProjectionRunner:
     """Runs one projection as a member of its consumer group until told to stop."""
 
@@ -243,6 +272,7 @@ class ProjectionRunner:
         self.stats.events += plan.events
         for partition, (_, next_offset) in plan.moves.items():
             self._uncommitted[partition] = next_offset
+        COMMITS.committed()
         self._commit_to_group()
         if self._on_commit is not None:
             self._on_commit(self.stats)

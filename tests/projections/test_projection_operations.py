@@ -37,6 +37,7 @@ from eventplatform.projections.operations import (
     run_projection,
     wait_until_applied,
 )
+from eventplatform.projections.runner import COMMITS
 from eventplatform.projections_cli import projections
 from eventplatform.testing import BrokerProcess, running_broker
 
@@ -363,6 +364,7 @@ def platform(*arguments: str) -> str:
 def test_a_wait_after_append_sees_the_row(
     url: str, broker: BrokerProcess, producer: EventProducer
 ) -> None:
+    commits = COMMITS.count
     with running_projection(url, broker.bootstrap):
         for number in range(5):
             entity = f"entity-{number}"
@@ -370,6 +372,7 @@ def test_a_wait_after_append_sees_the_row(
             wait_until_applied(url, NAME, refs, timeout_s=APPLY_TIMEOUT_S)
             assert table_rows(url, totals)[entity]["total"] == number
             assert table_rows(url, label_totals)["x"]["ticks"] == number + 1
+    assert COMMITS.count > commits  # the runner in this process signalled its commits
 
 
 def test_a_wait_that_is_never_satisfied_times_out(
