@@ -97,6 +97,7 @@ from typing import Any
 from sqlalchemy import BigInteger, Column, Float, MetaData, String, Table, select
 
 from bench.harness import (
+    BrokerProcess,
     Deadline,
     Spread,
     describe_machine,
@@ -113,12 +114,6 @@ from eventplatform.projections.migrate import upgrade
 from eventplatform.projections.model import Projection, Row, merge_column, projection_table
 from eventplatform.projections.runner import ProjectionRunner, RunnerStats
 from eventplatform.projections.store import ProjectionStore
-
-try:
-    from eventplatform.testing import BrokerProcess
-except ImportError:  # older revisions kept it among the tests' helpers
-    sys.path.insert(0, str(Path.cwd() / "tests" / "support"))
-    from broker_process import BrokerProcess  # type: ignore[import-not-found,no-redef]
 
 EVENTS_DEFAULT = 100_000
 KEYS_DEFAULT = 100

@@ -35,6 +35,14 @@ from eventplatform.events import Envelope, Event
 from eventplatform.projections.merge import Count, First, Latest, Max, Min, Sum
 from eventplatform.projections.model import Projection, Row, merge_column, projection_table
 
+try:
+    from eventplatform.testing import BrokerProcess as BrokerProcess
+except ImportError:  # revisions before eventplatform.testing kept it in tests/support
+    sys.path.insert(0, str(Path.cwd() / "tests" / "support"))
+    from broker_process import (  # type: ignore[import-not-found,no-redef]
+        BrokerProcess as BrokerProcess,
+    )
+
 KIB = 1024
 MIB = 1024 * KIB
 GIB = 1024 * MIB

@@ -59,6 +59,7 @@ import confluent_kafka
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from bench.harness import (
+    BrokerProcess,
     Deadline,
     Spread,
     Stopwatch,
@@ -71,12 +72,6 @@ from bench.harness import (
 from eventplatform.events import Envelope, Event, EventProducer
 from eventplatform.events.codec import EncodedEvent, encode
 from eventplatform.events.producer import DELIVERY_TIMEOUT_S_DEFAULT, PRODUCER_DEFAULTS
-
-try:
-    from eventplatform.testing import BrokerProcess
-except ImportError:  # older revisions kept it in tests/support
-    sys.path.insert(0, str(Path.cwd() / "tests" / "support"))
-    from broker_process import BrokerProcess  # type: ignore[no-redef,import-not-found]
 
 try:
     from eventplatform.events.topics import EVENT_TOPIC_CONFIG

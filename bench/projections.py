@@ -60,6 +60,7 @@ import psycopg
 from sqlalchemy.engine import make_url
 
 from bench.harness import (
+    BrokerProcess,
     Deadline,
     PageViewed,
     Spread,
@@ -79,7 +80,6 @@ from eventplatform.projections.database import create_store_engine
 from eventplatform.projections.migrate import upgrade
 from eventplatform.projections.runner import ProjectionRunner, RunnerStats
 from eventplatform.projections.store import ProjectionStore
-from eventplatform.testing import BrokerProcess
 
 try:
     from eventsourcing.application import Application

@@ -85,6 +85,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from sqlalchemy import BigInteger, Column, DateTime, Engine, MetaData, String, bindparam, select
 
 from bench.harness import (
+    BrokerProcess,
     Deadline,
     describe_machine,
     invocation,
@@ -101,12 +102,6 @@ from eventplatform.projections.model import Projection, Row, merge_column, proje
 from eventplatform.projections.operations import wait_until_applied
 from eventplatform.projections.runner import ProjectionRunner, RunnerStats
 from eventplatform.projections.store import ProjectionStore
-
-try:
-    from eventplatform.testing import BrokerProcess
-except ImportError:  # older revisions kept it in tests/support
-    sys.path.insert(0, str(Path.cwd() / "tests" / "support"))
-    from broker_process import BrokerProcess  # type: ignore[no-redef,import-not-found]
 
 try:
     from eventplatform.events.topics import EVENT_TOPIC_CONFIG
