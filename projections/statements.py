@@ -13,16 +13,21 @@ from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
+import orjson
 from sqlalchemy import (
+    BigInteger,
     Column,
     Connection,
     LargeBinary,
     MetaData,
     Table,
     and_,
+    any_,
+    bindparam,
     case,
     cast,
     func,
+    literal_column,
     or_,
     select,
 )
@@ -114,6 +119,23 @@ class Upsert:
             head, values, tail = _values_clause(self.sql)
             sql = self._multirow_sql[count] = head + ", ".join([values] * count) + tail
         return sql
+
+
+def integers_in(column: Any, name: str, postgres: bool) -> Any:
+    """``column IN`` the integers bound as the one parameter ``name`` (give it
+    :func:`integers_param`): a PostgreSQL array, or a JSON array that SQLite unnests.
+    The statement's text is the same however many integers there are, so it is
+    compiled and prepared once, where an expanding ``IN`` list made a new statement,
+    rendered and parsed again, for each length."""
+    if postgres:
+        return column == any_(bindparam(name, type_=postgresql.ARRAY(BigInteger)))
+    unnested: Any = select(literal_column("value")).select_from(func.json_each(bindparam(name)))
+    return column.in_(unnested.scalar_subquery())
+
+
+def integers_param(values: Sequence[int], postgres: bool) -> Any:
+    """The value of an :func:`integers_in` parameter."""
+    return list(values) if postgres else orjson.dumps(list(values)).decode()
 
 
 def _fast_processor(impl: Any, processor: Callable[[Any], Any]) -> Callable[[Any], Any]:

@@ -87,6 +87,8 @@ from eventplatform.projections.statements import (
     Upsert,
     driver_errors,
     index_append_statement,
+    integers_in,
+    integers_param,
     upsert_insert,
     upsert_statement,
 )
@@ -101,15 +103,43 @@ KEYS_PER_STATEMENT = 500
 OPAQUE = OpaqueEvent()
 
 
-_CORRECTED_ROWS = select(schema.corrected_events).where(
-    schema.corrected_events.c.projection == bindparam("projection"),
-    schema.corrected_events.c.topic == bindparam("topic"),
-    schema.corrected_events.c.partition == bindparam("partition"),
-    schema.corrected_events.c.offset.between(bindparam("first"), bindparam("last")),
-    schema.corrected_events.c.offset.in_(bindparam("offsets", expanding=True)),
-)
-"""The corrected-events rows of some offsets of one partition, ``first`` to ``last``
-(the range lets PostgreSQL bound its index scan: it filters a long ``IN`` list)."""
+@functools.cache
+def _corrected_rows_query(postgres: bool) -> Any:
+    """The corrected-events rows of some offsets of one partition, ``first`` to ``last``
+    (the range lets PostgreSQL bound its index scan)."""
+    columns = schema.corrected_events.c
+    return select(schema.corrected_events).where(
+        columns.projection == bindparam("projection"),
+        columns.topic == bindparam("topic"),
+        columns.partition == bindparam("partition"),
+        columns.offset.between(bindparam("first"), bindparam("last")),
+        integers_in(columns.offset, "offsets", postgres),
+    )
+
+
+@functools.cache
+def _parked_query(postgres: bool) -> Any:
+    """The parked offsets among some of one partition, ``first`` to ``last``."""
+    columns = schema.dead_letters.c
+    return select(columns.offset).where(
+        columns.projection == bindparam("projection"),
+        columns.topic == bindparam("topic"),
+        columns.partition == bindparam("partition"),
+        columns.offset.between(bindparam("first"), bindparam("last")),
+        integers_in(columns.offset, "offsets", postgres),
+        columns.status == schema.DEAD_LETTER_PARKED,
+    )
+
+
+@functools.cache
+def _index_rows_query(postgres: bool) -> Any:
+    """The event index entries of some row hashes of one scope."""
+    columns = schema.event_index.c
+    return select(columns.row_hash, columns.chunk, columns.ranks).where(
+        columns.scope == bindparam("scope"),
+        integers_in(columns.row_hash, "hashes", postgres),
+    )
+
 
 _ADVANCE = (
     update(schema.checkpoints)
@@ -557,14 +587,12 @@ class StoreTransaction:
             self.store.index_append.execute(self, rows)
 
     def _index_rows(self, scope: int, hashes: Sequence[int]) -> list[Any]:
-        table = schema.event_index
+        postgres = self.store.postgresql
+        query = _index_rows_query(postgres)
         found: list[Any] = []
         for start in range(0, len(hashes), KEYS_PER_STATEMENT):
-            query = select(table.c.row_hash, table.c.chunk, table.c.ranks).where(
-                table.c.scope == scope,
-                table.c.row_hash.in_(hashes[start : start + KEYS_PER_STATEMENT]),
-            )
-            found.extend(self.connection.execute(query).all())
+            chunk = integers_param(hashes[start : start + KEYS_PER_STATEMENT], postgres)
+            found.extend(self.connection.execute(query, {"scope": scope, "hashes": chunk}).all())
         return found
 
     def cursor(self) -> Any:
@@ -659,39 +687,38 @@ class StoreTransaction:
 
     def parked_positions(self, positions: Sequence[Position]) -> set[Position]:
         """Those of ``positions`` whose events are parked as poison."""
-        table = schema.dead_letters
-        found: set[Position] = set()
-        for (topic, partition), offsets in _by_partition(positions).items():
-            for chunk in _sorted_chunks(offsets):
-                query = select(table.c.offset).where(
-                    table.c.projection == self.projection.name,
-                    table.c.topic == topic,
-                    table.c.partition == partition,
-                    table.c.offset.between(chunk[0], chunk[-1]),
-                    table.c.offset.in_(chunk),
-                    table.c.status == schema.DEAD_LETTER_PARKED,
-                )
-                found.update(
-                    Position(topic, partition, offset)
-                    for offset in self.connection.execute(query).scalars()
-                )
-        return found
+        query = _parked_query(self.store.postgresql)
+        return {
+            Position(topic, partition, offset)
+            for topic, partition, parameters in self._offset_chunks(positions)
+            for offset in self.connection.execute(query, parameters).scalars()
+        }
 
     def _corrected_rows(self, positions: Sequence[Position]) -> dict[Position, Any]:
+        query = _corrected_rows_query(self.store.postgresql)
         found: dict[Position, Any] = {}
-        for (topic, partition), wanted in _by_partition(positions).items():
-            for offsets in _sorted_chunks(wanted):
+        for topic, partition, parameters in self._offset_chunks(positions):
+            for row in self.connection.execute(query, parameters).mappings():
+                found[Position(topic, partition, row["offset"])] = row
+        return found
+
+    def _offset_chunks(
+        self, positions: Sequence[Position]
+    ) -> Iterator[tuple[str, int, dict[str, Any]]]:
+        """Per partition, its distinct offsets in order, KEYS_PER_STATEMENT at a time, as
+        the parameters of a query of a range of a projection's offsets."""
+        postgres = self.store.postgresql
+        for (topic, partition), offsets in _by_partition(positions).items():
+            for chunk in _sorted_chunks(offsets):
                 parameters = {
                     "projection": self.projection.name,
                     "topic": topic,
                     "partition": partition,
-                    "first": offsets[0],
-                    "last": offsets[-1],
-                    "offsets": offsets,
+                    "first": chunk[0],
+                    "last": chunk[-1],
+                    "offsets": integers_param(chunk, postgres),
                 }
-                for row in self.connection.execute(_CORRECTED_ROWS, parameters).mappings():
-                    found[Position(row["topic"], row["partition"], row["offset"])] = row
-        return found
+                yield topic, partition, parameters
 
     def contributions_of(self, root: Envelope[Any], content: Event | None) -> list[Contribution]:
         if content is None:
