@@ -671,19 +671,25 @@ class StoreTransaction:
     ) -> tuple[dict[Position, Event | None], set[Position]]:
         """Each root's current content (see :meth:`effective`), and which roots have a
         correction recorded."""
-        result: dict[Position, Event | None] = {}
         corrected = self._corrected_rows([root.position for root in roots if root.position])
+        return self._contents(roots, corrected), set(corrected)
+
+    def _contents(
+        self, roots: Iterable[Envelope[Any]], corrected: dict[Position, Any]
+    ) -> dict[Position, Event | None]:
+        """Each root's current content, given the corrected-events rows of the roots."""
+        result: dict[Position, Event | None] = {}
         for root in roots:
             assert root.position is not None
             row = corrected.get(root.position)
             if row is None:
                 result[root.position] = root.event
-            elif row["retracted"] or row["replacement"] is None:
+            elif _retracted(row):
                 result[root.position] = None
             else:
                 replacement = ReplacementEvent.model_validate(row["replacement"])
                 result[root.position] = replacement_content(replacement, self.store.catalog)
-        return result, set(corrected)
+        return result
 
     def parked_positions(self, positions: Sequence[Position]) -> set[Position]:
         """Those of ``positions`` whose events are parked as poison."""
@@ -771,12 +777,15 @@ class StoreTransaction:
         originals = self.store.original_contributions
         found: dict[Position, list[Contribution]] = {}
         for position in positions:
-            if position not in corrected:
+            row = corrected.get(position)
+            if row is None:
                 kept = originals.get(position)
                 if kept is not None:
                     found[position] = kept
+            elif _retracted(row):
+                found[position] = []  # a retracted event contributes nothing: no need to read it
         roots = self.read_envelopes([p for p in positions if p not in found])
-        contents = self.effective(list(roots.values()))
+        contents = self._contents(roots.values(), corrected)
         for position, root in roots.items():
             contributions = found[position] = self.contributions_of(root, contents[position])
             if position not in corrected:
@@ -943,6 +952,11 @@ class StoreTransaction:
             },
         )
         self.connection.execute(statement, rows)
+
+
+def _retracted(corrected_row: Any) -> bool:
+    """Whether a corrected-events row leaves its event with no content."""
+    return bool(corrected_row["retracted"]) or corrected_row["replacement"] is None
 
 
 def _sorted_chunks(offsets: Iterable[int]) -> Iterator[list[int]]:
