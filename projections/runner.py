@@ -15,6 +15,7 @@ never has a batch in flight.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import confluent_kafka
+from sqlalchemy import Connection
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from eventplatform.events import EventError, Position
@@ -127,6 +129,8 @@ class ProjectionRunner:
         self._on_commit = on_commit
         self._uncommitted: dict[TopicPartition, int] = {}
         self._group_committed_at = 0.0
+        self._connection: Connection | None = None
+        """The database connection the batches commit on, kept between them."""
         self._log_reader = KafkaEventReader(bootstrap)
         self._reader = RecentValues(self._log_reader)
         self._consumer = confluent_kafka.Consumer(
@@ -182,6 +186,20 @@ class ProjectionRunner:
             self._consumer.close()
         finally:
             self._log_reader.close()
+            self._drop_connection()
+
+    def _kept_connection(self) -> Connection:
+        if self._connection is None:
+            self._connection = self.store.engine.connect()
+        return self._connection
+
+    def _drop_connection(self) -> None:
+        """Give the kept connection back (after a database error, a fresh one is taken:
+        the pool checks that one is alive before it hands it out)."""
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            with contextlib.suppress(DBAPIError):
+                connection.close()
 
     def _poll(self) -> list[Record]:
         # What is fetched already makes a batch at once: a large one when the runner is
@@ -239,6 +257,7 @@ class ProjectionRunner:
                 self._reseek(records)
                 return
             except (OperationalError, DBAPIError) as exc:
+                self._drop_connection()
                 if not _retryable(exc):
                     raise
                 self.stats.retries += 1
@@ -263,7 +282,7 @@ class ProjectionRunner:
         return plan_batch(self.projection, records, self.expected, self.store.premerger)
 
     def _commit(self, plan: BatchPlan) -> None:
-        with self.store.transaction(self._reader) as transaction:
+        with self.store.transaction(self._reader, self._kept_connection()) as transaction:
             transaction.advance(plan.moves)
             self._run_steps(transaction, plan.steps)
         for partition, (_, next_offset) in plan.moves.items():

@@ -239,14 +239,29 @@ class ProjectionStore:
         return {(t, p): offset for t, p, offset in rows if (t, p) in wanted}
 
     @contextmanager
-    def transaction(self, reader: EventReader) -> Iterator[StoreTransaction]:
-        with self.engine.begin() as connection:
-            transaction = StoreTransaction(self, connection, reader)
-            try:
+    def transaction(
+        self, reader: EventReader, connection: Connection | None = None
+    ) -> Iterator[StoreTransaction]:
+        """A transaction on a connection from the engine's pool, or on ``connection``,
+        one the caller keeps between transactions (a runner does: that saves a pool
+        check-out per batch, and on PostgreSQL the round trip of its liveness ping)."""
+        if connection is None:
+            with self.engine.begin() as pooled, self._transaction(pooled, reader) as transaction:
                 yield transaction
-            except BaseException:
-                transaction.forget_staging()
-                raise
+        else:
+            with connection.begin(), self._transaction(connection, reader) as transaction:
+                yield transaction
+
+    @contextmanager
+    def _transaction(
+        self, connection: Connection, reader: EventReader
+    ) -> Iterator[StoreTransaction]:
+        transaction = StoreTransaction(self, connection, reader)
+        try:
+            yield transaction
+        except BaseException:
+            transaction.forget_staging()
+            raise
 
     def upsert(self, plan: TablePlan) -> Upsert:
         return self._upserts[plan.name]
