@@ -35,6 +35,7 @@ from eventplatform.projections.batch import (
     plan_batch,
     young_collections_rare,
 )
+from eventplatform.projections.caches import RecentValues
 from eventplatform.projections.corrections import apply_corrections
 from eventplatform.projections.errors import (
     CheckpointConflictError,
@@ -45,7 +46,7 @@ from eventplatform.projections.fold import link_problem
 from eventplatform.projections.kafka import KafkaEventReader
 from eventplatform.projections.premerge import BatchDelta
 from eventplatform.projections.registry import register_projection, set_status
-from eventplatform.projections.store import ProjectionStore, RecentValues, StoreTransaction
+from eventplatform.projections.store import ProjectionStore, StoreTransaction
 
 log = logging.getLogger(__name__)
 

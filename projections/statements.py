@@ -1,4 +1,5 @@
-"""Statements that merge many rows at once, compiled once per table.
+"""Statements built once: merges of many rows per table, and the store's checkpoint and
+offset queries.
 
 :class:`Upsert` takes a batch of rows in column order and merges them into
 their table with as few statements as the database allows; the builders
@@ -8,6 +9,7 @@ a projection table's merge, or the event index's append.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
@@ -30,6 +32,7 @@ from sqlalchemy import (
     literal_column,
     or_,
     select,
+    update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import DBAPIError
@@ -244,3 +247,93 @@ def upsert_statement(plan: TablePlan, postgres: bool, source: Table | None = Non
     contributions = table.c[CONTRIBUTIONS_COLUMN]
     updates[CONTRIBUTIONS_COLUMN] = contributions + excluded[CONTRIBUTIONS_COLUMN]
     return statement.on_conflict_do_update(index_elements=list(plan.keys), set_=updates)
+
+
+def offsets_query(table: Any, selected: Sequence[Any], postgres: bool, *more: Any) -> Any:
+    """``selected`` of ``table``'s rows at some offsets of one partition of one
+    projection: parameters ``projection``, ``topic``, ``partition``, ``first`` and
+    ``last`` (the offsets' range, which lets PostgreSQL bound its index scan) and
+    ``offsets`` (:func:`integers_param`); ``more`` conditions besides."""
+    columns = table.c
+    return select(*selected).where(
+        columns.projection == bindparam("projection"),
+        columns.topic == bindparam("topic"),
+        columns.partition == bindparam("partition"),
+        columns.offset.between(bindparam("first"), bindparam("last")),
+        integers_in(columns.offset, "offsets", postgres),
+        *more,
+    )
+
+
+@functools.cache
+def corrected_rows_query(postgres: bool) -> Any:
+    """The corrected-events rows at some offsets (see :func:`offsets_query`)."""
+    return offsets_query(schema.corrected_events, [schema.corrected_events], postgres)
+
+
+@functools.cache
+def parked_query(postgres: bool) -> Any:
+    """The parked offsets among some (see :func:`offsets_query`)."""
+    table = schema.dead_letters
+    parked = table.c.status == schema.DEAD_LETTER_PARKED
+    return offsets_query(table, [table.c.offset], postgres, parked)
+
+
+@functools.cache
+def index_rows_query(postgres: bool) -> Any:
+    """The event index entries of some row hashes of one scope."""
+    columns = schema.event_index.c
+    return select(columns.row_hash, columns.chunk, columns.ranks).where(
+        columns.scope == bindparam("scope"),
+        integers_in(columns.row_hash, "hashes", postgres),
+    )
+
+
+ADVANCE = (
+    update(schema.checkpoints)
+    .where(
+        schema.checkpoints.c.projection == bindparam("p"),
+        schema.checkpoints.c.topic == bindparam("t"),
+        schema.checkpoints.c.partition == bindparam("n"),
+        schema.checkpoints.c.next_offset == bindparam("expected"),
+    )
+    .values(next_offset=bindparam("next"), updated_at=bindparam("now"))
+    .returning(schema.checkpoints.c.topic, schema.checkpoints.c.partition)
+)
+"""A checkpoint's compare-and-set, built once (it runs for every partition of every batch)."""
+ADVANCE_PARTITIONS_PER_STATEMENT = 32
+"""Checkpoints one statement moves at most; a batch over more partitions takes more."""
+
+
+@functools.lru_cache(maxsize=ADVANCE_PARTITIONS_PER_STATEMENT)
+def advance_many(count: int) -> Any:
+    """The compare-and-set of ``count`` checkpoints of one projection in one statement:
+    it returns a row for each one it moved (each one still at its expected offset)."""
+    columns = schema.checkpoints.c
+
+    def at(index: int) -> Any:
+        return and_(
+            columns.topic == bindparam(f"t{index}"),
+            columns.partition == bindparam(f"n{index}"),
+        )
+
+    return (
+        update(schema.checkpoints)
+        .where(
+            columns.projection == bindparam("p"),
+            or_(
+                *(
+                    and_(at(index), columns.next_offset == bindparam(f"e{index}"))
+                    for index in range(count)
+                )
+            ),
+        )
+        .values(
+            next_offset=case(
+                *((at(index), bindparam(f"x{index}", type_=BigInteger)) for index in range(count)),
+                else_=columns.next_offset,
+            ),
+            updated_at=bindparam("now"),
+        )
+        .returning(columns.topic, columns.partition)
+    )

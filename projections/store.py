@@ -29,37 +29,33 @@ from __future__ import annotations
 
 import functools
 import traceback
-from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import (
-    BigInteger,
     Connection,
     Engine,
     and_,
     bindparam,
-    case,
     delete,
     or_,
     select,
     update,
 )
-from sqlalchemy import types as sqltypes
 
 from eventplatform.events import Correction, Envelope, Event, Position
 from eventplatform.events.codec import envelope_of, parse
 from eventplatform.events.corrections import ReplacementEvent
 from eventplatform.projections import schema
+from eventplatform.projections.amending import FILL_EVENTS, RowSearch, stored_forms
+from eventplatform.projections.caches import CachedReader, EventReader, OriginalContributions
 from eventplatform.projections.database import reading
 from eventplatform.projections.errors import CheckpointConflictError
 from eventplatform.projections.fold import (
-    UNKNOWN,
     NotAmendableError,
     OpaqueEvent,
-    StoredForm,
     VacantColumnsError,
     amend,
     apply,
@@ -67,10 +63,9 @@ from eventplatform.projections.fold import (
     merge_into,
     replacement_content,
 )
-from eventplatform.projections.merge import Latest, Max, Min, SetAdd
+from eventplatform.projections.merge import Latest, SetAdd
 from eventplatform.projections.model import (
     CONTRIBUTIONS_COLUMN,
-    RANK_SUFFIX,
     Contribution,
     Projection,
     TablePlan,
@@ -84,11 +79,16 @@ from eventplatform.projections.premerge import (
     unpack_ranks,
 )
 from eventplatform.projections.statements import (
+    ADVANCE,
+    ADVANCE_PARTITIONS_PER_STATEMENT,
     Upsert,
+    advance_many,
+    corrected_rows_query,
     driver_errors,
     index_append_statement,
-    integers_in,
+    index_rows_query,
     integers_param,
+    parked_query,
     upsert_insert,
     upsert_statement,
 )
@@ -96,99 +96,9 @@ from eventplatform.projections.statements import (
 TopicPartition = tuple[str, int]
 RowRef = tuple[str, tuple[Any, ...]]
 """A row of a projection table: the table's name and the row's key."""
-EventReader = Callable[[Sequence[Position]], dict[Position, bytes]]
-"""Reads the record values at some log positions (a correction's history)."""
 
 KEYS_PER_STATEMENT = 500
 OPAQUE = OpaqueEvent()
-
-
-@functools.cache
-def _corrected_rows_query(postgres: bool) -> Any:
-    """The corrected-events rows of some offsets of one partition, ``first`` to ``last``
-    (the range lets PostgreSQL bound its index scan)."""
-    columns = schema.corrected_events.c
-    return select(schema.corrected_events).where(
-        columns.projection == bindparam("projection"),
-        columns.topic == bindparam("topic"),
-        columns.partition == bindparam("partition"),
-        columns.offset.between(bindparam("first"), bindparam("last")),
-        integers_in(columns.offset, "offsets", postgres),
-    )
-
-
-@functools.cache
-def _parked_query(postgres: bool) -> Any:
-    """The parked offsets among some of one partition, ``first`` to ``last``."""
-    columns = schema.dead_letters.c
-    return select(columns.offset).where(
-        columns.projection == bindparam("projection"),
-        columns.topic == bindparam("topic"),
-        columns.partition == bindparam("partition"),
-        columns.offset.between(bindparam("first"), bindparam("last")),
-        integers_in(columns.offset, "offsets", postgres),
-        columns.status == schema.DEAD_LETTER_PARKED,
-    )
-
-
-@functools.cache
-def _index_rows_query(postgres: bool) -> Any:
-    """The event index entries of some row hashes of one scope."""
-    columns = schema.event_index.c
-    return select(columns.row_hash, columns.chunk, columns.ranks).where(
-        columns.scope == bindparam("scope"),
-        integers_in(columns.row_hash, "hashes", postgres),
-    )
-
-
-_ADVANCE = (
-    update(schema.checkpoints)
-    .where(
-        schema.checkpoints.c.projection == bindparam("p"),
-        schema.checkpoints.c.topic == bindparam("t"),
-        schema.checkpoints.c.partition == bindparam("n"),
-        schema.checkpoints.c.next_offset == bindparam("expected"),
-    )
-    .values(next_offset=bindparam("next"), updated_at=bindparam("now"))
-    .returning(schema.checkpoints.c.topic, schema.checkpoints.c.partition)
-)
-"""A checkpoint's compare-and-set, built once (it runs for every partition of every batch)."""
-ADVANCE_PARTITIONS_PER_STATEMENT = 32
-"""Checkpoints one statement moves at most; a batch over more partitions takes more."""
-
-
-@functools.lru_cache(maxsize=ADVANCE_PARTITIONS_PER_STATEMENT)
-def _advance_many(count: int) -> Any:
-    """The compare-and-set of ``count`` checkpoints of one projection in one statement:
-    it returns a row for each one it moved (each one still at its expected offset)."""
-    columns = schema.checkpoints.c
-
-    def at(index: int) -> Any:
-        return and_(
-            columns.topic == bindparam(f"t{index}"),
-            columns.partition == bindparam(f"n{index}"),
-        )
-
-    return (
-        update(schema.checkpoints)
-        .where(
-            columns.projection == bindparam("p"),
-            or_(
-                *(
-                    and_(at(index), columns.next_offset == bindparam(f"e{index}"))
-                    for index in range(count)
-                )
-            ),
-        )
-        .values(
-            next_offset=case(
-                *((at(index), bindparam(f"x{index}", type_=BigInteger)) for index in range(count)),
-                else_=columns.next_offset,
-            ),
-            updated_at=bindparam("now"),
-        )
-        .returning(columns.topic, columns.partition)
-    )
 
 
 class ProjectionStore:
@@ -267,115 +177,11 @@ class ProjectionStore:
         return self._upserts[plan.name]
 
 
-RECENT_VALUES_BYTES_DEFAULT = 64 * 1024 * 1024
-RECENT_VALUE_OVERHEAD_BYTES = 200
-"""What a remembered value costs beyond its own bytes: its position and the entries."""
-
-
-class RecentValues:
-    """The values of records a runner applied lately, by position, up to ``bytes_max``
-    (oldest forgotten first), in front of a reader of the log.
-
-    Corrections mostly amend recent events: their originals, and the other events of
-    rows they make recompute, are then found here instead of read back from the log.
-    A record's value at a position never changes while its topic lives; a runner
-    forgets them all when partitions are taken from it.
-    """
-
-    def __init__(self, reader: EventReader, bytes_max: int = RECENT_VALUES_BYTES_DEFAULT):
-        self._reader = reader
-        self.bytes_max = bytes_max
-        self._values: dict[Position, bytes] = {}
-        self._order: deque[Position] = deque()
-        self._bytes = 0
-
-    def remember(self, records: Iterable[tuple[Position, bytes | None]]) -> None:
-        values, order = self._values, self._order
-        added = 0
-        for position, value in records:
-            if value is not None and position not in values:
-                values[position] = value
-                order.append(position)
-                added += len(value) + RECENT_VALUE_OVERHEAD_BYTES
-        self._bytes += added
-        while self._bytes > self.bytes_max and order:
-            forgotten = values.pop(order.popleft())
-            self._bytes -= len(forgotten) + RECENT_VALUE_OVERHEAD_BYTES
-
-    def forget(self) -> None:
-        self._values.clear()
-        self._order.clear()
-        self._bytes = 0
-
-    def __call__(self, positions: Sequence[Position]) -> dict[Position, bytes]:
-        values = self._values
-        found: dict[Position, bytes] = {}
-        missing = []
-        for position in positions:
-            value = values.get(position)
-            if value is None:
-                missing.append(position)
-            else:
-                found[position] = value
-        if missing:
-            found.update(self._reader(missing))
-        return found
-
-
 INDEX_COPY_ROWS_MIN = 64
 """Index entries a PostgreSQL batch copies in; fewer go in with one ``INSERT``."""
 INDEX_SEAL_EVERY_RANKS = 1024
 """Ranks appended to open index entries (SQLite) between two sealings of the full
 ones; an open entry holds at most this many more ranks than a sealed one."""
-FILL_EVENTS = 4
-"""Events a search for a row's vacant Latest/First value reads at a time."""
-ORIGINAL_CONTRIBUTIONS_MAX = 100_000
-"""Events whose original contributions a store keeps for recomputing rows."""
-
-
-class OriginalContributions:
-    """The contributions of uncorrected events, by position, the oldest used forgotten
-    first beyond ``limit`` events."""
-
-    def __init__(self, limit: int = ORIGINAL_CONTRIBUTIONS_MAX) -> None:
-        self.limit = limit
-        self._kept: dict[Position, list[Contribution]] = {}
-
-    def get(self, position: Position) -> list[Contribution] | None:
-        found = self._kept.pop(position, None)
-        if found is not None:
-            self._kept[position] = found  # used now: the newest
-        return found
-
-    def put(self, position: Position, contributions: list[Contribution]) -> None:
-        kept = self._kept
-        kept.pop(position, None)
-        kept[position] = contributions
-        while len(kept) > self.limit:
-            del kept[next(iter(kept))]
-
-
-class CachedReader:
-    """An event reader that reads each log position once (records are immutable).
-
-    A transaction's corrections read the same records again and again: each
-    correction of one session recomputes the session's row from all its
-    events. The runner also reads a whole batch's correction targets in one
-    pass up front (:meth:`StoreTransaction.prefetch`).
-    """
-
-    def __init__(self, reader: EventReader) -> None:
-        self._reader = reader
-        self._values: dict[Position, bytes | None] = {}
-
-    def __call__(self, positions: Sequence[Position]) -> dict[Position, bytes]:
-        missing = [position for position in positions if position not in self._values]
-        if missing:
-            found = self._reader(missing)
-            for position in missing:
-                self._values[position] = found.get(position)
-        values = self._values
-        return {p: value for p in positions if (value := values[p]) is not None}
 
 
 class StoreTransaction:
@@ -408,7 +214,7 @@ class StoreTransaction:
         if len(moves) == 1:
             ((topic, partition, expected, next_offset),) = moves
             parameters = {"t": topic, "n": partition, "expected": expected, "next": next_offset}
-            statement = _ADVANCE
+            statement = ADVANCE
         else:
             parameters = {}
             for index, (topic, partition, expected, next_offset) in enumerate(moves):
@@ -416,7 +222,7 @@ class StoreTransaction:
                 parameters[f"n{index}"] = partition
                 parameters[f"e{index}"] = expected
                 parameters[f"x{index}"] = next_offset
-            statement = _advance_many(len(moves))
+            statement = advance_many(len(moves))
         moved = self.connection.execute(
             statement, {**parameters, "p": self.projection.name, "now": now}
         ).all()
@@ -603,7 +409,7 @@ class StoreTransaction:
 
     def _index_rows(self, scope: int, hashes: Sequence[int]) -> list[Any]:
         postgres = self.store.postgresql
-        query = _index_rows_query(postgres)
+        query = index_rows_query(postgres)
         found: list[Any] = []
         for start in range(0, len(hashes), KEYS_PER_STATEMENT):
             chunk = integers_param(hashes[start : start + KEYS_PER_STATEMENT], postgres)
@@ -708,7 +514,7 @@ class StoreTransaction:
 
     def parked_positions(self, positions: Sequence[Position]) -> set[Position]:
         """Those of ``positions`` whose events are parked as poison."""
-        query = _parked_query(self.store.postgresql)
+        query = parked_query(self.store.postgresql)
         return {
             Position(topic, partition, offset)
             for topic, partition, parameters in self._offset_chunks(positions)
@@ -716,7 +522,7 @@ class StoreTransaction:
         }
 
     def _corrected_rows(self, positions: Sequence[Position]) -> dict[Position, Any]:
-        query = _corrected_rows_query(self.store.postgresql)
+        query = corrected_rows_query(self.store.postgresql)
         found: dict[Position, Any] = {}
         for topic, partition, parameters in self._offset_chunks(positions):
             for row in self.connection.execute(query, parameters).mappings():
@@ -815,7 +621,7 @@ class StoreTransaction:
         """Rows with ``Latest``/``First`` columns to find (see :func:`~.fold.amend`): each
         takes the value of the contribution of highest (``Latest``) or lowest (``First``)
         rank among the row's events, read nearest first, FILL_EVENTS per row at a time."""
-        searches: list[_Search] = []
+        searches: list[RowSearch] = []
         hashes = dict(zip(rows, self.store.row_hashes(list(rows)), strict=True))
         ranks_of: dict[int, list[int]] = {}
         scope = self.store.scopes[plan.name]
@@ -831,7 +637,7 @@ class StoreTransaction:
                 }
                 if wanted:
                     order = ranks[::-1] if latest else ranks
-                    searches.append(_Search(key, state, wanted, order))
+                    searches.append(RowSearch(key, state, wanted, order))
         position_of = self.projection.position_of
         while searches:
             looked = {r: position_of(r) for s in searches for r in s.next_ranks(FILL_EVENTS)}
@@ -1048,78 +854,3 @@ def _event_id_of(value: bytes | None) -> str | None:
     except Exception:
         return None
     return identifier if isinstance(identifier, str) and len(identifier) <= 36 else None
-
-
-def stored_forms(plan: TablePlan, postgresql: bool) -> dict[str, StoredForm]:
-    """For each ``Min``/``Max`` column whose type the store knows to give back exactly
-    what it was given (integers, strings, times), the value as it reads it back."""
-    forms: dict[str, StoredForm] = {}
-    for name, merge in plan.merges.items():
-        if not isinstance(merge, Min | Max):
-            continue
-        type_ = plan.table.c[name].type
-        if isinstance(type_, sqltypes.Integer):
-            forms[name] = _exactly(int)
-        elif isinstance(type_, sqltypes.String) and not isinstance(type_, sqltypes.Enum):
-            forms[name] = _exactly(str)
-        elif isinstance(type_, sqltypes.DateTime) and not postgresql:
-            forms[name] = _wall_clock  # SQLite keeps a time's wall clock, not its offset
-        elif isinstance(type_, sqltypes.DateTime) and type_.timezone:
-            forms[name] = _instant
-    return forms
-
-
-def _exactly(kind: type) -> StoredForm:
-    def form(value: Any) -> Any:
-        return value if type(value) is kind else UNKNOWN
-
-    return form
-
-
-def _wall_clock(value: Any) -> Any:
-    return value.replace(tzinfo=None) if type(value) is datetime else UNKNOWN
-
-
-def _instant(value: Any) -> Any:
-    return value if type(value) is datetime and value.tzinfo is not None else UNKNOWN
-
-
-class _Search:
-    """One row's search for vacant ranked columns: its ranks in the order to look."""
-
-    def __init__(
-        self, key: tuple[Any, ...], state: dict[str, Any], columns: set[str], ranks: list[int]
-    ) -> None:
-        self.key = key
-        self.state = state
-        self.columns = columns
-        self.ranks = ranks
-        self.looked = 0
-
-    def next_ranks(self, count: int) -> list[int]:
-        return self.ranks[self.looked : self.looked + count]
-
-    def take(
-        self,
-        plan: TablePlan,
-        current: dict[Position, list[Contribution]],
-        looked: dict[int, Position],
-    ) -> bool:
-        """Fill what the next ranks' events give; whether the search is over."""
-        for rank in self.next_ranks(FILL_EVENTS):
-            self.looked += 1
-            for contribution in current.get(looked[rank], ()):
-                if contribution.plan is not plan or contribution.key != self.key:
-                    continue
-                for name in [n for n in self.columns if n in contribution.values]:
-                    self.state[name] = contribution.values[name]
-                    self.state[name + RANK_SUFFIX] = contribution.rank
-                    self.columns.discard(name)
-            if not self.columns:
-                return True
-        if self.looked < len(self.ranks):
-            return False
-        for name in self.columns:  # no event gives it any more
-            self.state[name] = plan.merges[name].initial
-            self.state[name + RANK_SUFFIX] = None
-        return True

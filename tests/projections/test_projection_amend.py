@@ -30,6 +30,7 @@ from sqlalchemy import (
     select,
 )
 
+from eventplatform.projections.amending import stored_forms
 from eventplatform.projections.fold import (
     UNKNOWN,
     NotAmendableError,
@@ -48,7 +49,6 @@ from eventplatform.projections.merge import (
     Sum,
 )
 from eventplatform.projections.model import Contribution, TablePlan, merge_column, projection_table
-from eventplatform.projections.store import stored_forms
 from eventplatform.testing import fresh_database
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from eventplatform.events import Position
-from eventplatform.projections.store import (
+from eventplatform.projections.caches import (
     RECENT_VALUE_OVERHEAD_BYTES,
     OriginalContributions,
     RecentValues,

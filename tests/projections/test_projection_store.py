@@ -48,11 +48,8 @@ from eventplatform.projections.model import (
     projection_table,
 )
 from eventplatform.projections.premerge import row_hash, row_key_text, unpack_ranks
-from eventplatform.projections.store import (
-    ADVANCE_PARTITIONS_PER_STATEMENT,
-    ProjectionStore,
-    StoreTransaction,
-)
+from eventplatform.projections.statements import ADVANCE_PARTITIONS_PER_STATEMENT
+from eventplatform.projections.store import ProjectionStore, StoreTransaction
 
 PT = Tick.event_topic
 BIG_BATCH_EVENTS = 1000
