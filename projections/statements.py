@@ -289,18 +289,6 @@ def index_rows_query(postgres: bool) -> Any:
     )
 
 
-ADVANCE = (
-    update(schema.checkpoints)
-    .where(
-        schema.checkpoints.c.projection == bindparam("p"),
-        schema.checkpoints.c.topic == bindparam("t"),
-        schema.checkpoints.c.partition == bindparam("n"),
-        schema.checkpoints.c.next_offset == bindparam("expected"),
-    )
-    .values(next_offset=bindparam("next"), updated_at=bindparam("now"))
-    .returning(schema.checkpoints.c.topic, schema.checkpoints.c.partition)
-)
-"""A checkpoint's compare-and-set, built once (it runs for every partition of every batch)."""
 ADVANCE_PARTITIONS_PER_STATEMENT = 32
 """Checkpoints one statement moves at most; a batch over more partitions takes more."""
 
@@ -329,7 +317,9 @@ def advance_many(count: int) -> Any:
             ),
         )
         .values(
-            next_offset=case(
+            next_offset=bindparam("x0", type_=BigInteger)
+            if count == 1
+            else case(
                 *((at(index), bindparam(f"x{index}", type_=BigInteger)) for index in range(count)),
                 else_=columns.next_offset,
             ),

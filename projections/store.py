@@ -79,7 +79,6 @@ from eventplatform.projections.premerge import (
     unpack_ranks,
 )
 from eventplatform.projections.statements import (
-    ADVANCE,
     ADVANCE_PARTITIONS_PER_STATEMENT,
     Upsert,
     advance_many,
@@ -211,21 +210,13 @@ class StoreTransaction:
             self._advance(existing[start : start + ADVANCE_PARTITIONS_PER_STATEMENT], now)
 
     def _advance(self, moves: list[tuple[str, int, int, int]], now: datetime) -> None:
-        if len(moves) == 1:
-            ((topic, partition, expected, next_offset),) = moves
-            parameters = {"t": topic, "n": partition, "expected": expected, "next": next_offset}
-            statement = ADVANCE
-        else:
-            parameters = {}
-            for index, (topic, partition, expected, next_offset) in enumerate(moves):
-                parameters[f"t{index}"] = topic
-                parameters[f"n{index}"] = partition
-                parameters[f"e{index}"] = expected
-                parameters[f"x{index}"] = next_offset
-            statement = advance_many(len(moves))
-        moved = self.connection.execute(
-            statement, {**parameters, "p": self.projection.name, "now": now}
-        ).all()
+        parameters: dict[str, Any] = {"p": self.projection.name, "now": now}
+        for index, (topic, partition, expected, next_offset) in enumerate(moves):
+            parameters[f"t{index}"] = topic
+            parameters[f"n{index}"] = partition
+            parameters[f"e{index}"] = expected
+            parameters[f"x{index}"] = next_offset
+        moved = self.connection.execute(advance_many(len(moves)), parameters).all()
         if len(moved) < len(moves):
             still = {(topic, partition) for topic, partition, *_ in moves}
             still -= {(topic, partition) for topic, partition in moved}
