@@ -35,7 +35,7 @@ from eventplatform.projections.registry import (
     row_counts,
 )
 from eventplatform.projections.runner import COMMITS, ProjectionRunner
-from eventplatform.projections.store import ProjectionStore, StoreTransaction
+from eventplatform.projections.store import ProjectionStore
 
 WAIT_POLL_S_MIN = 0.001
 WAIT_POLL_S_MAX = 0.01
@@ -256,8 +256,8 @@ def _retry_one(
     if _corrected_since(store, position):
         # The correction applied the event's current content; applying the
         # original as well would count it twice.
-        with store.engine.begin() as connection:
-            StoreTransaction(store, connection, reader).resolve(letter_id)
+        with store.transaction(reader) as transaction:
+            transaction.resolve(letter_id)
         return True
     record = Record(position, reader([position]).get(position), None)
     plan = plan_batch(

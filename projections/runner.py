@@ -343,20 +343,17 @@ class ProjectionRunner:
         if not run:
             return
         stop = self.projection.on_error == "stop"
-        savepoint = transaction.connection.begin_nested()
         try:
-            failed = apply_corrections(
-                transaction, [_envelope(step) for step in run], stop_at_poison=stop
-            )
+            with transaction.savepoint():
+                failed = apply_corrections(
+                    transaction, [_envelope(step) for step in run], stop_at_poison=stop
+                )
         except (HandlerError, EventError) as exc:
-            savepoint.rollback()
             if len(run) > 1:
                 for step in run:
                     self._correct(transaction, [step])
                 return
             failed = {0: exc}
-        else:
-            savepoint.commit()
         for index, error in sorted(failed.items()):
             step = run[index]
             step.kind, step.error = "poison", error

@@ -98,23 +98,25 @@ class Upsert:
             self.merge_sql = build(True, stage).compile(dialect=dialect).string
 
     def execute(self, transaction: Any, rows: Sequence[Sequence[Any]]) -> None:
-        """Merge ``rows`` (column order) in ``transaction``, a store transaction."""
+        """Merge ``rows`` (column order) in ``transaction``, a store transaction (on
+        PostgreSQL the merge statement is queued there, to go with the batch's others)."""
         for index, processor in self.processors:
             for row in rows:
                 if row[index] is not None:
                     row[index] = processor(row[index])  # type: ignore[index]
-        connection = transaction.connection
         if not self.postgresql:
-            connection.exec_driver_sql(self.sql, list(map(tuple, rows)))
+            transaction.connection.exec_driver_sql(self.sql, list(map(tuple, rows)))
         elif len(rows) <= MULTIROW_ROWS_MAX:
-            connection.exec_driver_sql(self._sql_for(len(rows)), tuple(v for r in rows for v in r))
+            values = [value for row in rows for value in row]
+            transaction.queue(self.table.name, self._sql_for(len(rows)), values)
         else:
             transaction.stage(self.stage_name, self.stage_ddl)
             copy_sql = self.copy_sql
-            with driver_errors(connection, copy_sql), transaction.cursor().copy(copy_sql) as copy:
+            cursor = transaction.cursor()
+            with driver_errors(transaction.connection, copy_sql), cursor.copy(copy_sql) as copy:
                 for row in rows:
                     copy.write_row(row)
-            connection.exec_driver_sql(self.merge_sql)
+            transaction.queue(self.table.name, self.merge_sql)
 
     def _sql_for(self, count: int) -> str:
         sql = self._multirow_sql.get(count)
@@ -165,6 +167,15 @@ def driver_errors(connection: Connection, statement: str) -> Iterator[None]:
         yield
     except dbapi.Error as exc:
         raise DBAPIError.instance(statement, None, exc, dbapi.Error) from exc
+
+
+@functools.lru_cache(maxsize=256)
+def driver_statement(statement: Any) -> tuple[str, tuple[str, ...]]:
+    """``statement`` as psycopg's SQL with positional parameters, and the names of its
+    parameters in their order."""
+    dialect = postgresql.psycopg.dialect(paramstyle="format")  # type: ignore[no-untyped-call]
+    compiled = statement.compile(dialect=dialect)
+    return compiled.string, tuple(compiled.positiontup or ())
 
 
 def _staging_table(table: Table) -> Table:

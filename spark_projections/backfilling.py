@@ -18,7 +18,7 @@ from sqlalchemy import Engine
 
 from eventplatform.projections.database import absolute_database_url, create_store_engine
 from eventplatform.projections.model import Projection
-from eventplatform.projections.store import ProjectionStore, StoreTransaction
+from eventplatform.projections.store import ProjectionStore
 from eventplatform.spark_projections import execute, shadow
 from eventplatform.spark_projections.errors import ReplayError
 from eventplatform.spark_projections.replay import (
@@ -152,9 +152,11 @@ def _backfill_once(
                         f"to {at}, outside the backfill's read (up to {r.end})"
                     )
             store = ProjectionStore(engine, bound)
-            transaction = StoreTransaction(store, connection, log_reader(source_options))
             corrected_from = [(r.topic, r.partition, r.log_start, None) for r in whole]
-            record_bookkeeping(transaction, projection, corrected_from, parked, resolution, poison)
+            with store.joined(connection, log_reader(source_options)) as transaction:
+                record_bookkeeping(
+                    transaction, projection, corrected_from, parked, resolution, poison
+                )
             shadow.merge(connection, projection, tables, outcome.touched)
             set_checkpoints(connection, projection, whole)
     finally:

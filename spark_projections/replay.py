@@ -274,18 +274,18 @@ def rebuild(
                 now = lock_checkpoints(connection, projection, ranges)
                 store = ProjectionStore(engine, bound)
                 reader = log_reader(source_options)
-                transaction = StoreTransaction(store, connection, reader)
                 # The range's corrected roots first: recomputing a row for an earlier
                 # root reads every root's current content.
                 corrected_from = [
                     (r.topic, r.partition, 0 if from_start else r.start, None) for r in ranges
                 ]
                 parked = [(r.topic, r.partition, r.start, None) for r in ranges]
-                record_bookkeeping(
-                    transaction, projection, corrected_from, parked, resolution, poison
-                )
-                _apply_earlier_roots(transaction, resolution)
-                caught_up = _catch_up(transaction, source_options, ranges, now)
+                with store.joined(connection, reader) as transaction:
+                    record_bookkeeping(
+                        transaction, projection, corrected_from, parked, resolution, poison
+                    )
+                    _apply_earlier_roots(transaction, resolution)
+                    caught_up = _catch_up(transaction, source_options, ranges, now)
                 summary.caught_up = sum(r.events for r in caught_up)
                 shadow.swap(connection, projection, tables)
                 ends = {(r.topic, r.partition): r for r in caught_up}
@@ -516,14 +516,11 @@ def _correct(
     transaction: StoreTransaction, correction: Envelope[Correction], value: bytes | None
 ) -> None:
     """Apply one correction as the runner does, or park it if it cannot apply."""
-    savepoint = transaction.connection.begin_nested()
     try:
-        apply_correction(transaction, correction)
+        with transaction.savepoint():
+            apply_correction(transaction, correction)
     except (HandlerError, EventError) as exc:
-        savepoint.rollback()
         transaction.park(position_of(correction), exc, value, Correction.event_type)
-    else:
-        savepoint.commit()
 
 
 Window = tuple[str, int, int, int | None]

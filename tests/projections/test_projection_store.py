@@ -14,10 +14,11 @@ import time
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, ClassVar
 
 import orjson
 import projection_test_app
+import psycopg
 import pytest
 from projection_test_app import Tick, totals_projection
 from sqlalchemy import (
@@ -682,6 +683,99 @@ def test_a_big_batch_is_a_few_multi_row_statements(
     assert len(statements) <= STATEMENTS_PER_BATCH_MAX, statements
     assert len(rows(engine, projection_test_app.totals)) == BIG_BATCH_EVENTS
     assert len(index_entries(engine, totals_store)) == BIG_BATCH_EVENTS
+
+
+def test_a_savepoint_undoes_the_writes_queued_in_it(
+    engine: Engine, readings_store: ProjectionStore, log: MemoryLog
+) -> None:
+    with readings_store.transaction(log) as transaction:
+        transaction.advance({(Reading.event_topic, 0): (None, 2)})
+        apply_events(transaction, [log.append(reading("kept", 1, "kept-zone"))])
+        with pytest.raises(LookupError), transaction.savepoint():
+            apply_events(transaction, [log.append(reading("undone", 2, "undone-zone"))])
+            raise LookupError("a handler failed")
+
+    assert set(rows(engine, readings)) == {("kept",)}
+    assert set(rows(engine, zones)) == {("kept-zone",)}
+    assert readings_store.checkpoints([(Reading.event_topic, 0)]) == {(Reading.event_topic, 0): 2}
+
+
+class CountingCursor(psycopg.Cursor[Any]):
+    """A psycopg cursor that notes each statement it runs (SQLAlchemy's and the store's)."""
+
+    executed: ClassVar[list[str]] = []
+
+    def execute(self, query: Any, params: Any = None, **options: Any) -> Any:
+        CountingCursor.executed.append(str(query))
+        return super().execute(query, params, **options)
+
+
+def test_a_batch_of_new_events_is_one_statement_on_postgresql(
+    postgres_url: str, log: MemoryLog
+) -> None:
+    engine = create_store_engine(postgres_url)
+    migrate.upgrade(engine, [projection_test_app.app])
+    READINGS_METADATA.create_all(engine)
+    store = ProjectionStore(engine, readings_projection)
+    topic = Reading.event_topic
+    try:
+        with engine.connect() as connection:
+            with store.transaction(log, connection) as transaction:
+                transaction.advance({(topic, 0): (None, 1), (topic, 1): (None, 1)})
+            connection.connection.driver_connection.cursor_factory = CountingCursor  # type: ignore[union-attr]
+            CountingCursor.executed = []
+            with store.transaction(log, connection) as transaction:
+                transaction.advance({(topic, 0): (1, 4), (topic, 1): (1, 2)})
+                batch = [log.append(reading(f"s{n}", n, f"z{n % 2}")) for n in range(4)]
+                apply_events(transaction, batch)
+        # The checkpoints' compare-and-set, both tables' upserts and the index append.
+        assert len(CountingCursor.executed) == 1, CountingCursor.executed
+        assert CountingCursor.executed[0].startswith("WITH ")
+        assert len(rows(engine, readings)) == 4
+        assert store.checkpoints([(topic, 0), (topic, 1)]) == {(topic, 0): 4, (topic, 1): 2}
+
+        conflict = pytest.raises(CheckpointConflictError, match=f"{topic}/1: checkpoint moved")
+        with conflict, store.transaction(log) as transaction:
+            transaction.advance({(topic, 0): (4, 5), (topic, 1): (1, 3)})
+            apply_events(transaction, [log.append(reading("late", 9, "z9"))])
+        assert "late" not in {key for (key,) in rows(engine, readings)}
+        assert store.checkpoints([(topic, 0), (topic, 1)]) == {(topic, 0): 4, (topic, 1): 2}
+    finally:
+        engine.dispose()
+
+
+def test_queued_writes_go_as_one_statement_until_a_table_repeats_or_a_second_check() -> None:
+    def first_check(rows: list[Any]) -> None: ...
+
+    def second_check(rows: list[Any]) -> None: ...
+
+    write = store_module.QueuedWrite
+    queued = [
+        write("a", "INSERT A", (1,), None),
+        write("b", "UPDATE B RETURNING x", (2, 3), first_check),
+        write("c", "INSERT C", (), None),
+        write("a", "INSERT A", (4,), None),
+        write("d", "UPDATE D RETURNING y", (5,), second_check),
+        write("e", "UPDATE E RETURNING z", (6,), second_check),
+    ]
+
+    assert list(store_module._combined(queued)) == [
+        (
+            "WITH w0 AS (INSERT A), w1 AS (UPDATE B RETURNING x), w2 AS (INSERT C) "
+            "SELECT * FROM w1",
+            (1, 2, 3),
+            first_check,
+        ),
+        (
+            "WITH w0 AS (INSERT A), w1 AS (UPDATE D RETURNING y) SELECT * FROM w1",
+            (4, 5),
+            second_check,
+        ),
+        ("UPDATE E RETURNING z", (6,), second_check),
+    ]
+    assert list(store_module._combined(queued[2:4])) == [
+        ("WITH w0 AS (INSERT C), w1 AS (INSERT A) SELECT 1", (4,), None)
+    ]
 
 
 # SQLite -------------------------------------------------------------------
