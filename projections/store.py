@@ -90,10 +90,9 @@ from eventplatform.projections.premerge import (
 from eventplatform.projections.statements import (
     ADVANCE_PARTITIONS_PER_STATEMENT,
     Upsert,
-    advance_many,
+    advance_statement,
     corrected_rows_query,
     driver_errors,
-    driver_statement,
     index_append_statement,
     index_rows_query,
     integers_param,
@@ -286,13 +285,14 @@ class StoreTransaction:
             parameters[f"n{index}"] = partition
             parameters[f"e{index}"] = expected
             parameters[f"x{index}"] = next_offset
-        statement = advance_many(len(moves))
+        statement = advance_statement(len(moves), self.store.postgresql)
+        values = statement.values(parameters)
         check = functools.partial(_all_moved, moves)
         if self.store.postgresql:
-            sql, names = driver_statement(statement)
-            self.queue(schema.checkpoints.name, sql, [parameters[n] for n in names], check)
+            self.queue(schema.checkpoints.name, statement.sql, values, check)
         else:
-            check(list(self.connection.execute(statement, parameters).all()))
+            with driver_errors(self.connection, statement.sql):
+                check(self.cursor().execute(statement.sql, values).fetchall())
 
     def _insert_checkpoint(self, topic: str, partition: int, offset: int, now: datetime) -> bool:
         table = schema.checkpoints
@@ -479,7 +479,7 @@ class StoreTransaction:
         return found
 
     def cursor(self) -> Any:
-        """The transaction's driver cursor (psycopg on PostgreSQL)."""
+        """A driver cursor in the transaction (psycopg's or sqlite3's)."""
         return self.connection.connection.driver_connection.cursor()  # type: ignore[union-attr]
 
     def stage(self, name: str, ddl: str) -> None:
