@@ -23,6 +23,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError
 
 DATABASE_URL_ENV = "EVENTPLATFORM_DATABASE_URL"
 DATABASE_URL_DEFAULT = "sqlite:///.eventplatform/projections.db"
@@ -95,10 +96,12 @@ def _sqlite_engine(url: Any, **options: Any) -> Engine:
 
     @event.listens_for(engine, "begin")
     def _begin_immediate(connection: Any) -> None:
-        if connection.get_execution_options().get(READ_ONLY_OPTION):
-            connection.exec_driver_sql("BEGIN")
-        else:
-            connection.exec_driver_sql("BEGIN IMMEDIATE")
+        read_only = connection.get_execution_options().get(READ_ONLY_OPTION)
+        statement = "BEGIN" if read_only else "BEGIN IMMEDIATE"
+        try:  # on sqlite3's own connection: a runner begins a transaction per batch
+            connection.connection.driver_connection.execute(statement)
+        except sqlite3.Error as exc:
+            raise DBAPIError.instance(statement, None, exc, sqlite3.Error) from exc
 
     return engine
 

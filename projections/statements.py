@@ -105,7 +105,8 @@ class Upsert:
                 if row[index] is not None:
                     row[index] = processor(row[index])  # type: ignore[index]
         if not self.postgresql:
-            transaction.connection.exec_driver_sql(self.sql, list(map(tuple, rows)))
+            with driver_errors(transaction.connection, self.sql):
+                transaction.cursor().executemany(self.sql, rows)
         elif len(rows) <= MULTIROW_ROWS_MAX:
             values = [value for row in rows for value in row]
             transaction.queue(self.table.name, self._sql_for(len(rows)), values)
