@@ -1,10 +1,13 @@
 """Analysts' queries: SQL over the projection database, read-only, and apps' named queries.
 
 :func:`run_query` opens its own connection that cannot write: on SQLite the
-file is opened read-only (``mode=ro``) with ``PRAGMA query_only``; on
-PostgreSQL the session's transactions default to read-only. Either way the
-statement runs inside a transaction that is rolled back, never committed, so
-even a statement that got past those guards leaves nothing behind.
+file is opened read-only (``mode=ro``) with ``PRAGMA query_only``, and
+SQLite's authorizer lets a statement only read (no ``ATTACH``, so no
+``VACUUM INTO`` either, no ``load_extension``, no pragma that sets
+anything); on PostgreSQL the session's transactions default to read-only.
+Either way the statement runs inside a transaction that is rolled back,
+never committed, so even a statement that got past those guards leaves
+nothing behind.
 
 A named query is SQL an app ships (:class:`~eventplatform.projections.apps.NamedQuery`),
 run by its full name, ``<app>.<query>``. Its ``:since`` parameter is bound to
@@ -34,7 +37,64 @@ SINCE_PARAMETER = "since"
 SINCE_DAY_PARAMETER = "since_day"
 DURATION_PATTERN = re.compile(r"^\s*(\d+)\s*(s|m|h|d|w)\s*$")
 DURATION_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
-READ_ONLY_MARKERS = ("readonly", "read-only", "query_only", "attempt to write")
+READ_ONLY_MARKERS = (
+    "readonly",
+    "read-only",
+    "query_only",
+    "attempt to write",
+    "not authorized",
+    "authorization denied",
+)
+SQLITE_WRITE_ACTIONS = frozenset(
+    {
+        sqlite3.SQLITE_INSERT,
+        sqlite3.SQLITE_UPDATE,
+        sqlite3.SQLITE_DELETE,
+        sqlite3.SQLITE_ALTER_TABLE,
+        sqlite3.SQLITE_REINDEX,
+        sqlite3.SQLITE_ANALYZE,
+        sqlite3.SQLITE_CREATE_INDEX,
+        sqlite3.SQLITE_CREATE_TABLE,
+        sqlite3.SQLITE_CREATE_TEMP_INDEX,
+        sqlite3.SQLITE_CREATE_TEMP_TABLE,
+        sqlite3.SQLITE_CREATE_TEMP_TRIGGER,
+        sqlite3.SQLITE_CREATE_TEMP_VIEW,
+        sqlite3.SQLITE_CREATE_TRIGGER,
+        sqlite3.SQLITE_CREATE_VIEW,
+        sqlite3.SQLITE_CREATE_VTABLE,
+        sqlite3.SQLITE_DROP_INDEX,
+        sqlite3.SQLITE_DROP_TABLE,
+        sqlite3.SQLITE_DROP_TEMP_INDEX,
+        sqlite3.SQLITE_DROP_TEMP_TABLE,
+        sqlite3.SQLITE_DROP_TEMP_TRIGGER,
+        sqlite3.SQLITE_DROP_TEMP_VIEW,
+        sqlite3.SQLITE_DROP_TRIGGER,
+        sqlite3.SQLITE_DROP_VIEW,
+        sqlite3.SQLITE_DROP_VTABLE,
+        sqlite3.SQLITE_ATTACH,
+        sqlite3.SQLITE_DETACH,
+        sqlite3.SQLITE_SAVEPOINT,
+    }
+)
+"""What SQLite's authorizer refuses a query outright: every write, and attaching a file
+(which ``VACUUM INTO`` does first). The schema's own table is read through an update
+check by some table-valued pragmas: that one is let through (writing it stays refused
+by the read-only file and ``writable_schema`` by the pragma check)."""
+SQLITE_REFUSED_FUNCTIONS = frozenset({"load_extension", "fts3_tokenizer"})
+"""Functions that reach outside the database (an extension's code, a tokenizer pointer)."""
+SQLITE_INFO_PRAGMAS = frozenset(
+    {"table_info", "table_xinfo", "table_list", "index_list", "index_info", "index_xinfo"}
+    | {"foreign_key_list", "database_list", "collation_list", "function_list"}
+    | {"pragma_list", "compile_options"}
+)
+"""Pragmas that describe the schema or the build, whatever their argument."""
+SQLITE_READ_PRAGMAS = frozenset(
+    {"user_version", "schema_version", "application_id", "encoding", "page_count"}
+    | {"page_size", "freelist_count", "journal_mode", "read_uncommitted", "query_only"}
+    | {"foreign_keys", "data_version", "busy_timeout"}
+)
+"""Pragmas a query may read (with no argument: given one, each of these sets something)."""
+SQLITE_TRANSACTION_STATEMENTS = frozenset({"BEGIN", "COMMIT", "ROLLBACK"})
 POSTGRES_READ_ONLY_OPTIONS = "-c default_transaction_read_only=on"
 
 
@@ -162,12 +222,34 @@ def _sqlite_read_only(database: str | None) -> Engine:
     @event.listens_for(engine, "connect")
     def _query_only(connection: Any, _record: Any) -> None:
         connection.execute("PRAGMA query_only = ON")
+        connection.set_authorizer(_sqlite_authorizer)
 
     return engine
+
+
+def _sqlite_authorizer(
+    action: int, first: str | None, second: str | None, _database: str | None, _view: str | None
+) -> int:
+    """SQLite's authorizer for a query: no write, no ``ATTACH`` (nor ``VACUUM INTO``), no
+    function that reaches outside the database, no pragma that sets anything, and of
+    transactions only ``BEGIN``, ``COMMIT`` and ``ROLLBACK``."""
+    allowed = True
+    if action == sqlite3.SQLITE_UPDATE:
+        allowed = first == "sqlite_master"
+    elif action in SQLITE_WRITE_ACTIONS:
+        allowed = False
+    elif action == sqlite3.SQLITE_FUNCTION:
+        allowed = (second or "").lower() not in SQLITE_REFUSED_FUNCTIONS
+    elif action == sqlite3.SQLITE_PRAGMA:
+        name = (first or "").lower()
+        allowed = name in SQLITE_INFO_PRAGMAS or (name in SQLITE_READ_PRAGMAS and second is None)
+    elif action == sqlite3.SQLITE_TRANSACTION:
+        allowed = (first or "").upper() in SQLITE_TRANSACTION_STATEMENTS
+    return sqlite3.SQLITE_OK if allowed else sqlite3.SQLITE_DENY
 
 
 def _query_error(exc: DBAPIError) -> QueryError:
     message = str(exc.orig).strip().splitlines()[0] if exc.orig is not None else str(exc)
     if any(marker in message.lower() for marker in READ_ONLY_MARKERS):
-        return QueryError(f"refused: platform query connects read-only ({message})")
+        return QueryError(f"refused: platform query connects read-only and only reads ({message})")
     return QueryError(f"the query failed: {message}")

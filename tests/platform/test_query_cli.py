@@ -155,6 +155,48 @@ def test_writes_are_refused_and_change_nothing(database: str, statement: str) ->
     assert platform_query(database, "SELECT COUNT(*) AS n FROM activity_referrers").exit_code == 0
 
 
+@pytest.mark.parametrize(
+    ("statement", "made"),
+    [
+        ("ATTACH DATABASE '{dir}/attached.db' AS other", "attached.db"),
+        ("VACUUM INTO '{dir}/copy.db'", "copy.db"),
+        ("SELECT load_extension('{dir}/extension')", None),
+        ("PRAGMA writable_schema = 1", None),
+        ("PRAGMA user_version = 7", None),
+        ("SAVEPOINT inside", None),
+    ],
+)
+def test_sqlite_queries_cannot_reach_outside_the_database(
+    tmp_path: Path, statement: str, made: str | None
+) -> None:
+    with fresh_database("sqlite", tmp_path) as url:
+        migrate.upgrade(url, [app])
+        outside = tmp_path / "outside"
+        outside.mkdir()
+        result = platform_query(url, statement.format(dir=outside))
+        assert result.exit_code != 0, result.output
+        assert "refused: platform query connects read-only and only reads" in result.output
+        assert "not authorized" in result.output or "authorization denied" in result.output
+        assert list(outside.iterdir()) == []
+        assert made is None or not (outside / made).exists()
+
+
+def test_sqlite_queries_still_read_describe_and_recurse(tmp_path: Path) -> None:
+    reads = [
+        "SELECT name FROM pragma_table_info('activity_referrers') ORDER BY cid LIMIT 1",
+        "PRAGMA table_info(activity_referrers)",
+        "PRAGMA user_version",
+        "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 3) "
+        "SELECT COUNT(*), sqlite_version() IS NOT NULL FROM n",
+    ]
+    with fresh_database("sqlite", tmp_path) as url:
+        migrate.upgrade(url, [app])
+        for sql in reads:
+            result = platform_query(url, sql, "--format", "csv")
+            assert result.exit_code == 0, (sql, result.output)
+            assert len(result.output.splitlines()) >= 2, (sql, result.output)
+
+
 def test_a_write_that_switches_read_only_off_is_still_not_committed(tmp_path: Path) -> None:
     with fresh_database("postgresql", tmp_path) as url:
         migrate.upgrade(url, [app])
