@@ -49,6 +49,12 @@ NAME_PATTERN = re.compile(r"^[A-Za-z_][\w.-]*\.[\w-]+$")
 @click.option("--since", metavar="DURATION", help="A named query's window: 15m, 1h, 7d, ...")
 @click.option("--param", "params", multiple=True, metavar="NAME=VALUE", help="Repeatable.")
 @click.option("--list", "list_queries", is_flag=True, help="List the apps' named queries.")
+@click.option(
+    "--allow-superuser",
+    is_flag=True,
+    help="Run as a PostgreSQL superuser (refused by default: use a role granted "
+    "eventplatform_reader).",
+)
 @database_option
 @apps_option
 def query(
@@ -58,6 +64,7 @@ def query(
     since: str | None,
     params: tuple[str, ...],
     list_queries: bool,
+    allow_superuser: bool,
     database: str | None,
     app_references: tuple[str, ...],
 ) -> None:
@@ -76,11 +83,15 @@ def query(
         if NAME_PATTERN.match(sql_or_name):
             named = find_named_query(apps, sql_or_name)
             parameters = named_parameters(named, since=since, given=given)
-            result = run_named_query(database_url(database), named, parameters)
+            result = run_named_query(
+                database_url(database), named, parameters, allow_superuser=allow_superuser
+            )
         else:
             if since is not None:
                 raise click.UsageError("--since is for named queries; bind :since in your SQL")
-            result = run_query(database_url(database), sql_or_name, given)
+            result = run_query(
+                database_url(database), sql_or_name, given, allow_superuser=allow_superuser
+            )
     except ProjectionError as exc:
         raise click.ClickException(str(exc)) from exc
     _write(result, output_format, output)

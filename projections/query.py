@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from sqlalchemy import Date, DateTime, Engine, bindparam, create_engine, event, text
+from sqlalchemy import Connection, Date, DateTime, Engine, bindparam, create_engine, event, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.types import TypeEngine
@@ -96,6 +96,8 @@ SQLITE_READ_PRAGMAS = frozenset(
 """Pragmas a query may read (with no argument: given one, each of these sets something)."""
 SQLITE_TRANSACTION_STATEMENTS = frozenset({"BEGIN", "COMMIT", "ROLLBACK"})
 POSTGRES_READ_ONLY_OPTIONS = "-c default_transaction_read_only=on"
+READER_ROLE = "eventplatform_reader"
+"""The read-only role the migrations create on PostgreSQL (revision 0003)."""
 
 
 class QueryError(ProjectionError):
@@ -157,13 +159,27 @@ def named_parameters(
     return parameters
 
 
-def run_named_query(url: str, query: NamedQuery, parameters: Mapping[str, Any]) -> QueryResult:
+def run_named_query(
+    url: str, query: NamedQuery, parameters: Mapping[str, Any], *, allow_superuser: bool = False
+) -> QueryResult:
     """Run named ``query`` on ``url``, in the SQL for that database."""
-    return run_query(url, query.sql_for(make_url(url).get_backend_name()), parameters)
+    sql = query.sql_for(make_url(url).get_backend_name())
+    return run_query(url, sql, parameters, allow_superuser=allow_superuser)
 
 
-def run_query(url: str, sql: str, parameters: Mapping[str, Any] | None = None) -> QueryResult:
-    """Run ``sql`` on a read-only connection to ``url``; nothing it does is committed."""
+def run_query(
+    url: str,
+    sql: str,
+    parameters: Mapping[str, Any] | None = None,
+    *,
+    allow_superuser: bool = False,
+) -> QueryResult:
+    """Run ``sql`` on a read-only connection to ``url``; nothing it does is committed.
+
+    On PostgreSQL a superuser's connection is refused unless ``allow_superuser``:
+    a superuser can leave a read-only transaction, and read and write the
+    server's files (``COPY ... TO PROGRAM``, ``pg_read_file``).
+    """
     engine = read_only_engine(url)
     statement = text(sql)
     used = {name: value for name, value in (parameters or {}).items() if _binds(sql, name)}
@@ -177,6 +193,8 @@ def run_query(url: str, sql: str, parameters: Mapping[str, Any] | None = None) -
     try:
         with engine.connect() as connection, connection.begin() as transaction:
             try:
+                if not allow_superuser:
+                    _refuse_superuser(connection)
                 result = connection.execute(statement, used)
                 columns = list(result.keys()) if result.returns_rows else []
                 rows = [tuple(row) for row in result] if result.returns_rows else []
@@ -189,6 +207,21 @@ def run_query(url: str, sql: str, parameters: Mapping[str, Any] | None = None) -
     finally:
         engine.dispose()
     return QueryResult(columns, rows)
+
+
+def _refuse_superuser(connection: Connection) -> None:
+    """Raise if ``connection`` is a PostgreSQL superuser's."""
+    if connection.dialect.name != "postgresql":
+        return
+    role, superuser = connection.exec_driver_sql(
+        "SELECT current_user, current_setting('is_superuser')"
+    ).one()
+    if superuser == "on":
+        raise QueryError(
+            f"refused: {role} is a PostgreSQL superuser, who can undo the read-only guard and "
+            f"reach the server's files; connect as a login role granted {READER_ROLE} "
+            "(docs/analysts.md), or pass --allow-superuser"
+        )
 
 
 def _binds(sql: str, name: str) -> bool:

@@ -33,7 +33,7 @@ def apply(url: str, bootstrap: str, name: str, topic: str, app: object) -> None:
 
 
 def scalar(url: str, sql: str) -> object:
-    return run_query(url, sql).rows[0][0]
+    return run_query(url, sql, allow_superuser=True).rows[0][0]
 
 
 def test_metrics_simulate_then_correct_the_faulty_agent(tmp_path: Path) -> None:

@@ -79,7 +79,9 @@ def database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
 
 
 def platform_query(database: str, *arguments: str) -> Result:
-    return CliRunner().invoke(main, ["query", *arguments, "--database", database])
+    # The fixtures connect as the server's superuser; the refusal has a test of its own.
+    command = ["query", *arguments, "--database", database, "--allow-superuser"]
+    return CliRunner().invoke(main, command)
 
 
 def page_rows(database: str) -> int:
@@ -195,6 +197,24 @@ def test_sqlite_queries_still_read_describe_and_recurse(tmp_path: Path) -> None:
             result = platform_query(url, sql, "--format", "csv")
             assert result.exit_code == 0, (sql, result.output)
             assert len(result.output.splitlines()) >= 2, (sql, result.output)
+
+
+def test_a_postgresql_superuser_is_refused_unless_allowed(tmp_path: Path) -> None:
+    marker = tmp_path / "ran-a-program"
+    counting = "SELECT COUNT(*) AS n FROM activity_referrers"
+    with fresh_database("postgresql", tmp_path) as url:
+        migrate.upgrade(url, [app])
+        for sql in (counting, f"COPY (SELECT 1) TO PROGRAM 'touch {marker}'"):
+            refused = CliRunner().invoke(main, ["query", sql, "--database", url])
+            assert refused.exit_code != 0
+            assert "is a PostgreSQL superuser" in refused.output
+            assert "eventplatform_reader" in refused.output
+            assert "--allow-superuser" in refused.output
+        assert not marker.exists()
+        allowed = CliRunner().invoke(
+            main, ["query", counting, "--database", url, "--allow-superuser"]
+        )
+        assert allowed.exit_code == 0, allowed.output
 
 
 def test_a_write_that_switches_read_only_off_is_still_not_committed(tmp_path: Path) -> None:

@@ -96,7 +96,7 @@ def named(url: str, name: str, **given: str) -> list[tuple[Any, ...]]:
     """Named query ``name``'s rows over ten years, times as aware UTC, numbers as ints."""
     query = find_named_query([app], name)
     parameters = named_parameters(query, since="3650d", given=given)
-    rows = run_named_query(url, query, parameters).rows
+    rows = run_named_query(url, query, parameters, allow_superuser=True).rows
     return [tuple(as_utc(v) if isinstance(v, datetime) else number(v) for v in row) for row in rows]
 
 
