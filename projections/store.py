@@ -243,8 +243,7 @@ class StoreTransaction:
             return
         driver = self._connection.connection.driver_connection
         assert driver is not None
-        cursor = driver.cursor()
-        with driver_errors(self._connection, queued[0].sql):
+        with driver_errors(self._connection, queued[0].sql), driver.cursor() as cursor:
             for sql, parameters, check in _combined(queued):
                 cursor.execute(sql, parameters)
                 if check is not None:
@@ -838,6 +837,9 @@ class StoreTransaction:
 
 
 class QueuedWrite(NamedTuple):
+    """A PostgreSQL write waiting in a transaction: the table it writes, its driver SQL
+    and positional parameters, and what checks the rows it returns."""
+
     target: str
     sql: str
     parameters: tuple[Any, ...]
