@@ -129,19 +129,52 @@ def logs_ingest(bootstrap: str, service: str, host: str) -> None:
     show_default=True,
     help="host:port for syslog over TCP ('' for none).",
 )
-def logs_syslog(bootstrap: str, udp_listen: str, tcp_listen: str) -> None:
-    """Receive RFC 5424 syslog over UDP and TCP and append the lines."""
+@click.option(
+    "--tls",
+    "tls_listen",
+    default="",
+    help="host:port for syslog over TLS, RFC 5425 (its port is 6514); needs --tls-cert "
+    "and --tls-key.",
+)
+@click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False), help="PEM chain.")
+@click.option("--tls-key", type=click.Path(exists=True, dir_okay=False), help="PEM key.")
+@click.option(
+    "--tls-client-ca",
+    type=click.Path(exists=True, dir_okay=False),
+    help="Require client certificates this CA signed (PEM).",
+)
+def logs_syslog(
+    bootstrap: str,
+    udp_listen: str,
+    tcp_listen: str,
+    tls_listen: str,
+    tls_cert: str | None,
+    tls_key: str | None,
+    tls_client_ca: str | None,
+) -> None:
+    """Receive RFC 5424 syslog over UDP, TCP and TLS and append the lines."""
+    import ssl
+
     import trio
 
     from eventplatform.apps.log_aggregation.retention import ensure_topic
-    from eventplatform.apps.log_aggregation.syslog import SyslogListener
+    from eventplatform.apps.log_aggregation.syslog import SyslogListener, tls_context
     from eventplatform.events import EventProducer
 
     log_to_stderr()
-    if not udp_listen and not tcp_listen:
-        raise click.UsageError("give --udp or --tcp")
+    if not udp_listen and not tcp_listen and not tls_listen:
+        raise click.UsageError("give --udp, --tcp or --tls")
     udp = address(udp_listen, "--udp") if udp_listen else None
     tcp = address(tcp_listen, "--tcp") if tcp_listen else None
+    tls = address(tls_listen, "--tls") if tls_listen else None
+    context = None
+    if tls is not None:
+        if tls_cert is None or tls_key is None:
+            raise click.UsageError("--tls needs --tls-cert and --tls-key")
+        try:
+            context = tls_context(tls_cert, tls_key, tls_client_ca)
+        except (ssl.SSLError, OSError) as exc:
+            raise click.UsageError(f"the TLS certificate or key does not load: {exc}") from exc
     ensure_topic(bootstrap)
 
     async def run() -> None:
@@ -155,6 +188,9 @@ def logs_syslog(bootstrap: str, udp_listen: str, tcp_listen: str) -> None:
                 if tcp is not None:
                     port = await nursery.start(listener.serve_tcp, *tcp)
                     click.echo(f"receiving syslog on tcp://{tcp[0]}:{port}", err=True)
+                if tls is not None:
+                    port = await nursery.start(listener.serve_tls, *tls, context)
+                    click.echo(f"receiving syslog over TLS on {tls[0]}:{port}", err=True)
 
     try:
         trio.run(run)

@@ -15,7 +15,10 @@ STRUCTURED-DATA [MSG]``, each header field ``-`` when absent.
 
 UDP carries one message per datagram. TCP frames them by octet counting
 (``LENGTH SP MESSAGE``, RFC 6587) or, when a frame does not start with a
-digit, by newline. A message that does not parse (:class:`SyslogError`) is
+digit, by newline; TLS (RFC 5425) carries the same framing, from clients
+that complete the handshake within ``TLS_HANDSHAKE_TIMEOUT_S`` (a plaintext
+sender or a client without an accepted certificate is counted in
+``tls_refused`` and dropped). A message that does not parse (:class:`SyslogError`) is
 counted by reason and logged a few times per reason; a TCP frame length
 that cannot be right ends that connection, since nothing after it can be
 framed, and no other connection or datagram notices.
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import re
+import ssl
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -48,6 +52,7 @@ log = logging.getLogger(__name__)
 FRAME_BYTES_MAX = 64 * 1024
 READ_BYTES = 65_536
 IDLE_TIMEOUT_S = 300.0
+TLS_HANDSHAKE_TIMEOUT_S = 10.0
 LOGGED_PER_REASON = 10
 SEVERITY_LEVELS: tuple[Level, ...] = (
     "fatal",
@@ -179,6 +184,7 @@ class SyslogStats:
     garbage: Counter[str] = field(default_factory=Counter)
     connections: int = 0
     closed_for_framing: int = 0
+    tls_refused: int = 0
 
 
 class SyslogIngest:
@@ -293,9 +299,37 @@ class SyslogListener:
         task_status.started(listeners[0].socket.getsockname()[1])
         await trio.serve_listeners(self._connection, listeners)
 
-    async def _connection(self, stream: trio.SocketStream) -> None:
+    async def serve_tls(
+        self,
+        host: str,
+        port: int,
+        context: ssl.SSLContext,
+        *,
+        task_status: Any = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Syslog over TLS (RFC 5425): the TCP framing, inside TLS with ``context``
+        (:func:`tls_context`)."""
+        listeners = await trio.open_tcp_listeners(port, host=host)
+        secured = [trio.SSLListener(listener, context) for listener in listeners]
+        task_status.started(listeners[0].socket.getsockname()[1])
+        await trio.serve_listeners(self._tls_connection, secured)
+
+    async def _tls_connection(self, stream: trio.SSLStream[trio.SocketStream]) -> None:
+        try:
+            with trio.fail_after(TLS_HANDSHAKE_TIMEOUT_S):
+                await stream.do_handshake()
+        except (trio.BrokenResourceError, trio.TooSlowError) as exc:
+            self.stats.tls_refused += 1
+            log.info("syslog over TLS: refused %s: %s", _peer(stream.transport_stream), exc)
+            await trio.aclose_forcefully(stream)
+            return
+        await self._connection(stream, _peer(stream.transport_stream))
+
+    async def _connection(self, stream: trio.abc.Stream, sender: str | None = None) -> None:
         self.stats.connections += 1
-        sender = str(stream.socket.getpeername()[0])
+        if sender is None:
+            assert isinstance(stream, trio.SocketStream)
+            sender = _peer(stream)
         buffer = bytearray()
         try:
             while True:
@@ -322,3 +356,20 @@ class SyslogListener:
     def _take(self, messages: list[bytes], sender: str) -> None:
         lines = [line for raw in messages if (line := self.ingest.line(raw, sender)) is not None]
         self.queue.put(lines)
+
+
+def tls_context(certificate: str, key: str, client_ca: str | None = None) -> ssl.SSLContext:
+    """A server context for syslog over TLS: the certificate chain and its key (PEM
+    files), TLS 1.2 or later, and, given ``client_ca``, client certificates it
+    signed required (mutual TLS)."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.load_cert_chain(certificate, key)
+    if client_ca is not None:
+        context.load_verify_locations(client_ca)
+        context.verify_mode = ssl.CERT_REQUIRED
+    return context
+
+
+def _peer(stream: trio.SocketStream) -> str:
+    return str(stream.socket.getpeername()[0])

@@ -5,6 +5,8 @@ datagrams are counted, logged and never hold back the good messages."""
 from __future__ import annotations
 
 import logging
+import ssl
+import subprocess
 from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
@@ -23,6 +25,7 @@ from eventplatform.apps.log_aggregation.syslog import (
     SyslogListener,
     frames,
     parse_message,
+    tls_context,
 )
 from eventplatform.events import EventProducer
 from eventplatform.projections import migrate
@@ -171,3 +174,55 @@ def _messages(url: str) -> Counter[str]:
             return Counter(row[0] for row in rows)
     finally:
         engine.dispose()
+
+
+def self_signed(directory: Path) -> tuple[Path, Path]:
+    """A certificate for 127.0.0.1 and its key, made by the openssl tool."""
+    certificate, key = directory / "syslog.crt", directory / "syslog.key"
+    request = ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"]
+    subject = ["-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"]
+    files = ["-keyout", str(key), "-out", str(certificate)]
+    subprocess.run(["openssl", *request, *subject, *files], check=True, capture_output=True)
+    return certificate, key
+
+
+async def test_syslog_over_tls_takes_trusted_clients_and_refuses_plaintext(
+    tmp_path: Path,
+) -> None:
+    certificate, key = self_signed(tmp_path)
+    client = ssl.create_default_context(cafile=str(certificate))
+    with running_broker(tmp_path / "broker", ["num.partitions=1"]) as broker:
+        with EventProducer(broker.bootstrap) as producer:
+            listener = SyslogListener(producer, batch_lines=10)
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(listener.run_writer)
+                port = await nursery.start(
+                    listener.serve_tls, "127.0.0.1", 0, tls_context(str(certificate), str(key))
+                )
+                plaintext = await trio.open_tcp_stream("127.0.0.1", port)
+                await plaintext.send_all(b"<14>1 - h api - - - in the clear\n")
+                secured = await trio.open_ssl_over_tcp_stream("127.0.0.1", port, ssl_context=client)
+                for number in range(20):
+                    message = f"<14>1 - host api - - - tls {number}".encode()
+                    await secured.send_all(b"%d %s" % (len(message), message))
+                await secured.aclose()
+                with trio.fail_after(DRAIN_TIMEOUT_S):
+                    while listener.queue.stats.appended < 20 or not listener.stats.tls_refused:
+                        await trio.sleep(0.02)
+                with trio.move_on_after(1):  # nothing of the plaintext sender comes later
+                    while listener.queue.stats.appended == 20:
+                        await trio.sleep(0.02)
+                await plaintext.aclose()
+                nursery.cancel_scope.cancel()
+        assert listener.queue.stats.appended == 20
+        assert listener.stats.tls_refused == 1
+        assert listener.stats.lines == 20
+
+
+def test_a_tls_context_needs_a_certificate_and_key_that_load(tmp_path: Path) -> None:
+    certificate, key = self_signed(tmp_path)
+    with pytest.raises(ssl.SSLError):
+        tls_context(str(key), str(key))
+    with pytest.raises(FileNotFoundError):
+        tls_context(str(tmp_path / "missing.crt"), str(key))
+    assert tls_context(str(certificate), str(key)).minimum_version == ssl.TLSVersion.TLSv1_2
