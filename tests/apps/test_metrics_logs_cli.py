@@ -135,7 +135,11 @@ def test_logs_stdin_then_redact_and_prune(tmp_path: Path) -> None:
             ],
             "end must come after its start",
         ),
-        (["logs", "syslog", "--udp", "", "--tcp", ""], "give --udp or --tcp"),
+        (["logs", "syslog", "--udp", "", "--tcp", ""], "give --udp, --tcp or --tls"),
+        (
+            ["logs", "syslog", "--udp", "", "--tcp", "", "--tls", "127.0.0.1:0"],
+            "--tls needs --tls-cert and --tls-key",
+        ),
         (["logs", "redact", "", "--reason", "r"], "give the text the lines hold"),
         (["metrics", "simulate", "--hours", "0"], "x>0"),
     ],
