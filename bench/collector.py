@@ -49,6 +49,8 @@ from eventplatform.apps.activity_tracking.events import TOPIC
 from eventplatform.projections.kafka import log_ends
 from eventplatform.testing import BrokerProcess
 
+WRITE_KEY = "bench-site-write-key"
+"""The site write key the collector under test is given, and every client sends."""
 CLIENTS_DEFAULT = 4
 SECONDS_DEFAULT = 10.0
 BATCH_DEFAULT = 100
@@ -94,7 +96,7 @@ def client_run(arguments: tuple[int, int, int, float, float | None]) -> dict[str
             "POST",
             "/v1/beacons",
             body=beacons(index, request, batch),
-            headers={"content-type": "application/json"},
+            headers={"content-type": "application/json", "x-write-key": WRITE_KEY},
         )
         response = connection.getresponse()
         body = response.read()
@@ -181,6 +183,8 @@ def start_collector(bootstrap: str) -> tuple[subprocess.Popen[str], int]:
             bootstrap,
             "--listen",
             "127.0.0.1:0",
+            "--write-key",
+            f"bench={WRITE_KEY}",
         ],
         stderr=subprocess.PIPE,
         text=True,

@@ -82,7 +82,36 @@ def simulate(
     show_default=True,
     help="host:port to accept beacons on (port 0 picks a free one).",
 )
-def collect(bootstrap: str, listen: str) -> None:
+@click.option(
+    "--write-key",
+    "write_keys",
+    multiple=True,
+    metavar="SITE=KEY",
+    envvar="EVENTPLATFORM_COLLECTOR_WRITE_KEYS",
+    help="A site's write key; beacons must carry one (X-Write-Key or ?key=). Repeatable; "
+    "the variable takes them space-separated.",
+)
+@click.option(
+    "--allow-origin",
+    "allowed_origins",
+    multiple=True,
+    metavar="ORIGIN",
+    help="A web origin (https://shop.example) browsers may send beacons from; others get "
+    "403. Repeatable.",
+)
+@click.option(
+    "--open",
+    "open_to_all",
+    is_flag=True,
+    help="Accept beacons without a write key, from anyone who reaches the port.",
+)
+def collect(
+    bootstrap: str,
+    listen: str,
+    write_keys: tuple[str, ...],
+    allowed_origins: tuple[str, ...],
+    open_to_all: bool,
+) -> None:
     """Accept JSON beacons over HTTP (POST /v1/beacons) and append them as events."""
     import trio
 
@@ -94,10 +123,23 @@ def collect(bootstrap: str, listen: str) -> None:
     from eventplatform.events import EventProducer
 
     host, port = address(listen, "--listen")
+    if not write_keys and not open_to_all:
+        raise click.UsageError(
+            "give each site's write key (--write-key SITE=KEY, or "
+            "$EVENTPLATFORM_COLLECTOR_WRITE_KEYS), or --open to accept beacons from anyone"
+        )
+    keys: dict[str, str] | None = None
+    if write_keys:
+        keys = {}
+        for pair in write_keys:
+            site, sep, key = pair.partition("=")
+            if not sep or not site or not key:
+                raise click.UsageError(f"--write-key {pair!r} is not SITE=KEY")
+            keys[key] = site
 
     async def run() -> None:
         with EventProducer(bootstrap, config=COLLECTOR_PRODUCER) as producer:
-            collector = Collector(producer)
+            collector = Collector(producer, write_keys=keys, allowed_origins=allowed_origins)
             async with trio.open_nursery() as nursery:
                 bound = await nursery.start(collector.serve, host, port)
                 click.echo(f"collecting beacons on http://{host}:{bound}{BEACONS_PATH}", err=True)

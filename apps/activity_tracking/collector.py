@@ -17,6 +17,15 @@ moment the collector received it. The answer is:
 
 ``GET /health`` answers 200. Connections are HTTP/1.1 with keep-alive.
 
+Given write keys (each a site's: ``key -> site``), a beacon request must
+carry one, in the ``X-Write-Key`` header or as ``?key=`` (a browser's
+``navigator.sendBeacon`` cannot set headers): without one it gets ``401``,
+with one not given ``403``, and nothing is appended. Given allowed origins,
+a request whose ``Origin`` header names another gets ``403``; an allowed one
+gets ``Access-Control-Allow-Origin`` back, and ``OPTIONS`` (a browser's
+preflight) answers ``204`` with what it may send. A request without
+``Origin`` is a server's, not a browser's: only its key is checked.
+
 Under load, requests queue for one writer task that appends what is queued
 as one batch (up to ``batch_beacons``), with up to ``APPENDS_IN_FLIGHT``
 appends awaiting the log at once, so a burst becomes a few large appends.
@@ -27,10 +36,11 @@ room instead of being dropped, so clients see latency, not loss.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import parse_qs
 
 import h11
 import orjson
@@ -49,6 +59,9 @@ APPEND_TIMEOUT_S = 30.0
 APPENDS_IN_FLIGHT = 4
 IDLE_TIMEOUT_S = 60.0
 READ_BYTES = 65_536
+WRITE_KEY_HEADER = b"x-write-key"
+WRITE_KEY_PARAMETER = "key"
+PREFLIGHT_MAX_AGE_S = 600
 COLLECTOR_PRODUCER = {"linger.ms": 1}
 """The collector batches requests itself, so its producer waits only briefly for more."""
 KINDS: dict[str, type[ActivityEvent]] = {}
@@ -113,6 +126,8 @@ class CollectorStats:
     requests: int = 0
     accepted: int = 0
     rejected: int = 0
+    refused: int = 0
+    """Requests refused for their origin or their write key."""
     appends: int = 0
 
 
@@ -127,9 +142,16 @@ class Collector:
         batch_beacons: int = BATCH_BEACONS,
         queue_beacons: int = QUEUE_BEACONS,
         append_timeout_s: float = APPEND_TIMEOUT_S,
+        write_keys: Mapping[str, str] | None = None,
+        allowed_origins: Collection[str] = (),
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
+        """``write_keys`` (key to site) are required of every beacon request when given;
+        ``allowed_origins`` (``https://shop.example``, or ``*``) bound the browsers' when
+        given. Without either, anyone who reaches the port may send beacons."""
         self.producer = producer
+        self.write_keys = dict(write_keys) if write_keys is not None else None
+        self.allowed_origins = frozenset(allowed_origins)
         self.max_body_bytes = max_body_bytes
         self.batch_beacons = batch_beacons
         self.append_timeout_s = append_timeout_s
@@ -218,7 +240,8 @@ class Collector:
                 if not isinstance(request, h11.Request):
                     return
                 status, body = await self._respond_to(stream, connection, request)
-                await self._send_response(stream, connection, status, body)
+                extra = self._cors_headers(request, preflight=status == 204)
+                await self._send_response(stream, connection, status, body, extra)
                 if connection.our_state is h11.MUST_CLOSE:
                     return
                 connection.start_next_cycle()
@@ -249,10 +272,17 @@ class Collector:
         if target != BEACONS_PATH:
             await self._drain(stream, connection)
             return 404, {"error": f"no such path; beacons go to POST {BEACONS_PATH}"}
+        headers = dict(request.headers)
+        refused = self._refusal(request, headers)
+        if refused is not None:  # answered at once: the body is not read, the connection closes
+            self.stats.refused += 1
+            return refused
+        if method == "OPTIONS":
+            await self._drain(stream, connection)
+            return 204, {}
         if method != "POST":
             await self._drain(stream, connection)
             return 405, {"error": f"use POST {BEACONS_PATH}"}
-        headers = dict(request.headers)
         length = headers.get(b"content-length")
         if length is None and headers.get(b"transfer-encoding") is None:
             return 411, {"error": "send a Content-Length"}
@@ -284,6 +314,45 @@ class Collector:
         ]
         return 202, {"accepted": len(refs), "positions": positions}
 
+    def _refusal(
+        self, request: h11.Request, headers: dict[bytes, bytes]
+    ) -> tuple[int, dict[str, Any]] | None:
+        """Why a beacon request is refused (its origin, its write key), if it is."""
+        origin = headers.get(b"origin")
+        if origin is not None and not self._origin_allowed(origin):
+            return 403, {"error": f"the origin {origin.decode('ascii', 'replace')} is not allowed"}
+        if self.write_keys is None or request.method == b"OPTIONS":
+            return None
+        key = headers.get(WRITE_KEY_HEADER, b"").decode("ascii", "replace")
+        if not key:
+            query = request.target.decode("ascii", "replace").partition("?")[2]
+            key = (parse_qs(query).get(WRITE_KEY_PARAMETER) or [""])[0]
+        if not key:
+            return 401, {
+                "error": f"send the site's write key in X-Write-Key or as ?{WRITE_KEY_PARAMETER}="
+            }
+        if key not in self.write_keys:
+            return 403, {"error": "unknown write key"}
+        return None
+
+    def _origin_allowed(self, origin: bytes) -> bool:
+        allowed = self.allowed_origins
+        return not allowed or "*" in allowed or origin.decode("ascii", "replace") in allowed
+
+    def _cors_headers(self, request: h11.Request, *, preflight: bool) -> list[tuple[str, str]]:
+        """The CORS headers for an allowed browser's request (none without an allow-list)."""
+        origin = dict(request.headers).get(b"origin")
+        if origin is None or not self.allowed_origins or not self._origin_allowed(origin):
+            return []
+        headers = [("access-control-allow-origin", origin.decode("ascii")), ("vary", "Origin")]
+        if preflight:
+            headers += [
+                ("access-control-allow-methods", "POST, OPTIONS"),
+                ("access-control-allow-headers", "content-type, x-write-key"),
+                ("access-control-max-age", str(PREFLIGHT_MAX_AGE_S)),
+            ]
+        return headers
+
     async def _body(self, stream: trio.SocketStream, connection: h11.Connection) -> bytes | None:
         parts: list[bytes] = []
         size = 0
@@ -309,9 +378,12 @@ class Collector:
         connection: h11.Connection,
         status: int,
         body: dict[str, Any],
+        extra: Sequence[tuple[str, str]] = (),
     ) -> None:
-        payload = orjson.dumps(body)
-        headers = [("content-type", "application/json"), ("content-length", str(len(payload)))]
+        payload = orjson.dumps(body) if status != 204 else b""
+        headers = [("content-length", str(len(payload))), *extra]
+        if payload:
+            headers.append(("content-type", "application/json"))
         if connection.their_state is not h11.DONE:
             headers.append(("connection", "close"))  # the rest of the body is not read
         response = h11.Response(status_code=status, headers=headers)

@@ -7,6 +7,7 @@ import http.client
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from typing import Any
 
 import activity_dataset as data
@@ -25,6 +26,8 @@ HTTP_TIMEOUT_S = 30.0
 CLIENTS = 8
 REQUESTS_PER_CLIENT = 25
 BEACONS_PER_REQUEST = 20
+SHOP_KEY = "shop-write-key"
+SHOP_ORIGIN = "https://shop.example"
 
 
 @pytest.fixture(scope="module")
@@ -36,12 +39,25 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
 @pytest.fixture(scope="module")
 def collector(broker: BrokerProcess) -> Iterator[tuple[Collector, int]]:
     """A collector serving on a free port, in a trio loop of its own thread."""
+    with serving(broker) as found:
+        yield found
+
+
+@pytest.fixture(scope="module")
+def guarded(broker: BrokerProcess) -> Iterator[tuple[Collector, int]]:
+    """A collector with a site's write key and an allowed origin."""
+    with serving(broker, write_keys={SHOP_KEY: "shop"}, allowed_origins=[SHOP_ORIGIN]) as found:
+        yield found
+
+
+@contextmanager
+def serving(broker: BrokerProcess, **options: Any) -> Iterator[tuple[Collector, int]]:
     started = threading.Event()
     found: dict[str, Any] = {}
 
     async def run() -> None:
         with EventProducer(broker.bootstrap) as producer:
-            found["collector"] = Collector(producer, max_body_bytes=64 * 1024)
+            found["collector"] = Collector(producer, max_body_bytes=64 * 1024, **options)
             async with trio.open_nursery() as nursery:
                 found["port"] = await nursery.start(found["collector"].serve, "127.0.0.1", 0)
                 found["cancel"] = nursery.cancel_scope
@@ -176,3 +192,73 @@ def test_concurrent_clients_lose_nothing(broker: BrokerProcess, collector: tuple
     positions = [p for result in results for p in result]
     assert len(positions) == CLIENTS * REQUESTS_PER_CLIENT * BEACONS_PER_REQUEST
     assert len({(p["partition"], p["offset"]) for p in positions}) == len(positions)
+
+
+def send(
+    port: int, method: str, target: str, headers: dict[str, str], body: bytes = b""
+) -> tuple[int, dict[str, str], bytes]:
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=HTTP_TIMEOUT_S)
+    try:
+        connection.request(method, target, body=body, headers=headers)
+        response = connection.getresponse()
+        return response.status, {k.lower(): v for k, v in response.getheaders()}, response.read()
+    finally:
+        connection.close()
+
+
+def test_a_collector_with_write_keys_refuses_beacons_without_a_known_one(
+    broker: BrokerProcess, guarded: tuple[Collector, int]
+) -> None:
+    collector, port = guarded
+    body = orjson.dumps(beacon(3))
+    json = {"content-type": "application/json"}
+    before = collector.stats.accepted
+    missing = send(port, "POST", BEACONS_PATH, json, body)
+    unknown = send(port, "POST", BEACONS_PATH, {**json, "x-write-key": "guess"}, body)
+    unknown_query = send(port, "POST", f"{BEACONS_PATH}?key=guess", json, body)
+    assert missing[0] == 401 and b"X-Write-Key" in missing[2]
+    assert unknown[0] == 403 and b"unknown write key" in unknown[2]
+    assert unknown_query[0] == 403
+    assert collector.stats.accepted == before and collector.stats.refused >= 3
+
+    in_header = send(port, "POST", BEACONS_PATH, {**json, "x-write-key": SHOP_KEY}, body)
+    in_query = send(port, "POST", f"{BEACONS_PATH}?key={SHOP_KEY}", json, body)
+    assert (in_header[0], in_query[0]) == (202, 202)
+    positions = [*orjson.loads(in_header[2])["positions"], *orjson.loads(in_query[2])["positions"]]
+    assert len(values_at(broker.bootstrap, positions)) == 2
+
+
+def test_a_collector_with_allowed_origins_refuses_other_browsers(
+    guarded: tuple[Collector, int],
+) -> None:
+    _, port = guarded
+    body = orjson.dumps(beacon(4))
+    keyed = {"content-type": "application/json", "x-write-key": SHOP_KEY}
+    other = send(port, "POST", BEACONS_PATH, {**keyed, "origin": "https://evil.example"}, body)
+    assert other[0] == 403 and b"https://evil.example is not allowed" in other[2]
+    assert "access-control-allow-origin" not in other[1]
+
+    shop = send(port, "POST", BEACONS_PATH, {**keyed, "origin": SHOP_ORIGIN}, body)
+    assert shop[0] == 202
+    assert shop[1]["access-control-allow-origin"] == SHOP_ORIGIN
+
+    asking = {"origin": SHOP_ORIGIN, "access-control-request-method": "POST"}
+    preflight = send(port, "OPTIONS", BEACONS_PATH, asking)
+    assert preflight[0] == 204 and preflight[2] == b""
+    assert preflight[1]["access-control-allow-origin"] == SHOP_ORIGIN
+    assert "x-write-key" in preflight[1]["access-control-allow-headers"]
+    refused = send(port, "OPTIONS", BEACONS_PATH, {**asking, "origin": "https://evil.example"})
+    assert refused[0] == 403
+
+
+def test_the_collect_command_wants_write_keys_or_open() -> None:
+    from click.testing import CliRunner
+
+    from eventplatform.cli import main
+
+    result = CliRunner().invoke(main, ["apps", "activity", "collect", "--listen", "127.0.0.1:0"])
+    assert result.exit_code == 2
+    assert "--write-key SITE=KEY" in result.output and "--open" in result.output
+    malformed = ["apps", "activity", "collect", "--write-key", "no-equals-sign"]
+    result = CliRunner().invoke(main, malformed)
+    assert result.exit_code == 2 and "is not SITE=KEY" in result.output
