@@ -92,6 +92,15 @@ def simulate(
     "the variable takes them space-separated.",
 )
 @click.option(
+    "--signing-secret",
+    "signing_secrets",
+    multiple=True,
+    metavar="SITE=SECRET",
+    envvar="EVENTPLATFORM_COLLECTOR_SIGNING_SECRETS",
+    help="A server-side site's secret: its beacons must be signed (X-Signature: sha256=<HMAC "
+    "of the body>). Repeatable; the variable takes them space-separated.",
+)
+@click.option(
     "--allow-origin",
     "allowed_origins",
     multiple=True,
@@ -109,6 +118,7 @@ def collect(
     bootstrap: str,
     listen: str,
     write_keys: tuple[str, ...],
+    signing_secrets: tuple[str, ...],
     allowed_origins: tuple[str, ...],
     open_to_all: bool,
 ) -> None:
@@ -128,18 +138,23 @@ def collect(
             "give each site's write key (--write-key SITE=KEY, or "
             "$EVENTPLATFORM_COLLECTOR_WRITE_KEYS), or --open to accept beacons from anyone"
         )
-    keys: dict[str, str] | None = None
-    if write_keys:
-        keys = {}
-        for pair in write_keys:
-            site, sep, key = pair.partition("=")
-            if not sep or not site or not key:
-                raise click.UsageError(f"--write-key {pair!r} is not SITE=KEY")
-            keys[key] = site
+    keys = {key: site for site, key in _pairs(write_keys, "--write-key", "SITE=KEY")} or None
+    secrets = {
+        site: secret.encode()
+        for site, secret in _pairs(signing_secrets, "--signing-secret", "SITE=SECRET")
+    }
+    unknown = sorted(set(secrets) - set((keys or {}).values()))
+    if unknown:
+        raise click.UsageError(f"--signing-secret for a site without a write key: {unknown[0]}")
 
     async def run() -> None:
         with EventProducer(bootstrap, config=COLLECTOR_PRODUCER) as producer:
-            collector = Collector(producer, write_keys=keys, allowed_origins=allowed_origins)
+            collector = Collector(
+                producer,
+                write_keys=keys,
+                signing_secrets=secrets,
+                allowed_origins=allowed_origins,
+            )
             async with trio.open_nursery() as nursery:
                 bound = await nursery.start(collector.serve, host, port)
                 click.echo(f"collecting beacons on http://{host}:{bound}{BEACONS_PATH}", err=True)
@@ -148,6 +163,16 @@ def collect(
         trio.run(run)
     except KeyboardInterrupt:
         click.echo("stopped", err=True)
+
+
+def _pairs(given: tuple[str, ...], option: str, shape: str) -> list[tuple[str, str]]:
+    pairs = []
+    for pair in given:
+        name, sep, value = pair.partition("=")
+        if not sep or not name or not value:
+            raise click.UsageError(f"{option} {pair!r} is not {shape}")
+        pairs.append((name, value))
+    return pairs
 
 
 @commands.command("retract-bots")

@@ -24,7 +24,10 @@ with one not given ``403``, and nothing is appended. Given allowed origins,
 a request whose ``Origin`` header names another gets ``403``; an allowed one
 gets ``Access-Control-Allow-Origin`` back, and ``OPTIONS`` (a browser's
 preflight) answers ``204`` with what it may send. A request without
-``Origin`` is a server's, not a browser's: only its key is checked.
+``Origin`` is a server's, not a browser's: only its key is checked. A site
+given a signing secret (a server that sends beacons, not a page) must sign
+each body: ``X-Signature: sha256=<hex HMAC-SHA256 of the body>``; unsigned
+gets ``401``, a signature that does not match ``403``.
 
 Under load, requests queue for one writer task that appends what is queued
 as one batch (up to ``batch_beacons``), with up to ``APPENDS_IN_FLIGHT``
@@ -35,6 +38,8 @@ room instead of being dropped, so clients see latency, not loss.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import math
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -61,6 +66,8 @@ IDLE_TIMEOUT_S = 60.0
 READ_BYTES = 65_536
 WRITE_KEY_HEADER = b"x-write-key"
 WRITE_KEY_PARAMETER = "key"
+SIGNATURE_HEADER = b"x-signature"
+SIGNATURE_PREFIX = "sha256="
 PREFLIGHT_MAX_AGE_S = 600
 COLLECTOR_PRODUCER = {"linger.ms": 1}
 """The collector batches requests itself, so its producer waits only briefly for more."""
@@ -143,14 +150,20 @@ class Collector:
         queue_beacons: int = QUEUE_BEACONS,
         append_timeout_s: float = APPEND_TIMEOUT_S,
         write_keys: Mapping[str, str] | None = None,
+        signing_secrets: Mapping[str, bytes] | None = None,
         allowed_origins: Collection[str] = (),
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         """``write_keys`` (key to site) are required of every beacon request when given;
+        the sites in ``signing_secrets`` (site to secret) must sign their bodies;
         ``allowed_origins`` (``https://shop.example``, or ``*``) bound the browsers' when
-        given. Without either, anyone who reaches the port may send beacons."""
+        given. Without keys, anyone who reaches the port may send beacons."""
         self.producer = producer
         self.write_keys = dict(write_keys) if write_keys is not None else None
+        self.signing_secrets = dict(signing_secrets or {})
+        unknown = set(self.signing_secrets) - set((write_keys or {}).values())
+        if unknown:
+            raise ValueError(f"signing secrets for sites without a write key: {sorted(unknown)}")
         self.allowed_origins = frozenset(allowed_origins)
         self.max_body_bytes = max_body_bytes
         self.batch_beacons = batch_beacons
@@ -277,6 +290,7 @@ class Collector:
         if refused is not None:  # answered at once: the body is not read, the connection closes
             self.stats.refused += 1
             return refused
+        site = self._site(request, headers)
         if method == "OPTIONS":
             await self._drain(stream, connection)
             return 204, {}
@@ -291,6 +305,10 @@ class Collector:
         body = await self._body(stream, connection)
         if body is None:
             return 413, {"error": f"the body is over {self.max_body_bytes} bytes"}
+        unsigned = self._signature_refusal(site, headers, body)
+        if unsigned is not None:
+            self.stats.refused += 1
+            return unsigned
         self.stats.requests += 1
         try:
             events = parse_beacons(body, self.clock())
@@ -323,16 +341,37 @@ class Collector:
             return 403, {"error": f"the origin {origin.decode('ascii', 'replace')} is not allowed"}
         if self.write_keys is None or request.method == b"OPTIONS":
             return None
-        key = headers.get(WRITE_KEY_HEADER, b"").decode("ascii", "replace")
-        if not key:
-            query = request.target.decode("ascii", "replace").partition("?")[2]
-            key = (parse_qs(query).get(WRITE_KEY_PARAMETER) or [""])[0]
+        key = _write_key(request, headers)
         if not key:
             return 401, {
                 "error": f"send the site's write key in X-Write-Key or as ?{WRITE_KEY_PARAMETER}="
             }
         if key not in self.write_keys:
             return 403, {"error": "unknown write key"}
+        return None
+
+    def _site(self, request: h11.Request, headers: dict[bytes, bytes]) -> str | None:
+        """The site whose (known) write key the request carries."""
+        if self.write_keys is None:
+            return None
+        return self.write_keys.get(_write_key(request, headers))
+
+    def _signature_refusal(
+        self, site: str | None, headers: dict[bytes, bytes], body: bytes
+    ) -> tuple[int, dict[str, Any]] | None:
+        """Why a signing site's body is refused (no signature, or one that does not match)."""
+        secret = self.signing_secrets.get(site) if site is not None else None
+        if secret is None:
+            return None
+        given = headers.get(SIGNATURE_HEADER, b"").decode("ascii", "replace")
+        if not given.startswith(SIGNATURE_PREFIX):
+            return 401, {
+                "error": f"{site} signs its beacons: send X-Signature: {SIGNATURE_PREFIX}"
+                "<hex HMAC-SHA256 of the body with the site's signing secret>"
+            }
+        wanted = hmac.new(secret, body, hashlib.sha256).hexdigest()
+        if not hmac.compare_digest(given[len(SIGNATURE_PREFIX) :].lower(), wanted):
+            return 403, {"error": "the signature does not match the body"}
         return None
 
     def _origin_allowed(self, origin: bytes) -> bool:
@@ -392,3 +431,12 @@ class Collector:
             for part in (response, h11.Data(data=payload), h11.EndOfMessage())
         )
         await stream.send_all(head + data + end)
+
+
+def _write_key(request: h11.Request, headers: dict[bytes, bytes]) -> str:
+    """The write key a request carries, in its header or its query ('' for none)."""
+    key = headers.get(WRITE_KEY_HEADER, b"").decode("ascii", "replace")
+    if not key:
+        query = request.target.decode("ascii", "replace").partition("?")[2]
+        key = (parse_qs(query).get(WRITE_KEY_PARAMETER) or [""])[0]
+    return key

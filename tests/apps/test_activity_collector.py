@@ -3,6 +3,8 @@ beacons, 400 naming every bad one, and nothing lost under concurrent load."""
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import http.client
 import threading
 from collections.abc import Iterator
@@ -28,6 +30,8 @@ REQUESTS_PER_CLIENT = 25
 BEACONS_PER_REQUEST = 20
 SHOP_KEY = "shop-write-key"
 SHOP_ORIGIN = "https://shop.example"
+BACKEND_KEY = "backend-write-key"
+BACKEND_SECRET = b"backend-signing-secret"
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +50,12 @@ def collector(broker: BrokerProcess) -> Iterator[tuple[Collector, int]]:
 @pytest.fixture(scope="module")
 def guarded(broker: BrokerProcess) -> Iterator[tuple[Collector, int]]:
     """A collector with a site's write key and an allowed origin."""
-    with serving(broker, write_keys={SHOP_KEY: "shop"}, allowed_origins=[SHOP_ORIGIN]) as found:
+    with serving(
+        broker,
+        write_keys={SHOP_KEY: "shop", BACKEND_KEY: "backend"},
+        signing_secrets={"backend": BACKEND_SECRET},
+        allowed_origins=[SHOP_ORIGIN],
+    ) as found:
         yield found
 
 
@@ -251,6 +260,30 @@ def test_a_collector_with_allowed_origins_refuses_other_browsers(
     assert refused[0] == 403
 
 
+def test_a_signing_site_s_beacons_must_be_signed(
+    broker: BrokerProcess, guarded: tuple[Collector, int]
+) -> None:
+    collector, port = guarded
+    body = orjson.dumps([beacon(5), beacon(6)])
+    keyed = {"content-type": "application/json", "x-write-key": BACKEND_KEY}
+    signature = "sha256=" + hmac.new(BACKEND_SECRET, body, hashlib.sha256).hexdigest()
+    other = "sha256=" + hmac.new(b"not the secret", body, hashlib.sha256).hexdigest()
+    before = collector.stats.accepted
+
+    unsigned = send(port, "POST", BEACONS_PATH, keyed, body)
+    forged = send(port, "POST", BEACONS_PATH, {**keyed, "x-signature": other}, body)
+    tampered = send(
+        port, "POST", BEACONS_PATH, {**keyed, "x-signature": signature}, body.replace(b"s5", b"s9")
+    )
+    assert unsigned[0] == 401 and b"X-Signature" in unsigned[2]
+    assert forged[0] == 403 and tampered[0] == 403
+    assert collector.stats.accepted == before
+
+    signed = send(port, "POST", BEACONS_PATH, {**keyed, "x-signature": signature}, body)
+    assert signed[0] == 202
+    assert len(values_at(broker.bootstrap, orjson.loads(signed[2])["positions"])) == 2
+
+
 def test_the_collect_command_wants_write_keys_or_open() -> None:
     from click.testing import CliRunner
 
@@ -262,3 +295,6 @@ def test_the_collect_command_wants_write_keys_or_open() -> None:
     malformed = ["apps", "activity", "collect", "--write-key", "no-equals-sign"]
     result = CliRunner().invoke(main, malformed)
     assert result.exit_code == 2 and "is not SITE=KEY" in result.output
+    keyless = ["apps", "activity", "collect", "--write-key", "a=k", "--signing-secret", "b=s"]
+    result = CliRunner().invoke(main, keyless)
+    assert result.exit_code == 2 and "site without a write key: b" in result.output
