@@ -11,6 +11,7 @@ Two shapes are understood, and anything else is kept whole as the message:
   or with a space and a comma before the fraction), then an optional level
   (``ERROR``, ``[warn]``, ``level=info``), then the message.
 
+Secrets in known shapes are masked before the line is made (:mod:`.secrets`).
 A line never fails: no level reads as ``info``, no time as the moment it was
 read, a message over :data:`~.events.MESSAGE_MAX` characters is cut (with
 the attribute ``truncated``), and a field the event refuses is left out.
@@ -34,6 +35,7 @@ from eventplatform.apps.log_aggregation.events import (
     LogLine,
     level_of,
 )
+from eventplatform.apps.log_aggregation.secrets import redact_line
 
 TIME_PREFIX = re.compile(
     r"^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?(?=\s|$)"
@@ -96,6 +98,7 @@ def _from_json(document: dict[str, Any], service: str, host: str, now: datetime)
 def _line(
     service: str, host: str, level: Level, message: str, attributes: dict[str, str], at: datetime
 ) -> LogLine:
+    message, attributes = redact_line(message, attributes, ATTRIBUTES_MAX)
     if len(message) > MESSAGE_MAX:
         message = message[:MESSAGE_MAX]
         attributes = {**attributes, "truncated": "true"}

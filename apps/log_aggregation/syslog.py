@@ -11,7 +11,8 @@ STRUCTURED-DATA [MSG]``, each header field ``-`` when absent.
   informational ``info``, debug ``debug``;
 * the facility, PROCID and MSGID, and every structured-data parameter (as
   ``sd-id.name``), become attributes; the time is TIMESTAMP, or the moment
-  of receipt when absent.
+  of receipt when absent;
+* secrets in known shapes are masked first (:mod:`.secrets`).
 
 UDP carries one message per datagram. TCP frames them by octet counting
 (``LENGTH SP MESSAGE``, RFC 6587) or, when a frame does not start with a
@@ -38,7 +39,8 @@ from typing import Any
 import trio
 from pydantic import ValidationError
 
-from eventplatform.apps.log_aggregation.events import Level, LogLine
+from eventplatform.apps.log_aggregation.events import ATTRIBUTES_MAX, Level, LogLine
+from eventplatform.apps.log_aggregation.secrets import redact_line
 from eventplatform.events import (
     BATCH_EVENTS_DEFAULT,
     QUEUE_EVENTS_DEFAULT,
@@ -102,11 +104,12 @@ def parse_message(raw: bytes, sender: str, now: datetime) -> LogLine:
     at = _timestamp(header["timestamp"]) or now
     message = rest[1:] if rest.startswith(" ") else rest
     try:
+        text, attributes = redact_line(message.removeprefix(BOM), attributes, ATTRIBUTES_MAX)
         return LogLine(
             service=_or(header["app"], "syslog"),
             host=_or(header["hostname"], sender),
             level=SEVERITY_LEVELS[priority % 8],
-            message=message.removeprefix(BOM),
+            message=text,
             attributes=attributes,
             at=at,
         )
