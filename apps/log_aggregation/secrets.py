@@ -22,7 +22,7 @@ import re
 MASK = "[REDACTED]"
 REDACTED_ATTRIBUTE = "redacted"
 SECRET_NAME = (
-    r"(?:password|passwd|pwd|passphrase|secret|client[_-]?secret|token|access[_-]?token|"
+    r"(?:password|passwd|passphrase|secret|client[_-]?secret|token|access[_-]?token|"
     r"refresh[_-]?token|api[_-]?key|access[_-]?key|secret[_-]?key|private[_-]?key|auth[_-]?token)"
 )
 SECRET_KEY = re.compile(rf"(?i)^[\w.-]*{SECRET_NAME}$")

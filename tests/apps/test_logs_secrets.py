@@ -55,6 +55,7 @@ def test_known_shapes_of_secrets_are_masked(text: str, secret: str, kept: str) -
         "token bucket refilled: 40 tokens",
         "GET https://shop.example/search?q=secrets 200",
         "user=bob action=logout",
+        "cd PWD=/home/app OLDPWD=/",
     ],
 )
 def test_lines_without_secrets_are_left_alone(text: str) -> None:
