@@ -1,5 +1,6 @@
-"""Statements built once: merges of many rows per table, and the store's checkpoint and
-offset queries.
+"""Statements built once: merges of many rows per table, the store's checkpoint and
+offset queries (some compiled for the driver itself: :class:`DriverStatement`), and
+the conditions and parameters that match a row by its key.
 
 :class:`Upsert` takes a batch of rows in column order and merges them into
 their table with as few statements as the database allows; the builders
@@ -12,7 +13,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import orjson
@@ -38,6 +39,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import DBAPIError
 
 from eventplatform.projections import schema
+from eventplatform.projections.errors import CheckpointConflictError
 from eventplatform.projections.merge import Count, Max, Min, Only, Ranked, Sum
 from eventplatform.projections.model import CONTRIBUTIONS_COLUMN, RANK_SUFFIX, TablePlan
 from eventplatform.projections.premerge import scope_of
@@ -368,3 +370,40 @@ def advance_many(count: int) -> Any:
 def advance_statement(count: int, postgres: bool) -> DriverStatement:
     """:func:`advance_many` of ``count`` checkpoints, for the driver."""
     return DriverStatement(advance_many(count), postgres)
+
+
+def check_all_moved(moves: list[tuple[str, int, int, int]], moved: list[Any]) -> None:
+    """Raise unless the compare-and-set of ``moves`` moved every checkpoint."""
+    if len(moved) < len(moves):
+        still = {(topic, partition) for topic, partition, *_ in moves}
+        still -= {(topic, partition) for topic, partition in moved}
+        named = ", ".join(f"{topic}/{partition}" for topic, partition in sorted(still))
+        raise CheckpointConflictError(f"{named}: checkpoint moved")
+
+
+def comparable_key(key: tuple[Any, ...]) -> tuple[Any, ...]:
+    """``key`` with naive times read as UTC: SQLite hands back the times of a
+    ``DateTime(timezone=True)`` key without their zone, and a naive time never equals an
+    aware one."""
+    return tuple(
+        value.replace(tzinfo=UTC) if isinstance(value, datetime) and value.tzinfo is None else value
+        for value in key
+    )
+
+
+def key_match(plan: TablePlan) -> Any:
+    return and_(*(plan.table.c[name] == bindparam(f"k_{name}") for name in plan.keys))
+
+
+def key_params(plan: TablePlan, key: tuple[Any, ...]) -> dict[str, Any]:
+    return {f"k_{name}": value for name, value in zip(plan.keys, key, strict=True)}
+
+
+def key_equals(columns: Sequence[Any], key: tuple[Any, ...]) -> Any:
+    return and_(*(column == value for column, value in zip(columns, key, strict=True)))
+
+
+def update_params(plan: TablePlan, row: dict[str, Any]) -> dict[str, Any]:
+    params = key_params(plan, plan.key_of(row))
+    params.update({f"v_{name}": value for name, value in row.items() if name not in plan.keys})
+    return params

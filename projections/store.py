@@ -19,14 +19,9 @@ store
    events, read back from the log;
 5. parks poison events in ``ep_dead_letters``.
 
-On PostgreSQL the writes whose results nobody needs at once (the checkpoints'
-compare-and-set, whose rows are checked when it has run, the upserts, the
-index appends) are queued until the next read or the commit. Then the run of
-them that writes distinct tables goes as one statement, each write a
-data-modifying ``WITH`` query of it. A batch of new events costs three
-statements (``BEGIN``, that one, ``COMMIT``) instead of one per write: on
-PostgreSQL each statement costs the client about as much CPU as the server
-spends running it.
+On PostgreSQL the writes whose results are not needed at once wait in a
+:class:`~.writes.WriteQueue` until the next read or the commit, and go as
+one statement.
 
 On PostgreSQL, rows merged in Python and rows recomputed are guarded by a
 ``SHARE ROW EXCLUSIVE`` table lock, so another runner cannot slip a
@@ -41,7 +36,7 @@ import traceback
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import Any, NamedTuple
+from typing import Any
 
 from sqlalchemy import (
     Connection,
@@ -91,15 +86,22 @@ from eventplatform.projections.statements import (
     ADVANCE_PARTITIONS_PER_STATEMENT,
     Upsert,
     advance_statement,
+    check_all_moved,
+    comparable_key,
     corrected_rows_query,
     driver_errors,
     index_append_statement,
     index_rows_query,
     integers_param,
+    key_equals,
+    key_match,
+    key_params,
     parked_query,
+    update_params,
     upsert_insert,
     upsert_statement,
 )
+from eventplatform.projections.writes import WriteQueue
 
 TopicPartition = tuple[str, int]
 RowRef = tuple[str, tuple[Any, ...]]
@@ -205,7 +207,7 @@ class StoreTransaction:
         self.reader: EventReader = CachedReader(reader)
         self._locked: set[str] = set()
         self._staged: set[str] = set()
-        self._queued: list[QueuedWrite] = []
+        self._queued = WriteQueue()
         """PostgreSQL writes not sent yet, in order (see :meth:`queue`)."""
 
     @property
@@ -223,31 +225,13 @@ class StoreTransaction:
         parameters: Sequence[Any] = (),
         check: Callable[[list[Any]], None] | None = None,
     ) -> None:
-        """Queue a PostgreSQL write into the table ``target`` (driver SQL, positional
-        parameters) to go with the others as one statement; ``check`` gets the rows
-        it returned once it has run. A failed write or check fails the transaction."""
+        """Queue a PostgreSQL write (see :class:`~.writes.WriteQueue`)."""
         assert self.store.postgresql, "only PostgreSQL's writes are queued"
-        self._queued.append(QueuedWrite(target, sql, tuple(parameters), check))
+        self._queued.add(target, sql, parameters, check)
 
     def flush(self) -> None:
-        """Run the queued writes, then their checks.
-
-        Consecutive writes into distinct tables, with at most one checked, go
-        as one statement, each a data-modifying ``WITH`` query of it.
-        PostgreSQL runs them all to completion on one snapshot; none needs
-        another's effect, as they write different tables. A table written
-        twice starts the next statement.
-        """
-        queued, self._queued = self._queued, []
-        if not queued:
-            return
-        driver = self._connection.connection.driver_connection
-        assert driver is not None
-        with driver_errors(self._connection, queued[0].sql), driver.cursor() as cursor:
-            for sql, parameters, check in _combined(queued):
-                cursor.execute(sql, parameters)
-                if check is not None:
-                    check(cursor.fetchall())
+        """Run the queued writes, then their checks."""
+        self._queued.flush(self._connection)
 
     @contextmanager
     def savepoint(self) -> Iterator[None]:
@@ -286,7 +270,7 @@ class StoreTransaction:
             parameters[f"x{index}"] = next_offset
         statement = advance_statement(len(moves), self.store.postgresql)
         values = statement.values(parameters)
-        check = functools.partial(_all_moved, moves)
+        check = functools.partial(check_all_moved, moves)
         if self.store.postgresql:
             self.queue(schema.checkpoints.name, statement.sql, values, check)
         else:
@@ -387,7 +371,7 @@ class StoreTransaction:
                 if column.name not in plan.keys
             }
             statement = update(table).where(key_match(plan)).values(values)
-            self.connection.execute(statement, [_update_params(plan, row) for row in updates])
+            self.connection.execute(statement, [update_params(plan, row) for row in updates])
         if inserts:
             self.connection.execute(table.insert(), inserts)
 
@@ -400,7 +384,7 @@ class StoreTransaction:
         key_columns = [table.c[name] for name in plan.keys]
         for start in range(0, len(keys), KEYS_PER_STATEMENT):
             chunk = keys[start : start + KEYS_PER_STATEMENT]
-            condition = or_(*(_key_equals(key_columns, key) for key in chunk))
+            condition = or_(*(key_equals(key_columns, key) for key in chunk))
             for row in self.connection.execute(select(table).where(condition)).mappings():
                 state = dict(row)
                 for name, merge in plan.merges.items():
@@ -836,58 +820,6 @@ class StoreTransaction:
         self.connection.execute(statement, rows)
 
 
-class QueuedWrite(NamedTuple):
-    """A PostgreSQL write waiting in a transaction: the table it writes, its driver SQL
-    and positional parameters, and what checks the rows it returns."""
-
-    target: str
-    sql: str
-    parameters: tuple[Any, ...]
-    check: Callable[[list[Any]], None] | None
-
-
-def _combined(
-    queued: Sequence[QueuedWrite],
-) -> Iterator[tuple[str, tuple[Any, ...], Callable[[list[Any]], None] | None]]:
-    """The queued writes as few statements: each run of writes into distinct tables,
-    with at most one checked write, as one ``WITH`` statement whose rows are the
-    checked write's."""
-    run: list[QueuedWrite] = []
-    for write in [*queued, None]:
-        if run and (
-            write is None
-            or any(w.target == write.target for w in run)
-            or (write.check is not None and any(w.check is not None for w in run))
-        ):
-            if len(run) == 1:
-                yield run[0].sql, run[0].parameters, run[0].check
-            else:
-                checked = [index for index, w in enumerate(run) if w.check is not None]
-                sql = _with_statement(tuple(w.sql for w in run), checked[0] if checked else None)
-                parameters = tuple(value for w in run for value in w.parameters)
-                yield sql, parameters, run[checked[0]].check if checked else None
-            run = []
-        if write is not None:
-            run.append(write)
-
-
-@functools.lru_cache(maxsize=256)
-def _with_statement(statements: tuple[str, ...], returned: int | None) -> str:
-    """One statement that runs ``statements``, each a data-modifying ``WITH`` query, and
-    returns the rows of the one at index ``returned`` (or one row)."""
-    queries = ", ".join(f"w{index} AS ({sql})" for index, sql in enumerate(statements))
-    return f"WITH {queries} SELECT {'1' if returned is None else f'* FROM w{returned}'}"
-
-
-def _all_moved(moves: list[tuple[str, int, int, int]], moved: list[Any]) -> None:
-    """Raise unless the compare-and-set of ``moves`` moved every checkpoint."""
-    if len(moved) < len(moves):
-        still = {(topic, partition) for topic, partition, *_ in moves}
-        still -= {(topic, partition) for topic, partition in moved}
-        named = ", ".join(f"{topic}/{partition}" for topic, partition in sorted(still))
-        raise CheckpointConflictError(f"{named}: checkpoint moved")
-
-
 def _retracted(corrected_row: Any) -> bool:
     """Whether a corrected-events row leaves its event with no content."""
     return bool(corrected_row["retracted"]) or corrected_row["replacement"] is None
@@ -918,34 +850,6 @@ def _merge_shared_hashes(
         (scope, row_hash, min(ranks) if sealed else schema.INDEX_OPEN_CHUNK, pack_ranks(ranks))
         for (scope, row_hash), ranks in merged.items()
     ]
-
-
-def comparable_key(key: tuple[Any, ...]) -> tuple[Any, ...]:
-    """``key`` with naive times read as UTC: SQLite hands back the times of a
-    ``DateTime(timezone=True)`` key without their zone, and a naive time never equals an
-    aware one."""
-    return tuple(
-        value.replace(tzinfo=UTC) if isinstance(value, datetime) and value.tzinfo is None else value
-        for value in key
-    )
-
-
-def key_match(plan: TablePlan) -> Any:
-    return and_(*(plan.table.c[name] == bindparam(f"k_{name}") for name in plan.keys))
-
-
-def key_params(plan: TablePlan, key: tuple[Any, ...]) -> dict[str, Any]:
-    return {f"k_{name}": value for name, value in zip(plan.keys, key, strict=True)}
-
-
-def _key_equals(columns: Sequence[Any], key: tuple[Any, ...]) -> Any:
-    return and_(*(column == value for column, value in zip(columns, key, strict=True)))
-
-
-def _update_params(plan: TablePlan, row: dict[str, Any]) -> dict[str, Any]:
-    params = key_params(plan, plan.key_of(row))
-    params.update({f"v_{name}": value for name, value in row.items() if name not in plan.keys})
-    return params
 
 
 def _stored_form(plan: TablePlan, state: dict[str, Any]) -> dict[str, Any]:

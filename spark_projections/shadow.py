@@ -35,7 +35,7 @@ from sqlalchemy.sql.elements import quoted_name
 from eventplatform.projections import schema
 from eventplatform.projections.model import Projection
 from eventplatform.projections.premerge import row_hash, scope_of
-from eventplatform.projections.store import key_match, key_params
+from eventplatform.projections.statements import key_match, key_params
 from eventplatform.spark_projections.errors import ReplayConfigError
 
 SHADOW_SUFFIX = "__ep_shadow"

@@ -37,6 +37,7 @@ from sqlalchemy import (
 from eventplatform.events import Correction, Envelope, Event, Position, encode
 from eventplatform.projections import migrate, schema
 from eventplatform.projections import store as store_module
+from eventplatform.projections import writes as writes_module
 from eventplatform.projections.corrections import InvalidCorrectionError, apply_correction
 from eventplatform.projections.database import SQLITE_BUSY_TIMEOUT_S, create_store_engine
 from eventplatform.projections.errors import CheckpointConflictError, HandlerError
@@ -749,7 +750,7 @@ def test_queued_writes_go_as_one_statement_until_a_table_repeats_or_a_second_che
 
     def second_check(rows: list[Any]) -> None: ...
 
-    write = store_module.QueuedWrite
+    write = writes_module.QueuedWrite
     queued = [
         write("a", "INSERT A", (1,), None),
         write("b", "UPDATE B RETURNING x", (2, 3), first_check),
@@ -759,7 +760,7 @@ def test_queued_writes_go_as_one_statement_until_a_table_repeats_or_a_second_che
         write("e", "UPDATE E RETURNING z", (6,), second_check),
     ]
 
-    assert list(store_module._combined(queued)) == [
+    assert list(writes_module.combined(queued)) == [
         (
             "WITH w0 AS (INSERT A), w1 AS (UPDATE B RETURNING x), w2 AS (INSERT C) "
             "SELECT * FROM w1",
@@ -773,7 +774,7 @@ def test_queued_writes_go_as_one_statement_until_a_table_repeats_or_a_second_che
         ),
         ("UPDATE E RETURNING z", (6,), second_check),
     ]
-    assert list(store_module._combined(queued[2:4])) == [
+    assert list(writes_module.combined(queued[2:4])) == [
         ("WITH w0 AS (INSERT C), w1 AS (INSERT A) SELECT 1", (4,), None)
     ]
 
