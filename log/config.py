@@ -20,6 +20,16 @@ from pathlib import Path
 from typing import Any
 
 from eventplatform.log.replica.selector import parse_selector
+from eventplatform.log.security.listeners import (
+    DEFAULT_PROTOCOL_MAP,
+    Endpoint,
+    SecurityProtocol,
+    format_endpoints,
+    format_protocol_map,
+    parse_endpoints,
+    parse_listener_names,
+    parse_protocol_map,
+)
 from eventplatform.log.storage import InvalidConfigError, LogConfig
 from eventplatform.log.storage.config import SEGMENT_BYTES_MIN, boolean, integer_between
 
@@ -47,6 +57,15 @@ OFFSETS_COMMIT_TIMEOUT_MS_DEFAULT = 5_000
 """How long an offset commit waits for the ISR of its ``__consumer_offsets`` partition."""
 PRODUCER_ID_EXPIRATION_MS_DEFAULT = 24 * 60 * 60 * 1000
 SHUTDOWN_GRACE_MS_DEFAULT = 5_000
+FAILED_AUTHENTICATION_DELAY_MS_DEFAULT = 100
+"""``connection.failed.authentication.delay.ms``: how long a failed authentication waits
+before its answer and the close (Kafka's default), so guessing costs time."""
+FAILED_AUTHENTICATIONS_PER_IP_MAX_DEFAULT = 20
+"""``failed.authentication.max.per.ip``: failed authentications an address may have in
+the last minute before its attempts are refused without a look at the credentials."""
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+SASL_MECHANISMS_DEFAULT = ("SCRAM-SHA-256", "SCRAM-SHA-512")
+SSL_CLIENT_AUTH_MODES = ("none", "requested", "required")
 
 # Broker-level names of the topic-level log configs.
 LOG_KEYS = {
@@ -152,6 +171,31 @@ def parse_connection_overrides(raw: Any) -> tuple[tuple[str, int], ...]:
     return tuple(sorted(overrides.items()))
 
 
+def _mechanisms(raw: Any) -> tuple[str, ...]:
+    items = raw if isinstance(raw, list | tuple) else str(raw).split(",")
+    mechanisms = tuple(str(item).strip().upper() for item in items if str(item).strip())
+    unknown = [name for name in mechanisms if name not in SASL_MECHANISMS]
+    if unknown or not mechanisms:
+        raise ValueError(f"expected a comma-separated subset of {', '.join(SASL_MECHANISMS)}")
+    return mechanisms
+
+
+def _choice(*choices: str) -> Callable[[Any], str]:
+    def parse(raw: Any) -> str:
+        value = str(raw).strip().lower()
+        if value not in choices:
+            raise ValueError(f"expected one of {', '.join(choices)}")
+        return value
+
+    return parse
+
+
+def _keystore_type(raw: Any) -> str:
+    if str(raw).strip().upper() != "PEM":
+        raise ValueError("only PEM keystores and truststores are read (ssl.keystore.type=PEM)")
+    return "PEM"
+
+
 def format_voters(voters: Iterable[Voter]) -> str:
     return ",".join(f"{node}@{host}:{port}" for node, host, port in voters)
 
@@ -197,6 +241,20 @@ _PARSERS: dict[str, Callable[[Any], Any]] = {
     "offsets.topic.replication.factor": integer_between(1, 32_767),
     "auto.leader.rebalance.enable": boolean,
     "leader.imbalance.check.interval.seconds": integer_between(1),
+    "listeners": parse_endpoints,
+    "advertised.listeners": parse_endpoints,
+    "listener.security.protocol.map": parse_protocol_map,
+    "inter.broker.listener.name": lambda raw: (parse_listener_names(raw) or ("",))[0],
+    "sasl.enabled.mechanisms": _mechanisms,
+    "ssl.keystore.location": _text,
+    "ssl.keystore.type": _keystore_type,
+    "ssl.key.password": _text,
+    "ssl.truststore.location": _text,
+    "ssl.truststore.type": _keystore_type,
+    "ssl.client.auth": _choice(*SSL_CLIENT_AUTH_MODES),
+    "connections.max.reauth.ms": integer_between(0),
+    "connection.failed.authentication.delay.ms": integer_between(0, 60_000),
+    "failed.authentication.max.per.ip": integer_between(1, 2**31 - 1),
 }
 
 
@@ -252,11 +310,93 @@ class BrokerConfig:
     offsets_topic_replication_factor: int = 3
     auto_leader_rebalance_enable: bool = True
     leader_imbalance_check_interval_seconds: int = 300
+    listeners: tuple[Endpoint, ...] = ()
+    """Where to bind, by listener name; empty for one PLAINTEXT listener on
+    ``listen_host:listen_port`` (see :mod:`eventplatform.log.security.listeners`)."""
+    advertised_listeners: tuple[Endpoint, ...] = ()
+    listener_security_protocol_map: tuple[tuple[str, SecurityProtocol], ...] = DEFAULT_PROTOCOL_MAP
+    inter_broker_listener_name: str = ""
+    """The listener brokers use with one another; empty for the first listener."""
+    sasl_enabled_mechanisms: tuple[str, ...] = SASL_MECHANISMS_DEFAULT
+    ssl_keystore_location: str = ""
+    """A PEM file with this broker's private key and its certificate chain."""
+    ssl_keystore_type: str = "PEM"
+    ssl_key_password: str = ""
+    ssl_truststore_location: str = ""
+    """A PEM file of the certificate authorities client certificates are checked against."""
+    ssl_truststore_type: str = "PEM"
+    ssl_client_auth: str = "none"
+    connections_max_reauth_ms: int = 0
+    """How long a SASL session lasts before the client must authenticate again on the
+    same connection (KIP-368); 0: for the connection's life."""
+    connection_failed_authentication_delay_ms: int = FAILED_AUTHENTICATION_DELAY_MS_DEFAULT
+    failed_authentication_max_per_ip: int = FAILED_AUTHENTICATIONS_PER_IP_MAX_DEFAULT
     log_defaults: LogConfig = field(default_factory=LogConfig)
 
     @property
     def advertised(self) -> str:
         return self.advertised_host or self.listen_host
+
+    @property
+    def bound_listeners(self) -> tuple[Endpoint, ...]:
+        """The listeners to bind: ``listeners``, or PLAINTEXT on ``listen_host:listen_port``."""
+        if self.listeners:
+            return self.listeners
+        return (Endpoint(SecurityProtocol.PLAINTEXT.value, self.listen_host, self.listen_port),)
+
+    def security_protocol(self, listener: str) -> SecurityProtocol:
+        return dict(self.listener_security_protocol_map)[listener]
+
+    @property
+    def inter_broker_listener(self) -> str:
+        return self.inter_broker_listener_name or self.bound_listeners[0].name
+
+    def advertised_endpoint(self, listener: str, bound_port: int) -> tuple[str, int]:
+        """What clients of ``listener`` are told: its ``advertised.listeners`` entry, else
+        its bind address (``advertised_host`` for an empty or wildcard host) with the
+        port it bound."""
+        for endpoint in self.advertised_listeners:
+            if endpoint.name == listener:
+                return endpoint.host or self.advertised, endpoint.port or bound_port
+        for endpoint in self.bound_listeners:
+            if endpoint.name == listener and endpoint.host not in ("", "0.0.0.0", "::"):
+                return self.advertised_host or endpoint.host, bound_port
+        return self.advertised, bound_port
+
+    def check_listeners(self) -> None:
+        """Raise BrokerConfigError when the listener settings contradict each other."""
+        protocols = dict(self.listener_security_protocol_map)
+        names = {endpoint.name for endpoint in self.bound_listeners}
+        for endpoint in self.bound_listeners:
+            if endpoint.name not in protocols:
+                raise BrokerConfigError(
+                    f"listener {endpoint.name} has no entry in listener.security.protocol.map"
+                )
+        for endpoint in self.advertised_listeners:
+            if endpoint.name not in names:
+                raise BrokerConfigError(
+                    f"advertised.listeners names {endpoint.name}, which is not in listeners"
+                )
+        if self.inter_broker_listener_name and self.inter_broker_listener_name not in names:
+            raise BrokerConfigError(
+                f"inter.broker.listener.name {self.inter_broker_listener_name} is not in listeners"
+            )
+        ports = [endpoint.port for endpoint in self.bound_listeners if endpoint.port]
+        if len(set(ports)) != len(ports):
+            raise BrokerConfigError("two listeners bind the same port")
+        used = {protocols[name] for name in names}
+        if any(protocol.tls for protocol in used) and not self.ssl_keystore_location:
+            raise BrokerConfigError("an SSL or SASL_SSL listener needs ssl.keystore.location")
+        if self.ssl_client_auth != "none" and not self.ssl_truststore_location:
+            raise BrokerConfigError(
+                f"ssl.client.auth={self.ssl_client_auth} needs ssl.truststore.location"
+            )
+        if self.clustered and used != {SecurityProtocol.PLAINTEXT}:
+            raise BrokerConfigError(
+                "a cluster member's listeners are PLAINTEXT for now: TLS and SASL between "
+                "brokers and controllers are not built yet, so a secured client listener "
+                "would sit beside an open replication port"
+            )
 
     def connections_max_for(self, host: str) -> int:
         """``max.connections.per.ip`` for ``host``, with its override if it has one."""
@@ -312,6 +452,7 @@ class BrokerConfig:
             properties[key.strip()] = value.strip()
         config = dataclasses.replace(cls.from_properties(properties), **fields)
         config.check_cluster()
+        config.check_listeners()
         return config
 
     @classmethod
@@ -353,6 +494,12 @@ class BrokerConfig:
                 out[key] = format_voters(value)
             elif key == "max.connections.per.ip.overrides":
                 out[key] = ",".join(f"{host}:{count}" for host, count in value)
+            elif key in ("listeners", "advertised.listeners"):
+                out[key] = format_endpoints(value)
+            elif key == "listener.security.protocol.map":
+                out[key] = format_protocol_map(value)
+            elif key == "sasl.enabled.mechanisms":
+                out[key] = ",".join(value)
             else:
                 out[key] = str(value)
         topic_values = self.log_defaults.to_properties()

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import secrets
 import struct
 import threading
 import uuid
@@ -45,6 +46,12 @@ from eventplatform.log.config import BrokerConfig, format_voters
 from eventplatform.log.extensions import ENTITY_VERSIONS_CONFIG
 from eventplatform.log.protocol import ErrorCode
 from eventplatform.log.replica.topics import META_FILE, Topic, TopicError, TopicRegistry
+from eventplatform.log.security.credentials import (
+    CREDENTIALS_FILE,
+    CredentialStore,
+    FailedAuthentications,
+)
+from eventplatform.log.security.session import SaslSettings
 from eventplatform.log.storage import Cleaner, KafkaStorageError
 from eventplatform.log.storage.cleaner import CleaningAbortedError
 from eventplatform.log.storage.files import CLEAN_SHUTDOWN_FILE, write_atomically
@@ -137,6 +144,25 @@ class Broker:
         self.offline_partitions: set[tuple[str, int]] = set()
         """The partitions a storage error took offline (see :meth:`check_storage`)."""
         self.storage_failed = trio.Event()
+        self.listener_ports: dict[str, int] = {}
+        """The port each listener bound, by listener name (port 0 binds any free one)."""
+        self.credentials = CredentialStore(
+            None if config.clustered else config.data_dir / CREDENTIALS_FILE
+        )
+        """Users' SCRAM credentials: a file of a broker on its own."""
+        self.failed_authentications = FailedAuthentications(config.failed_authentication_max_per_ip)
+        self.sasl = SaslSettings(
+            config.sasl_enabled_mechanisms,
+            self.credentials,
+            secrets.token_bytes(32),
+            config.connections_max_reauth_ms,
+        )
+
+    def advertised_address(self, listener: str) -> tuple[str, int]:
+        """Where clients of ``listener`` reach this broker."""
+        return self.config.advertised_endpoint(
+            listener, self.listener_ports.get(listener, self.port)
+        )
 
     @classmethod
     def open(

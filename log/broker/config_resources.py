@@ -111,6 +111,11 @@ def describe_broker(
     return out
 
 
+SENSITIVE_KEYS = frozenset({"ssl.key.password"})
+"""Keys whose values DescribeConfigs never shows (Kafka's PASSWORD type): null, and
+``is_sensitive`` set."""
+
+
 def _broker_type(value: str) -> ConfigType:
     if value in ("true", "false"):
         return ConfigType.BOOLEAN
@@ -127,15 +132,20 @@ def _entry(
     read_only: bool,
 ) -> dict[str, Any]:
     source = chain[0][2]
+    sensitive = key in SENSITIVE_KEYS
     return {
         "name": key,
-        "value": value if value != "" else None,
+        "value": None if sensitive or value == "" else value,
         "read_only": read_only,
         "is_default": source is ConfigSource.DEFAULT_CONFIG,
         "config_source": source,
-        "is_sensitive": False,
+        "is_sensitive": sensitive,
         "synonyms": [
-            {"name": name, "value": synonym or None, "source": synonym_source}
+            {
+                "name": name,
+                "value": None if sensitive else synonym or None,
+                "source": synonym_source,
+            }
             for name, synonym, synonym_source in chain
         ]
         if synonyms

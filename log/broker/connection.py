@@ -49,6 +49,7 @@ from eventplatform.log.protocol import (
     encode_response,
 )
 from eventplatform.log.protocol.apis import API_VERSIONS
+from eventplatform.log.security.session import SaslStage, Session
 
 log = logging.getLogger("eventplatform.broker.connection")
 
@@ -58,6 +59,10 @@ arrive several to a read, and a connection never holds more than this outside
 the request memory pool."""
 RECEIVE_BYTES_MAX = 4 * 1024 * 1024
 SEND_TIMEOUT_S = 30.0
+UNAUTHENTICATED_FRAME_BYTES_MAX = 512 * 1024
+"""The largest frame a connection may send before it has authenticated (Kafka's
+``sasl.server.max.receive.size``): a stranger cannot make the broker reserve
+``socket.request.max.bytes``."""
 _connection_ids = itertools.count(1)
 
 
@@ -192,13 +197,20 @@ class Connection:
     """See the module docstring."""
 
     def __init__(
-        self, stream: trio.abc.Stream, broker: Broker, handlers: dict[int, Handler]
+        self,
+        stream: trio.abc.Stream,
+        broker: Broker,
+        handlers: dict[int, Handler],
+        session: Session,
+        *,
+        peer: str | None = None,
     ) -> None:
         self.stream = stream
         self.broker = broker
         self.handlers = handlers
+        self.session = session
         self.id = next(_connection_ids)
-        self.peer = peer_host(stream)
+        self.peer = peer if peer is not None else peer_host(stream)
         self.idle = True
         self._stopping = False
         self._read_scope = trio.CancelScope()
@@ -238,8 +250,9 @@ class Connection:
         pool = self.broker.request_memory
         reader = FrameReader(self.stream, self.broker.config.socket_request_max_bytes, pool)
         idle_timeout_s = self.broker.config.connections_max_idle_ms / 1000
-        while not self._stopping:
+        while not self._stopping and self.session.stage is not SaslStage.FAILED:
             self.idle = True
+            reader.frame_bytes_max = self._frame_bytes_max()
             with trio.move_on_after(idle_timeout_s) as self._read_scope:
                 frame = await reader.next_frame()
             self.idle = False
@@ -263,16 +276,25 @@ class Connection:
             if response is not None:
                 await send.send(response)
 
+    def _frame_bytes_max(self) -> int:
+        limit = self.broker.config.socket_request_max_bytes
+        if self.session.authenticated:
+            return limit
+        return min(limit, UNAUTHENTICATED_FRAME_BYTES_MAX)
+
     async def _answer(self, frame: bytearray) -> Response | None:
         header, position = decode_request_header(frame)
         api = known_api(header.api_key)
         if api is None:
             raise ProtocolError(f"unknown API key {header.api_key}")
+        refusal = self.session.permits(header.api_key, trio.current_time())
+        if refusal is not None:
+            raise ProtocolError(f"{api.name} refused: {refusal}")
         handler = self.handlers.get(header.api_key)
         if handler is None or not handler.accepts(header.api_version):
             return self._unsupported(header.api_key, header.api_version, header.correlation_id)
         request = decode_request_body(api, header.api_version, frame, position)
-        context = RequestContext(self.broker, header, self.peer, self.id)
+        context = RequestContext(self.broker, header, self.peer, self.id, self.session)
         body = await handler.handle(context, request)
         if body is None:
             return None

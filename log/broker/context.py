@@ -10,6 +10,7 @@ from eventplatform.log.broker.broker import Broker
 from eventplatform.log.protocol import Api, ErrorCode, RequestHeader
 from eventplatform.log.protocol.schema import Versions
 from eventplatform.log.replica.partition import Partition
+from eventplatform.log.security.session import Session
 
 Body = dict[str, Any]
 
@@ -20,6 +21,8 @@ class RequestContext:
     header: RequestHeader
     client_host: str
     connection_id: int
+    session: Session
+    """Who the client is (its principal) and how far its authentication has gone."""
 
     @property
     def version(self) -> int:

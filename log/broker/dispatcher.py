@@ -16,6 +16,7 @@ from types import ModuleType
 from eventplatform.log.broker.context import Body, Handler
 from eventplatform.log.broker.handlers import (
     alter_configs,
+    alter_user_scram_credentials,
     api_versions,
     create_partitions,
     create_topics,
@@ -27,6 +28,7 @@ from eventplatform.log.broker.handlers import (
     describe_groups,
     describe_log_dirs,
     describe_topic_partitions,
+    describe_user_scram_credentials,
     entity_read,
     fetch,
     find_coordinator,
@@ -43,6 +45,8 @@ from eventplatform.log.broker.handlers import (
     offset_fetch,
     offset_for_leader_epoch,
     produce,
+    sasl_authenticate,
+    sasl_handshake,
     sync_group,
 )
 from eventplatform.log.protocol import APIS, Api, ErrorCode
@@ -77,6 +81,10 @@ HANDLER_MODULES: list[ModuleType] = [
     describe_topic_partitions,
     describe_log_dirs,
     entity_read,
+    sasl_handshake,
+    sasl_authenticate,
+    describe_user_scram_credentials,
+    alter_user_scram_credentials,
 ]
 
 

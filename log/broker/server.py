@@ -24,8 +24,10 @@ import logging
 import os
 import resource
 import signal
+import ssl
 from collections import Counter
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import trio
 
@@ -41,9 +43,12 @@ from eventplatform.log.broker.descriptors import descriptors_in_use, open_files_
 from eventplatform.log.broker.dispatcher import HANDLER_MODULES, build_handlers
 from eventplatform.log.cluster.network import TCP, Network
 from eventplatform.log.cluster.node import BrokerMember, ControllerNode
-from eventplatform.log.config import BrokerConfig
+from eventplatform.log.config import BrokerConfig, BrokerConfigError
 from eventplatform.log.groups.coordinator import GroupCoordinator
 from eventplatform.log.invariants import find_invariant_error
+from eventplatform.log.security.listeners import Endpoint, SecurityProtocol
+from eventplatform.log.security.session import Session
+from eventplatform.log.security.tls import TlsConfigError, certificate_principal, server_context
 from eventplatform.log.storage.partition_log import wall_clock_ms
 
 log = logging.getLogger("eventplatform.broker")
@@ -53,6 +58,17 @@ ACCEPT_RETRY_DELAY_S = 0.1
 ACCEPT_FAILURE_LOG_INTERVAL_S = 10.0
 ACCEPT_CAPACITY_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
 """accept() failures that mean "out of resources for now", not a broken listener."""
+TLS_HANDSHAKE_TIMEOUT_S = 10.0
+"""How long a client has to finish its TLS handshake; a silent one is closed."""
+
+
+@dataclass(frozen=True, slots=True)
+class BoundListener:
+    """One configured listener as the server serves it."""
+
+    endpoint: Endpoint
+    protocol: SecurityProtocol
+    tls: ssl.SSLContext | None
 
 
 class BrokerServer:
@@ -91,22 +107,13 @@ class BrokerServer:
         broker.groups = GroupCoordinator(broker.config, broker.topics, broker.clock_ms)
         self.broker = broker
         try:
-            listeners, self.port = await self.network.listen(
-                self.config.listen_host, self.config.listen_port
-            )
-            broker.port = self.port
+            listeners = await self._bind(broker)
             async with trio.open_nursery() as nursery:
                 await self._start_services(nursery, broker)
                 with self._connections_scope:
                     async with trio.open_nursery() as connections:
                         with self._accept_scope:
-                            log.info(
-                                "serving on %s:%d (advertised %s)",
-                                self.config.listen_host,
-                                self.port,
-                                broker.advertised_host,
-                            )
-                            task_status.started(self.port)
+                            task_status.started(broker.port)
                             await self._serve_listeners(listeners, connections)
                 nursery.cancel_scope.cancel()
         except BaseException as error:
@@ -117,6 +124,53 @@ class BrokerServer:
             await self._close(broker)
             raise
         await self._close(broker)
+
+    async def _bind(
+        self, broker: Broker
+    ) -> list[tuple[BoundListener, trio.abc.Listener[trio.abc.Stream]]]:
+        """Bind every listener; the first one's port is the broker's own (replication's,
+        and what ``task_status.started`` reports)."""
+        bound: list[tuple[BoundListener, trio.abc.Listener[trio.abc.Stream]]] = []
+        for endpoint in self.config.bound_listeners:
+            protocol = self.config.security_protocol(endpoint.name)
+            served = BoundListener(
+                endpoint, protocol, self._tls_context() if protocol.tls else None
+            )
+            sockets, port = await self.network.listen(endpoint.host, endpoint.port)
+            broker.listener_ports[endpoint.name] = port
+            bound.extend((served, listener) for listener in sockets)
+            host, advertised_port = broker.advertised_address(endpoint.name)
+            log.info(
+                "listener %s (%s) on %s:%d, advertised as %s:%d",
+                endpoint.name,
+                protocol.value,
+                endpoint.host or "*",
+                port,
+                host,
+                advertised_port,
+            )
+        self.port = broker.listener_ports[self.config.inter_broker_listener]
+        broker.port = self.port
+        first = self.config.bound_listeners[0]
+        log.info(
+            "serving on %s:%d (advertised %s)",
+            first.host or "0.0.0.0",
+            broker.listener_ports[first.name],
+            broker.advertised_address(first.name)[0],
+        )
+        return bound
+
+    def _tls_context(self) -> ssl.SSLContext:
+        config = self.config
+        try:
+            return server_context(
+                keystore=config.ssl_keystore_location,
+                key_password=config.ssl_key_password,
+                truststore=config.ssl_truststore_location,
+                client_auth=config.ssl_client_auth,
+            )
+        except TlsConfigError as exc:
+            raise BrokerConfigError(str(exc)) from exc
 
     async def _close(self, broker: Broker) -> None:
         with trio.CancelScope(shield=True):
@@ -146,14 +200,19 @@ class BrokerServer:
             await self.broker.membership.controlled_shutdown()
 
     async def _serve_listeners(
-        self, listeners: Sequence[trio.abc.Listener[trio.abc.Stream]], connections: trio.Nursery
+        self,
+        listeners: Sequence[tuple[BoundListener, trio.abc.Listener[trio.abc.Stream]]],
+        connections: trio.Nursery,
     ) -> None:
         async with trio.open_nursery() as nursery:
-            for listener in listeners:
-                nursery.start_soon(self._accept_loop, listener, connections)
+            for served, listener in listeners:
+                nursery.start_soon(self._accept_loop, served, listener, connections)
 
     async def _accept_loop(
-        self, listener: trio.abc.Listener[trio.abc.Stream], connections: trio.Nursery
+        self,
+        served: BoundListener,
+        listener: trio.abc.Listener[trio.abc.Stream],
+        connections: trio.Nursery,
     ) -> None:
         """Accept within the connection quotas; see the module docstring."""
         async with listener:
@@ -179,7 +238,7 @@ class BrokerServer:
                     await stream.aclose()
                     continue
                 self._open_by_host[host] += 1
-                connections.start_soon(self._serve_connection, stream, host)
+                connections.start_soon(self._serve_connection, stream, host, served)
 
     @property
     def open_connections(self) -> int:
@@ -203,12 +262,26 @@ class BrokerServer:
         self._accept_failure_logged_at = now
         self._accept_failures_unlogged = 0
 
-    async def _serve_connection(self, stream: trio.abc.Stream, host: str) -> None:
+    async def _serve_connection(
+        self, stream: trio.abc.Stream, host: str, served: BoundListener
+    ) -> None:
         try:
             assert self.broker is not None
             if isinstance(stream, trio.SocketStream):
                 configure_socket(stream.socket)
-            connection = Connection(stream, self.broker, self.handlers)
+            certificate = None
+            if served.tls is not None:
+                secured, certificate = await _tls_handshake(stream, served, host)
+                if secured is None:
+                    return
+                stream = secured
+            session = Session.open(
+                served.endpoint.name,
+                served.protocol,
+                self.broker.sasl,
+                certificate,
+            )
+            connection = Connection(stream, self.broker, self.handlers, session, peer=host)
             self._connections.add(connection)
             try:
                 await connection.run()
@@ -237,6 +310,30 @@ class BrokerServer:
 
     async def wait_stopped(self) -> None:
         await self._stopped.wait()
+
+
+async def _tls_handshake(
+    stream: trio.abc.Stream, served: BoundListener, host: str
+) -> tuple[trio.SSLStream[trio.abc.Stream] | None, str | None]:
+    """The TLS stream and the principal its verified client certificate names; no stream
+    when the handshake failed or took longer than ``TLS_HANDSHAKE_TIMEOUT_S``."""
+    assert served.tls is not None
+    secured = trio.SSLStream(stream, served.tls, server_side=True)
+    try:
+        with trio.fail_after(TLS_HANDSHAKE_TIMEOUT_S):
+            await secured.do_handshake()
+    except (trio.BrokenResourceError, trio.TooSlowError, ssl.SSLError, OSError) as exc:
+        reason = exc.__cause__ if isinstance(exc, trio.BrokenResourceError) else exc
+        log.info(
+            "TLS handshake with %s on listener %s failed: %s",
+            host,
+            served.endpoint.name,
+            reason or type(exc).__name__,
+        )
+        with trio.CancelScope(shield=True), trio.move_on_after(1):
+            await stream.aclose()
+        return None, None
+    return secured, certificate_principal(secured.getpeercert())
 
 
 def raise_open_file_limit() -> None:

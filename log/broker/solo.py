@@ -23,6 +23,8 @@ from eventplatform.log.cluster.metadata import BrokerState
 from eventplatform.log.groups.records import OFFSETS_TOPIC
 from eventplatform.log.protocol import ErrorCode
 from eventplatform.log.replica.topics import Topic, TopicError
+from eventplatform.log.security.credentials import Deletion
+from eventplatform.log.security.scram import ScramCredential
 
 if TYPE_CHECKING:
     from eventplatform.log.broker.broker import Broker
@@ -126,6 +128,19 @@ class SoloNode:
     async def set_topic_configs(self, name: str, configs: dict[str, str]) -> None:
         async with self._topic_changes:
             self.broker.topics.set_configs(name, configs)
+
+    async def alter_scram_credentials(
+        self, upsertions: list[tuple[str, ScramCredential]], deletions: list[Deletion]
+    ) -> None:
+        """The broker's own credentials file, written in a worker thread (an fsync)."""
+        async with self._topic_changes:
+            try:
+                await self.broker.off_loop(self.broker.credentials.apply, upsertions, deletions)
+            except OSError as exc:
+                log.error("cannot write the SCRAM credentials: %s", exc)
+                raise TopicError(
+                    ErrorCode.KAFKA_STORAGE_ERROR, f"cannot write the credentials: {exc}"
+                ) from exc
 
     async def controlled_shutdown(self) -> None:
         """Nobody to hand leaderships to."""

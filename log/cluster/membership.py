@@ -23,6 +23,8 @@ import trio
 
 from eventplatform.log.cluster.metadata import BrokerState
 from eventplatform.log.replica.topics import Topic
+from eventplatform.log.security.credentials import Deletion
+from eventplatform.log.security.scram import ScramCredential
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +115,13 @@ class Membership(Protocol):
 
     async def set_topic_configs(self, name: str, configs: dict[str, str]) -> None:
         """Replace the configs of ``name``; return once this node applies them."""
+
+    async def alter_scram_credentials(
+        self, upsertions: list[tuple[str, ScramCredential]], deletions: list[Deletion]
+    ) -> None:
+        """Store and remove users' SCRAM credentials, all or none; return once this node
+        authenticates with them. Raises CredentialError, or TopicError when the node
+        cannot change them now."""
 
     async def controlled_shutdown(self) -> None:
         """Hand this node's leaderships to other replicas before it stops."""

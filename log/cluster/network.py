@@ -23,7 +23,8 @@ class Network(Protocol):
     async def listen(
         self, host: str, port: int
     ) -> tuple[list[trio.abc.Listener[trio.abc.Stream]], int]:
-        """Listeners on ``host:port`` (port 0: any free one) and the bound port."""
+        """Listeners on ``host:port`` (port 0: any free one; an empty host: every
+        interface) and the bound port."""
         ...
 
 
@@ -36,7 +37,7 @@ class TcpNetwork:
     async def listen(
         self, host: str, port: int
     ) -> tuple[list[trio.abc.Listener[trio.abc.Stream]], int]:
-        listeners = await trio.open_tcp_listeners(port, host=host)
+        listeners = await trio.open_tcp_listeners(port, host=host or None)
         bound = int(listeners[0].socket.getsockname()[1])
         return list[trio.abc.Listener[trio.abc.Stream]](listeners), bound
 

@@ -42,6 +42,8 @@ from eventplatform.log.config import BrokerConfig
 from eventplatform.log.invariants import find_invariant_error
 from eventplatform.log.protocol import ErrorCode
 from eventplatform.log.replica.topics import Topic, TopicError
+from eventplatform.log.security.credentials import Deletion
+from eventplatform.log.security.scram import ScramCredential
 
 if TYPE_CHECKING:
     from eventplatform.log.cluster.host import BrokerHost
@@ -264,6 +266,17 @@ class BrokerMember:
     async def set_topic_configs(self, name: str, configs: dict[str, str]) -> None:
         await self._forward("topic_configs", {"name": name, "configs": configs})
         await self._until(lambda: getattr(self.broker.topics.get(name), "configs", None) == configs)
+
+    async def alter_scram_credentials(
+        self, upsertions: list[tuple[str, ScramCredential]], deletions: list[Deletion]
+    ) -> None:
+        """A cluster's credentials belong in its metadata, so that every broker checks
+        the same ones; until they are kept there, a member refuses to keep its own."""
+        await trio.lowlevel.checkpoint()
+        raise TopicError(
+            ErrorCode.UNSUPPORTED_VERSION,
+            "SCRAM credentials are kept by a broker on its own; a cluster does not keep them yet",
+        )
 
     async def _forward(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
         try:

@@ -36,13 +36,13 @@ async def handle(context: RequestContext, request: Body) -> Body:
     if key_type not in (GROUP_KEY_TYPE, TRANSACTION_KEY_TYPE):
         return _no_coordinator(ErrorCode.INVALID_REQUEST, f"unknown key type {key_type}")
     if key_type == TRANSACTION_KEY_TYPE:
-        return _named(broker.node_id, broker.advertised_host, broker.port)
+        return _named(broker.node_id, *broker.advertised_address(context.session.listener))
     coordinator = broker.groups
     if coordinator is None or not coordinator.is_available:
         return _no_coordinator(
             ErrorCode.COORDINATOR_NOT_AVAILABLE, "the group coordinator is not running"
         )
-    return await _leader_of_group_partition(broker, request["key"])
+    return await _leader_of_group_partition(broker, request["key"], context.session.listener)
 
 
 def _named(node_id: int, host: str, port: int) -> Body:
@@ -59,7 +59,7 @@ def _no_coordinator(error: ErrorCode, message: str) -> Body:
     return {"error_code": error, "error_message": message, "node_id": -1, "host": "", "port": -1}
 
 
-async def _leader_of_group_partition(broker: Broker, group_id: str) -> Body:
+async def _leader_of_group_partition(broker: Broker, group_id: str, listener: str) -> Body:
     """The coordinator is the leader of the group's ``__consumer_offsets`` partition; the
     first FindCoordinator of a cluster creates that topic through the controller."""
     topic = broker.topics.get(OFFSETS_TOPIC)
@@ -84,6 +84,8 @@ async def _leader_of_group_partition(broker: Broker, group_id: str) -> Body:
     if not layout:
         return _no_coordinator(ErrorCode.COORDINATOR_NOT_AVAILABLE, "creating the topic")
     leader = layout[partition_for(group_id, len(layout))].leader
+    if leader == broker.node_id:
+        return _named(leader, *broker.advertised_address(listener))
     for node in broker.membership.live_brokers():
         if node.node_id == leader:
             return _named(node.node_id, node.host, node.port)

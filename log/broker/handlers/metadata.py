@@ -80,10 +80,18 @@ async def handle(context: RequestContext, request: Body) -> Body:
 
 
 def live_brokers(context: RequestContext) -> list[Body]:
-    """The brokers clients may connect to (``node_id``, ``host``, ``port``, ``rack``)."""
+    """The brokers clients may connect to (``node_id``, ``host``, ``port``, ``rack``); this
+    broker's own address is the one of the listener the client came in on."""
+    broker = context.broker
+    own = broker.advertised_address(context.session.listener)
     return [
-        {"node_id": b.node_id, "host": b.host, "port": b.port, "rack": b.rack}
-        for b in context.broker.membership.live_brokers()
+        {
+            "node_id": b.node_id,
+            "host": own[0] if b.node_id == broker.node_id else b.host,
+            "port": own[1] if b.node_id == broker.node_id else b.port,
+            "rack": b.rack,
+        }
+        for b in broker.membership.live_brokers()
     ]
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from eventplatform.log.protocol.apis.admin import (
     ALTER_CONFIGS,
+    ALTER_USER_SCRAM_CREDENTIALS,
     API_VERSIONS,
     CREATE_ACLS,
     CREATE_PARTITIONS,
@@ -23,6 +24,7 @@ from eventplatform.log.protocol.apis.admin import (
     DESCRIBE_CONFIGS,
     DESCRIBE_LOG_DIRS,
     DESCRIBE_TOPIC_PARTITIONS,
+    DESCRIBE_USER_SCRAM_CREDENTIALS,
     INCREMENTAL_ALTER_CONFIGS,
     SASL_AUTHENTICATE,
     SASL_HANDSHAKE,
@@ -85,6 +87,8 @@ APIS: dict[int, Api] = {
         DELETE_GROUPS,
         INCREMENTAL_ALTER_CONFIGS,
         OFFSET_DELETE,
+        DESCRIBE_USER_SCRAM_CREDENTIALS,
+        ALTER_USER_SCRAM_CREDENTIALS,
         DESCRIBE_CLUSTER,
         DESCRIBE_TOPIC_PARTITIONS,
         DESCRIBE_LOG_DIRS,
@@ -95,6 +99,7 @@ APIS: dict[int, Api] = {
 
 __all__ = [
     "ALTER_CONFIGS",
+    "ALTER_USER_SCRAM_CREDENTIALS",
     "APIS",
     "API_VERSIONS",
     "CREATE_ACLS",
@@ -110,6 +115,7 @@ __all__ = [
     "DESCRIBE_GROUPS",
     "DESCRIBE_LOG_DIRS",
     "DESCRIBE_TOPIC_PARTITIONS",
+    "DESCRIBE_USER_SCRAM_CREDENTIALS",
     "ENTITY_READ",
     "FETCH",
     "FIND_COORDINATOR",

@@ -470,6 +470,61 @@ DELETE_ACLS = Api(
 )
 
 
+DESCRIBE_USER_SCRAM_CREDENTIALS = Api(
+    50,
+    "DescribeUserScramCredentials",
+    "0",
+    flexible="0+",
+    request=(F("users", [F("name", STRING)], nullable="0+"),),
+    response=(
+        F("throttle_time_ms", INT32),
+        F("error_code", INT16),
+        F("error_message", STRING, nullable="0+"),
+        F(
+            "results",
+            [
+                F("user", STRING),
+                F("error_code", INT16),
+                F("error_message", STRING, nullable="0+"),
+                F("credential_infos", [F("mechanism", INT8), F("iterations", INT32)]),
+            ],
+        ),
+    ),
+)
+
+
+ALTER_USER_SCRAM_CREDENTIALS = Api(
+    51,
+    "AlterUserScramCredentials",
+    "0",
+    flexible="0+",
+    request=(
+        F("deletions", [F("name", STRING), F("mechanism", INT8)]),
+        F(
+            "upsertions",
+            [
+                F("name", STRING),
+                F("mechanism", INT8),
+                F("iterations", INT32),
+                F("salt", BYTES),
+                F("salted_password", BYTES),
+            ],
+        ),
+    ),
+    response=(
+        F("throttle_time_ms", INT32),
+        F(
+            "results",
+            [
+                F("user", STRING),
+                F("error_code", INT16),
+                F("error_message", STRING, nullable="0+"),
+            ],
+        ),
+    ),
+)
+
+
 DESCRIBE_CLUSTER = Api(
     60,
     "DescribeCluster",

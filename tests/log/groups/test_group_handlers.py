@@ -46,6 +46,8 @@ from eventplatform.log.protocol import (
     encode_response,
     flatten,
 )
+from eventplatform.log.security.listeners import SecurityProtocol
+from eventplatform.log.security.session import Session
 from eventplatform.log.storage import Record
 from eventplatform.log.storage.record_batch import encode_batch
 
@@ -96,6 +98,9 @@ async def broker(tmp_path: Path, nursery: trio.Nursery) -> AsyncIterator[Broker]
     opened.close()
 
 
+PLAINTEXT_SESSION = Session.open("PLAINTEXT", SecurityProtocol.PLAINTEXT, None)
+
+
 async def call(broker: Broker, module: ModuleType, version: int, body: dict[str, Any]) -> Any:
     """Send ``body`` as ``module``'s request at ``version``; the decoded answer."""
     api = module.API
@@ -103,7 +108,7 @@ async def call(broker: Broker, module: ModuleType, version: int, body: dict[str,
     frame = encode_request(api, version, body, correlation_id=correlation_id, client_id="tester")
     header, position = decode_request_header(frame[4:])
     request = decode_request_body(api, version, frame[4:], position)
-    context = RequestContext(broker, header, "127.0.0.1", 1)
+    context = RequestContext(broker, header, "127.0.0.1", 1, PLAINTEXT_SESSION)
     with trio.fail_after(60):
         answer = await module.handle(context, request)
     encoded = flatten(encode_response(api, version, correlation_id, answer))

@@ -1,0 +1,1 @@
+"""Who a connection is: listeners and their security protocols, TLS, SASL and credentials."""
