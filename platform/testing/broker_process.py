@@ -24,6 +24,7 @@ from eventplatform.local_cluster import LocalCluster
 START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 30.0
 _SERVING = re.compile(r"serving on (\S+):(\d+)")
+_LISTENER = re.compile(r"listener (\S+) \((\S+)\) on (\S+):(\d+)")
 PLATFORM = Path(sys.executable).with_name("platform")
 
 
@@ -47,10 +48,15 @@ class BrokerProcess:
         self.open_files_limit = open_files_limit
         self.process: subprocess.Popen[str] | None = None
         self.output: list[str] = []
+        self.listener_ports: dict[str, int] = {}
+        """The port each named listener bound (``listeners`` with port 0 binds free ones)."""
 
     @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    def bootstrap_of(self, listener: str) -> str:
+        return f"127.0.0.1:{self.listener_ports[listener]}"
 
     def start(self) -> BrokerProcess:
         command = [
@@ -100,6 +106,9 @@ class BrokerProcess:
         assert process.stdout is not None
         for line in process.stdout:
             self.output.append(line)
+            listener = _LISTENER.search(line)
+            if listener:
+                self.listener_ports[listener.group(1)] = int(listener.group(4))
             match = _SERVING.search(line)
             if match and not ready.is_set():
                 self.port = int(match.group(2))
