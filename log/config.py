@@ -66,6 +66,14 @@ the last minute before its attempts are refused without a look at the credential
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 SASL_MECHANISMS_DEFAULT = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 SSL_CLIENT_AUTH_MODES = ("none", "requested", "required")
+AUTHORIZER_NAMES = (
+    "",
+    "StandardAuthorizer",
+    "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+    "kafka.security.authorizer.AclAuthorizer",
+)
+"""``authorizer.class.name``: empty for none, or a name Kafka gives its ACL authorizer
+(every one of them means this broker's ACLs)."""
 
 # Broker-level names of the topic-level log configs.
 LOG_KEYS = {
@@ -196,6 +204,24 @@ def _keystore_type(raw: Any) -> str:
     return "PEM"
 
 
+def _authorizer(raw: Any) -> str:
+    name = str(raw).strip()
+    if name not in AUTHORIZER_NAMES:
+        raise ValueError(f"expected one of {', '.join(repr(n) for n in AUTHORIZER_NAMES)}")
+    return name
+
+
+def _principals(raw: Any) -> frozenset[str]:
+    """``super.users``: ``User:alice;User:bob``, as Kafka separates them."""
+    items = raw if isinstance(raw, list | tuple) else str(raw).split(";")
+    principals = frozenset(str(item).strip() for item in items if str(item).strip())
+    for principal in principals:
+        kind, colon, name = principal.partition(":")
+        if not colon or not kind or not name:
+            raise ValueError(f"{principal!r} is not Type:name")
+    return principals
+
+
 def format_voters(voters: Iterable[Voter]) -> str:
     return ",".join(f"{node}@{host}:{port}" for node, host, port in voters)
 
@@ -255,6 +281,9 @@ _PARSERS: dict[str, Callable[[Any], Any]] = {
     "connections.max.reauth.ms": integer_between(0),
     "connection.failed.authentication.delay.ms": integer_between(0, 60_000),
     "failed.authentication.max.per.ip": integer_between(1, 2**31 - 1),
+    "authorizer.class.name": _authorizer,
+    "super.users": _principals,
+    "allow.everyone.if.no.acl.found": boolean,
 }
 
 
@@ -331,6 +360,10 @@ class BrokerConfig:
     same connection (KIP-368); 0: for the connection's life."""
     connection_failed_authentication_delay_ms: int = FAILED_AUTHENTICATION_DELAY_MS_DEFAULT
     failed_authentication_max_per_ip: int = FAILED_AUTHENTICATIONS_PER_IP_MAX_DEFAULT
+    authorizer_class_name: str = ""
+    """Set, the broker's ACLs decide every request; empty, everything is allowed."""
+    super_users: frozenset[str] = frozenset()
+    allow_everyone_if_no_acl_found: bool = False
     log_defaults: LogConfig = field(default_factory=LogConfig)
 
     @property
@@ -390,6 +423,11 @@ class BrokerConfig:
         if self.ssl_client_auth != "none" and not self.ssl_truststore_location:
             raise BrokerConfigError(
                 f"ssl.client.auth={self.ssl_client_auth} needs ssl.truststore.location"
+            )
+        if self.clustered and self.authorizer_class_name:
+            raise BrokerConfigError(
+                "authorizer.class.name is for a broker on its own for now: a cluster's "
+                "brokers would replicate as User:ANONYMOUS over PLAINTEXT"
             )
         if self.clustered and used != {SecurityProtocol.PLAINTEXT}:
             raise BrokerConfigError(
@@ -500,6 +538,8 @@ class BrokerConfig:
                 out[key] = format_protocol_map(value)
             elif key == "sasl.enabled.mechanisms":
                 out[key] = ",".join(value)
+            elif key == "super.users":
+                out[key] = ";".join(sorted(value))
             else:
                 out[key] = str(value)
         topic_values = self.log_defaults.to_properties()

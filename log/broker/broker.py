@@ -46,6 +46,7 @@ from eventplatform.log.config import BrokerConfig, format_voters
 from eventplatform.log.extensions import ENTITY_VERSIONS_CONFIG
 from eventplatform.log.protocol import ErrorCode
 from eventplatform.log.replica.topics import META_FILE, Topic, TopicError, TopicRegistry
+from eventplatform.log.security.acls import ACLS_FILE, AclAuthorizer, AclStore
 from eventplatform.log.security.credentials import (
     CREDENTIALS_FILE,
     CredentialStore,
@@ -151,6 +152,13 @@ class Broker:
         )
         """Users' SCRAM credentials: a file of a broker on its own."""
         self.failed_authentications = FailedAuthentications(config.failed_authentication_max_per_ip)
+        self.acls = AclStore(None if config.clustered else config.data_dir / ACLS_FILE)
+        self.authorizer = (
+            AclAuthorizer(self.acls, config.super_users, config.allow_everyone_if_no_acl_found)
+            if config.authorizer_class_name
+            else None
+        )
+        """The ACLs' decision, or None: every request allowed (no ``authorizer.class.name``)."""
         self.sasl = SaslSettings(
             config.sasl_enabled_mechanisms,
             self.credentials,

@@ -8,7 +8,7 @@ Broker configs are static: read at start from the file and overrides.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from enum import IntEnum
 from typing import Any
 
@@ -194,9 +194,14 @@ def merged_topic_configs(
 
 
 async def apply_alter_request(
-    broker: Broker, request: Mapping[str, Any], *, incremental: bool
+    broker: Broker,
+    request: Mapping[str, Any],
+    *,
+    incremental: bool,
+    allowed: Callable[[str], bool],
 ) -> list[dict[str, Any]]:
-    """Answer an AlterConfigs or IncrementalAlterConfigs request, resource by resource."""
+    """Answer an AlterConfigs or IncrementalAlterConfigs request, resource by resource;
+    a topic ``allowed`` refuses is TOPIC_AUTHORIZATION_FAILED."""
     responses = []
     for resource in request["resources"]:
         kind, name = resource["resource_type"], resource["resource_name"]
@@ -206,6 +211,8 @@ async def apply_alter_request(
                 raise TopicError(
                     ErrorCode.INVALID_REQUEST, "only topic configs can be altered at run time"
                 )
+            if not allowed(name):
+                raise TopicError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "ALTER_CONFIGS")
             topic = broker.topics.get(name)
             current = topic.configs if topic is not None else {}
             effective = (topic.log_config if topic is not None else LogConfig()).to_properties()

@@ -70,22 +70,28 @@ def answer_partitions(
     *,
     topic_key: str = "name",
     partition_key: str = "partition_index",
+    allowed: Callable[[str], bool] | None = None,
 ) -> list[Body]:
     """Answer a request laid out as topics holding partitions, partition by partition.
 
     ``answer`` gets the broker's partition, or when this broker holds none the error
     that says why (NOT_LEADER_OR_FOLLOWER for a partition held by other brokers,
-    UNKNOWN_TOPIC_OR_PARTITION for one that does not exist), and the request's entry
-    for it; the result keeps the request's topic order and field names.
+    UNKNOWN_TOPIC_OR_PARTITION for one that does not exist, TOPIC_AUTHORIZATION_FAILED
+    for a topic ``allowed`` refuses, before its existence is looked at), and the
+    request's entry for it; the result keeps the request's topic order and field names.
     """
     registry = context.broker.topics
     results = []
     for topic_entry in topics:
         name = topic_entry[topic_key]
+        permitted = allowed is None or allowed(name)
         answers = []
         for entry in topic_entry["partitions"]:
             index = entry[partition_key]
-            held = registry.partition(name, index)
+            held = registry.partition(name, index) if permitted else None
+            if not permitted:
+                answers.append(answer(ErrorCode.TOPIC_AUTHORIZATION_FAILED, entry))
+                continue
             answers.append(
                 answer(registry.absence_error(name, index) if held is None else held, entry)
             )

@@ -18,11 +18,14 @@ from eventplatform.log.broker.handlers import (
     alter_configs,
     alter_user_scram_credentials,
     api_versions,
+    create_acls,
     create_partitions,
     create_topics,
+    delete_acls,
     delete_groups,
     delete_records,
     delete_topics,
+    describe_acls,
     describe_cluster,
     describe_configs,
     describe_groups,
@@ -85,6 +88,9 @@ HANDLER_MODULES: list[ModuleType] = [
     sasl_authenticate,
     describe_user_scram_credentials,
     alter_user_scram_credentials,
+    describe_acls,
+    create_acls,
+    delete_acls,
 ]
 
 

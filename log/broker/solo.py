@@ -23,6 +23,7 @@ from eventplatform.log.cluster.metadata import BrokerState
 from eventplatform.log.groups.records import OFFSETS_TOPIC
 from eventplatform.log.protocol import ErrorCode
 from eventplatform.log.replica.topics import Topic, TopicError
+from eventplatform.log.security.acls import AclBinding
 from eventplatform.log.security.credentials import Deletion
 from eventplatform.log.security.scram import ScramCredential
 
@@ -140,6 +141,17 @@ class SoloNode:
                 log.error("cannot write the SCRAM credentials: %s", exc)
                 raise TopicError(
                     ErrorCode.KAFKA_STORAGE_ERROR, f"cannot write the credentials: {exc}"
+                ) from exc
+
+    async def change_acls(self, added: list[AclBinding], removed: list[AclBinding]) -> None:
+        """The broker's own ACL file, written in a worker thread (an fsync)."""
+        async with self._topic_changes:
+            try:
+                await self.broker.off_loop(self.broker.acls.change, added, removed)
+            except OSError as exc:
+                log.error("cannot write the ACLs: %s", exc)
+                raise TopicError(
+                    ErrorCode.KAFKA_STORAGE_ERROR, f"cannot write the ACLs: {exc}"
                 ) from exc
 
     async def controlled_shutdown(self) -> None:

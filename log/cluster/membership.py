@@ -23,6 +23,7 @@ import trio
 
 from eventplatform.log.cluster.metadata import BrokerState
 from eventplatform.log.replica.topics import Topic
+from eventplatform.log.security.acls import AclBinding
 from eventplatform.log.security.credentials import Deletion
 from eventplatform.log.security.scram import ScramCredential
 
@@ -122,6 +123,10 @@ class Membership(Protocol):
         """Store and remove users' SCRAM credentials, all or none; return once this node
         authenticates with them. Raises CredentialError, or TopicError when the node
         cannot change them now."""
+
+    async def change_acls(self, added: list[AclBinding], removed: list[AclBinding]) -> None:
+        """Add and remove ACL bindings, all or none; return once this node decides by them.
+        Raises AclError, or TopicError when the node cannot change them now."""
 
     async def controlled_shutdown(self) -> None:
         """Hand this node's leaderships to other replicas before it stops."""

@@ -42,6 +42,7 @@ from eventplatform.log.config import BrokerConfig
 from eventplatform.log.invariants import find_invariant_error
 from eventplatform.log.protocol import ErrorCode
 from eventplatform.log.replica.topics import Topic, TopicError
+from eventplatform.log.security.acls import AclBinding
 from eventplatform.log.security.credentials import Deletion
 from eventplatform.log.security.scram import ScramCredential
 
@@ -276,6 +277,14 @@ class BrokerMember:
         raise TopicError(
             ErrorCode.UNSUPPORTED_VERSION,
             "SCRAM credentials are kept by a broker on its own; a cluster does not keep them yet",
+        )
+
+    async def change_acls(self, added: list[AclBinding], removed: list[AclBinding]) -> None:
+        """A cluster's ACLs belong in its metadata, like its credentials."""
+        await trio.lowlevel.checkpoint()
+        raise TopicError(
+            ErrorCode.SECURITY_DISABLED,
+            "ACLs are kept by a broker on its own; a cluster does not keep them yet",
         )
 
     async def _forward(self, method: str, params: dict[str, Any]) -> dict[str, Any]:

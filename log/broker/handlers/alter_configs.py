@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import trio
 
+from eventplatform.log.broker.authorizer import AclOperation, topic_permission
 from eventplatform.log.broker.config_resources import apply_alter_request
 from eventplatform.log.broker.context import Body, RequestContext
 from eventplatform.log.protocol.apis import ALTER_CONFIGS
@@ -21,4 +22,9 @@ VERSIONS = Versions.parse("0-1")
 
 async def handle(context: RequestContext, request: Body) -> Body:
     await trio.lowlevel.checkpoint()
-    return {"responses": await apply_alter_request(context.broker, request, incremental=False)}
+    allowed = topic_permission(context, AclOperation.ALTER_CONFIGS)
+    return {
+        "responses": await apply_alter_request(
+            context.broker, request, incremental=False, allowed=allowed
+        )
+    }

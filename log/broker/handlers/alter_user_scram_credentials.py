@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from eventplatform.log.broker.authorizer import AclOperation, authorize_cluster
 from eventplatform.log.broker.context import Body, RequestContext
 from eventplatform.log.protocol import ErrorCode
 from eventplatform.log.protocol.apis import ALTER_USER_SCRAM_CREDENTIALS
@@ -39,6 +40,11 @@ async def handle(context: RequestContext, request: Body) -> Body:
     entries = [("delete", entry) for entry in request["deletions"]] + [
         ("upsert", entry) for entry in request["upsertions"]
     ]
+    users = dict.fromkeys(entry["name"] for _, entry in entries)
+    if not authorize_cluster(context, AclOperation.ALTER):
+        refusal = (ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "ALTER on the cluster is needed")
+        errors = {entry["name"]: refusal for _, entry in entries}
+        entries = []
     named = Counter((entry["name"], entry["mechanism"]) for _, entry in entries)
     upsertions: list[tuple[str, ScramCredential]] = []
     deletions: list[Deletion] = []
@@ -69,7 +75,6 @@ async def handle(context: RequestContext, request: Body) -> Body:
         errors.update(dict.fromkeys(changed, (ErrorCode.UNACCEPTABLE_CREDENTIAL, str(exc))))
     except TopicError as exc:
         errors.update(dict.fromkeys(changed, (exc.code, str(exc))))
-    users = dict.fromkeys(entry["name"] for _, entry in entries)
     return {
         "throttle_time_ms": 0,
         "results": [

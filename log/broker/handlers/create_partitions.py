@@ -17,6 +17,7 @@ from collections import Counter
 
 import trio
 
+from eventplatform.log.broker.authorizer import AclOperation, AclResourceType, authorize
 from eventplatform.log.broker.context import Body, RequestContext
 from eventplatform.log.protocol import ErrorCode
 from eventplatform.log.protocol.apis import CREATE_PARTITIONS
@@ -36,6 +37,8 @@ async def handle(context: RequestContext, request: Body) -> Body:
         try:
             if counts[name] > 1:
                 raise TopicError(ErrorCode.INVALID_REQUEST, f"topic {name!r} is listed twice")
+            if not authorize(context, AclOperation.ALTER, AclResourceType.TOPIC, name):
+                raise TopicError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "ALTER on the topic")
             assignment = [list(entry["broker_ids"]) for entry in topic["assignments"] or []]
             if request["validate_only"]:
                 broker.check_new_partitions(name, topic["count"], assignment)

@@ -26,6 +26,7 @@ from collections import Counter
 
 import trio
 
+from eventplatform.log.broker.authorizer import may_create_topic
 from eventplatform.log.broker.context import Body, RequestContext
 from eventplatform.log.protocol import ErrorCode
 from eventplatform.log.protocol.apis import CREATE_TOPICS
@@ -44,6 +45,11 @@ async def handle(context: RequestContext, request: Body) -> Body:
         try:
             if counts[name] > 1:
                 raise TopicError(ErrorCode.INVALID_REQUEST, f"topic {name!r} is listed twice")
+            if not may_create_topic(context, name):
+                raise TopicError(
+                    ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                    "CREATE on the cluster or on the topic is needed",
+                )
             await _create(context, topic, validate_only=request["validate_only"])
             results.append({"name": name, "error_code": 0})
         except TopicError as exc:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import trio
 
+from eventplatform.log.broker.authorizer import AclOperation, may_group
 from eventplatform.log.broker.context import Body, RequestContext
 from eventplatform.log.protocol import ErrorCode
 from eventplatform.log.protocol.apis import DELETE_GROUPS
@@ -23,11 +24,15 @@ VERSIONS = Versions.parse("0-1")
 async def handle(context: RequestContext, request: Body) -> Body:
     group_ids = list(dict.fromkeys(request["groups_names"]))
     coordinator = context.broker.groups
-    if coordinator is None:
+    refused = [g for g in group_ids if not may_group(context, AclOperation.DELETE, g)]
+    permitted = [g for g in group_ids if g not in refused]
+    results = dict.fromkeys(refused, ErrorCode.GROUP_AUTHORIZATION_FAILED)
+    if coordinator is None or not permitted:
         await trio.lowlevel.checkpoint()
-        results = dict.fromkeys(group_ids, ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        results.update(dict.fromkeys(permitted, ErrorCode.COORDINATOR_NOT_AVAILABLE))
     else:
-        results = await coordinator.delete_groups(group_ids)
+        results.update(await coordinator.delete_groups(permitted))
+    results = {group_id: results[group_id] for group_id in group_ids}
     return {
         "throttle_time_ms": 0,
         "results": [

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import trio
 
+from eventplatform.log.broker.authorizer import AclOperation, topic_permission
 from eventplatform.log.broker.context import Body, RequestContext, answer_partitions
 from eventplatform.log.protocol import ErrorCode
 from eventplatform.log.protocol.apis import DELETE_RECORDS
@@ -25,7 +26,12 @@ HIGH_WATERMARK = -1
 
 
 async def handle(context: RequestContext, request: Body) -> Body:
-    topics = answer_partitions(context, request["topics"], _answer)
+    topics = answer_partitions(
+        context,
+        request["topics"],
+        _answer,
+        allowed=topic_permission(context, AclOperation.DELETE),
+    )
     await trio.lowlevel.checkpoint()
     return {"topics": topics}
 

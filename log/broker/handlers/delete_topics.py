@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import trio
 
+from eventplatform.log.broker.authorizer import AclOperation, AclResourceType, authorize
 from eventplatform.log.broker.context import Body, RequestContext
 from eventplatform.log.protocol import ErrorCode
 from eventplatform.log.protocol.apis import DELETE_TOPICS
@@ -27,6 +28,8 @@ async def handle(context: RequestContext, request: Body) -> Body:
     responses = []
     for name in request["topic_names"]:
         try:
+            if not authorize(context, AclOperation.DELETE, AclResourceType.TOPIC, name):
+                raise TopicError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "DELETE on the topic")
             if not broker.config.delete_topic_enable:
                 raise TopicError(ErrorCode.TOPIC_DELETION_DISABLED, "delete.topic.enable is false")
             topic = broker.topics.get(name)

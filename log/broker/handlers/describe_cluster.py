@@ -16,7 +16,9 @@ import trio
 
 from eventplatform.log.broker.authorizer import (
     CLUSTER_NAME,
+    AclOperation,
     AclResourceType,
+    authorize_cluster,
     authorized_operations,
 )
 from eventplatform.log.broker.context import Body, RequestContext
@@ -37,6 +39,13 @@ async def handle(context: RequestContext, request: Body) -> Body:
         return {
             "error_code": ErrorCode.UNSUPPORTED_ENDPOINT_TYPE,
             "error_message": f"this broker serves endpoint type {ENDPOINT_TYPE_BROKERS} only",
+            "endpoint_type": endpoint_type,
+            "cluster_id": context.broker.cluster_id,
+        }
+    if not authorize_cluster(context, AclOperation.DESCRIBE):
+        return {
+            "error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+            "error_message": "DESCRIBE on the cluster is needed",
             "endpoint_type": endpoint_type,
             "cluster_id": context.broker.cluster_id,
         }

@@ -14,6 +14,12 @@ from __future__ import annotations
 import trio
 
 from eventplatform.log.broker import config_resources, group_configs
+from eventplatform.log.broker.authorizer import (
+    AclOperation,
+    AclResourceType,
+    authorize,
+    authorize_cluster,
+)
 from eventplatform.log.broker.config_resources import ResourceType
 from eventplatform.log.broker.context import Body, RequestContext
 from eventplatform.log.protocol import ErrorCode
@@ -23,6 +29,19 @@ from eventplatform.log.replica.topics import TopicError
 
 API = DESCRIBE_CONFIGS
 VERSIONS = Versions.parse("0-3")
+
+
+def _check_permission(context: RequestContext, kind: int, name: str) -> None:
+    """DESCRIBE_CONFIGS on the topic, the group, or the cluster for a broker's configs."""
+    operation = AclOperation.DESCRIBE_CONFIGS
+    if kind == ResourceType.TOPIC:
+        if not authorize(context, operation, AclResourceType.TOPIC, name):
+            raise TopicError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "DESCRIBE_CONFIGS")
+    elif kind == group_configs.GROUP_RESOURCE_TYPE:
+        if not authorize(context, operation, AclResourceType.GROUP, name):
+            raise TopicError(ErrorCode.GROUP_AUTHORIZATION_FAILED, "DESCRIBE_CONFIGS")
+    elif not authorize_cluster(context, operation):
+        raise TopicError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "DESCRIBE_CONFIGS")
 
 
 async def handle(context: RequestContext, request: Body) -> Body:
@@ -37,6 +56,7 @@ async def handle(context: RequestContext, request: Body) -> Body:
         )
         result: Body = {"resource_type": kind, "resource_name": name, "error_message": None}
         try:
+            _check_permission(context, kind, name)
             if kind == ResourceType.TOPIC:
                 result["configs"] = config_resources.describe_topic(
                     broker, name, keys, synonyms=synonyms

@@ -15,8 +15,10 @@ import trio
 
 from eventplatform.log.broker.authorizer import (
     OPERATIONS_NOT_REQUESTED,
+    AclOperation,
     AclResourceType,
     authorized_operations,
+    may_group,
 )
 from eventplatform.log.broker.context import Body, RequestContext
 from eventplatform.log.groups.messages import GroupDescription
@@ -30,16 +32,20 @@ VERSIONS = Versions.parse("0-4")
 
 async def handle(context: RequestContext, request: Body) -> Body:
     group_ids = list(request["groups"])
+    permitted = [g for g in group_ids if may_group(context, AclOperation.DESCRIBE, g)]
     coordinator = context.broker.groups
-    if coordinator is None:
+    found: dict[str, Body] = {
+        g: _error(g, ErrorCode.GROUP_AUTHORIZATION_FAILED) for g in group_ids if g not in permitted
+    }
+    if coordinator is None or not permitted:
         await trio.lowlevel.checkpoint()
-        answers = [_error(group_id, ErrorCode.COORDINATOR_NOT_AVAILABLE) for group_id in group_ids]
+        found.update({g: _error(g, ErrorCode.COORDINATOR_NOT_AVAILABLE) for g in permitted})
     else:
-        answers = []
         for group_id, (error, description) in zip(
-            group_ids, await coordinator.describe_groups(group_ids), strict=True
+            permitted, await coordinator.describe_groups(permitted), strict=True
         ):
-            answers.append(_error(group_id, error) if error else _describe(description))
+            found[group_id] = _error(group_id, error) if error else _describe(description)
+    answers = [dict(found[group_id]) for group_id in group_ids]
     requested = bool(request["include_authorized_operations"])
     for answer in answers:
         answer["authorized_operations"] = (

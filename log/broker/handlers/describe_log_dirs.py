@@ -15,6 +15,7 @@ import shutil
 
 import trio
 
+from eventplatform.log.broker.authorizer import AclOperation, authorize_cluster
 from eventplatform.log.broker.context import Body, RequestContext
 from eventplatform.log.protocol import ErrorCode
 from eventplatform.log.protocol.apis import DESCRIBE_LOG_DIRS
@@ -27,6 +28,9 @@ VERSIONS = Versions.parse("1-4")
 
 async def handle(context: RequestContext, request: Body) -> Body:
     broker = context.broker
+    if not authorize_cluster(context, AclOperation.DESCRIBE):
+        await trio.lowlevel.checkpoint()
+        return {"throttle_time_ms": 0, "error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED}
     log_dir = broker.config.data_dir.resolve()
     wanted: dict[str, set[int]] | None = None
     if request["topics"] is not None:

@@ -24,7 +24,12 @@ from typing import Any
 
 import trio
 
-from eventplatform.log.broker.authorizer import AclResourceType, authorized_operations
+from eventplatform.log.broker.authorizer import (
+    AclOperation,
+    AclResourceType,
+    authorize,
+    authorized_operations,
+)
 from eventplatform.log.broker.context import Body, RequestContext
 from eventplatform.log.broker.handlers.metadata import describe_topic
 from eventplatform.log.protocol import ErrorCode
@@ -57,6 +62,10 @@ async def handle(context: RequestContext, request: Body) -> Body:
     next_cursor = None
     for name in names:
         topic = registry.get(name)
+        if not authorize(context, AclOperation.DESCRIBE, AclResourceType.TOPIC, name):
+            if not every:
+                topics.append(_missing(name, ErrorCode.TOPIC_AUTHORIZATION_FAILED))
+            continue
         if topic is None:
             topics.append(_missing(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
             continue

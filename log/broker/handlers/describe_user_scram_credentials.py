@@ -11,6 +11,7 @@ from collections import Counter
 
 import trio
 
+from eventplatform.log.broker.authorizer import AclOperation, authorize_cluster
 from eventplatform.log.broker.context import Body, RequestContext
 from eventplatform.log.protocol import ErrorCode
 from eventplatform.log.protocol.apis import DESCRIBE_USER_SCRAM_CREDENTIALS
@@ -22,6 +23,13 @@ VERSIONS = Versions.parse("0")
 
 async def handle(context: RequestContext, request: Body) -> Body:
     await trio.lowlevel.checkpoint()
+    if not authorize_cluster(context, AclOperation.DESCRIBE):
+        return {
+            "throttle_time_ms": 0,
+            "error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+            "error_message": "DESCRIBE on the cluster is needed",
+            "results": [],
+        }
     store = context.broker.credentials
     asked = [entry["name"] for entry in request["users"] or []]
     counts = Counter(asked)

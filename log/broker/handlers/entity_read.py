@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import trio
 
+from eventplatform.log.broker.authorizer import AclOperation, AclResourceType, authorize
 from eventplatform.log.broker.context import Body, RequestContext
 from eventplatform.log.extensions import ENTITY_VERSIONS_CONFIG
 from eventplatform.log.protocol import ErrorCode
@@ -32,6 +33,8 @@ ADVERTISED = False
 async def handle(context: RequestContext, request: Body) -> Body:
     await trio.lowlevel.checkpoint()
     topic, index = request["topic"], request["partition"]
+    if not authorize(context, AclOperation.READ, AclResourceType.TOPIC, topic):
+        return _error(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "READ on the topic is needed")
     registry = context.broker.topics
     partition = registry.partition(topic, index)
     if partition is None:

@@ -33,6 +33,9 @@ or with another epoch gets STALE_BROKER_EPOCH, one from a broker that is
 not a replica of the partition NOT_LEADER_OR_FOLLOWER, and one from past
 the leader's log end OFFSET_OUT_OF_RANGE; none of them moves anything. A
 consumer fetch at v15 gets UNSUPPORTED_VERSION.
+
+A consumer needs READ on each topic and a follower CLUSTER_ACTION on the cluster;
+a partition the caller may not read is TOPIC_AUTHORIZATION_FAILED.
 """
 
 from __future__ import annotations
@@ -42,6 +45,12 @@ from dataclasses import dataclass
 
 import trio
 
+from eventplatform.log.broker.authorizer import (
+    AclOperation,
+    AclResourceType,
+    authorize,
+    authorize_cluster,
+)
 from eventplatform.log.broker.context import Body, RequestContext
 from eventplatform.log.broker.regions import OwnedRegion
 from eventplatform.log.protocol import ErrorCode
@@ -86,8 +95,8 @@ async def handle(context: RequestContext, request: Body) -> Body:
         return {"error_code": ErrorCode.UNSUPPORTED_VERSION, "session_id": 0, "responses": []}
     if version >= TOPIC_ID_VERSION:
         _name_topics(context, request)
-    refused: dict[tuple[str, int], ErrorCode] = {}
-    if replica >= 0:
+    refused = _unauthorized(context, request, replica=replica >= 0)
+    if replica >= 0 and not refused:
         refused = _note_replica_fetch(context, request, replica, replica_epoch)
     max_wait_s = min(max(request["max_wait_ms"], 0), MAX_WAIT_MS_MAX) / 1000
     deadline = trio.current_time() + max_wait_s
@@ -121,6 +130,26 @@ def _name_topics(context: RequestContext, request: Body) -> None:
     names = {topic.topic_id: name for name, topic in context.broker.topics.topics.items()}
     for topic_entry in request["topics"]:
         topic_entry["topic"] = names.get(topic_entry["topic_id"], "")
+
+
+def _unauthorized(
+    context: RequestContext, request: Body, *, replica: bool
+) -> dict[tuple[str, int], ErrorCode]:
+    """The partitions the caller may not read: a consumer needs READ on each topic, a
+    follower CLUSTER_ACTION on the cluster (else none of its partitions are read, and
+    its fetch offsets move nothing). Checked before existence, so a topic one may not
+    read is not told apart from one that does not exist."""
+    if replica:
+        allowed = authorize_cluster(context, AclOperation.CLUSTER_ACTION)
+    refused: dict[tuple[str, int], ErrorCode] = {}
+    for topic_entry in request["topics"]:
+        name = topic_entry["topic"]
+        if not replica:
+            allowed = authorize(context, AclOperation.READ, AclResourceType.TOPIC, name)
+        if not allowed:
+            for entry in topic_entry["partitions"]:
+                refused[name, entry["partition"]] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+    return refused
 
 
 def _note_replica_fetch(
@@ -160,13 +189,13 @@ def _read_all(
         name = topic_entry["topic"]
         for entry in topic_entry["partitions"]:
             partition = topics.partition(name, entry["partition"])
-            if partition is None:
+            if (name, entry["partition"]) in refused:
+                read = _Read(name, entry["partition"], partition, refused[name, entry["partition"]])
+            elif partition is None:
                 error = topics.absence_error(name, entry["partition"])
                 if by_id and not name:
                     error = ErrorCode.UNKNOWN_TOPIC_ID
                 read = _Read(name, entry["partition"], None, error)
-            elif (name, entry["partition"]) in refused:
-                read = _Read(name, entry["partition"], partition, refused[name, entry["partition"]])
             else:
                 preferred = _preferred_replica(context, partition, rack, entry["fetch_offset"])
                 if preferred != NO_PREFERENCE:

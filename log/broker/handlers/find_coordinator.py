@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import trio
 
+from eventplatform.log.broker.authorizer import AclOperation, AclResourceType, authorize
 from eventplatform.log.broker.broker import Broker
 from eventplatform.log.broker.context import Body, RequestContext
 from eventplatform.log.groups.records import OFFSETS_TOPIC, partition_for
@@ -27,6 +28,7 @@ API = FIND_COORDINATOR
 VERSIONS = Versions.parse("0-2")
 GROUP_KEY_TYPE = 0
 TRANSACTION_KEY_TYPE = 1
+_TRANSACTIONAL_ID = AclResourceType.TRANSACTIONAL_ID
 
 
 async def handle(context: RequestContext, request: Body) -> Body:
@@ -35,6 +37,14 @@ async def handle(context: RequestContext, request: Body) -> Body:
     key_type = request["key_type"]
     if key_type not in (GROUP_KEY_TYPE, TRANSACTION_KEY_TYPE):
         return _no_coordinator(ErrorCode.INVALID_REQUEST, f"unknown key type {key_type}")
+    resource = AclResourceType.GROUP if key_type == GROUP_KEY_TYPE else _TRANSACTIONAL_ID
+    if not authorize(context, AclOperation.DESCRIBE, resource, request["key"]):
+        refusal = (
+            ErrorCode.GROUP_AUTHORIZATION_FAILED
+            if key_type == GROUP_KEY_TYPE
+            else ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        )
+        return _no_coordinator(refusal, "DESCRIBE on the key is needed")
     if key_type == TRANSACTION_KEY_TYPE:
         return _named(broker.node_id, *broker.advertised_address(context.session.listener))
     coordinator = broker.groups

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import trio
 
+from eventplatform.log.broker.authorizer import AclOperation, may_group
 from eventplatform.log.broker.context import Body, RequestContext
 from eventplatform.log.protocol import ErrorCode
 from eventplatform.log.protocol.apis import HEARTBEAT
@@ -23,7 +24,10 @@ VERSIONS = Versions.parse("0-3")
 
 async def handle(context: RequestContext, request: Body) -> Body:
     coordinator = context.broker.groups
-    if coordinator is None:
+    if not may_group(context, AclOperation.READ, request["group_id"]):
+        await trio.lowlevel.checkpoint()
+        error = ErrorCode.GROUP_AUTHORIZATION_FAILED
+    elif coordinator is None:
         await trio.lowlevel.checkpoint()
         error = ErrorCode.COORDINATOR_NOT_AVAILABLE
     else:

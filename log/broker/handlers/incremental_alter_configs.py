@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import trio
 
+from eventplatform.log.broker.authorizer import AclOperation, topic_permission
 from eventplatform.log.broker.config_resources import apply_alter_request
 from eventplatform.log.broker.context import Body, RequestContext
 from eventplatform.log.protocol.apis import INCREMENTAL_ALTER_CONFIGS
@@ -22,4 +23,9 @@ VERSIONS = Versions.parse("0")
 
 async def handle(context: RequestContext, request: Body) -> Body:
     await trio.lowlevel.checkpoint()
-    return {"responses": await apply_alter_request(context.broker, request, incremental=True)}
+    allowed = topic_permission(context, AclOperation.ALTER_CONFIGS)
+    return {
+        "responses": await apply_alter_request(
+            context.broker, request, incremental=True, allowed=allowed
+        )
+    }

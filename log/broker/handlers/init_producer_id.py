@@ -12,6 +12,12 @@ from __future__ import annotations
 
 import trio
 
+from eventplatform.log.broker.authorizer import (
+    AclOperation,
+    AclResourceType,
+    authorize_any,
+    authorize_cluster,
+)
 from eventplatform.log.broker.context import Body, RequestContext
 from eventplatform.log.protocol import ErrorCode
 from eventplatform.log.protocol.apis import INIT_PRODUCER_ID
@@ -27,6 +33,15 @@ async def handle(context: RequestContext, request: Body) -> Body:
     if request["transactional_id"] is not None:
         return {
             "error_code": ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+            "producer_id": -1,
+            "producer_epoch": -1,
+        }
+    may_write = authorize_cluster(context, AclOperation.IDEMPOTENT_WRITE) or authorize_any(
+        context, AclOperation.WRITE, AclResourceType.TOPIC
+    )
+    if not may_write:
+        return {
+            "error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
             "producer_id": -1,
             "producer_epoch": -1,
         }

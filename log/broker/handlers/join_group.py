@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import trio
 
+from eventplatform.log.broker.authorizer import AclOperation, may_group
 from eventplatform.log.broker.context import Body, RequestContext
 from eventplatform.log.groups.group import JoinResult, unique_protocols
 from eventplatform.log.groups.messages import JoinRequest
@@ -50,7 +51,10 @@ async def handle(context: RequestContext, request: Body) -> Body:
         require_known_member_id=version >= FIRST_VERSION_REQUIRING_MEMBER_ID,
     )
     coordinator = context.broker.groups
-    if coordinator is None:
+    if not may_group(context, AclOperation.READ, join.group_id):
+        await trio.lowlevel.checkpoint()
+        result = JoinResult(ErrorCode.GROUP_AUTHORIZATION_FAILED, join.member_id)
+    elif coordinator is None:
         await trio.lowlevel.checkpoint()
         result = JoinResult(ErrorCode.COORDINATOR_NOT_AVAILABLE, join.member_id)
     else:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import trio
 
+from eventplatform.log.broker.authorizer import AclOperation, may_group
 from eventplatform.log.broker.context import Body, RequestContext
 from eventplatform.log.groups.messages import LeaveResult, MemberIdentity
 from eventplatform.log.protocol import ErrorCode
@@ -34,7 +35,10 @@ async def handle(context: RequestContext, request: Body) -> Body:
     else:
         leaving = [MemberIdentity(request["member_id"])]
     coordinator = context.broker.groups
-    if coordinator is None:
+    if not may_group(context, AclOperation.READ, request["group_id"]):
+        await trio.lowlevel.checkpoint()
+        result = LeaveResult(ErrorCode.GROUP_AUTHORIZATION_FAILED)
+    elif coordinator is None:
         await trio.lowlevel.checkpoint()
         result = LeaveResult(ErrorCode.COORDINATOR_NOT_AVAILABLE)
     else:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import trio
 
+from eventplatform.log.broker.authorizer import AclOperation, authorize_cluster, may_group
 from eventplatform.log.broker.context import Body, RequestContext
 from eventplatform.log.groups.admin import CLASSIC_GROUP_TYPE
 from eventplatform.log.protocol import ErrorCode
@@ -30,6 +31,8 @@ async def handle(context: RequestContext, request: Body) -> Body:
         await trio.lowlevel.checkpoint()
         return {"throttle_time_ms": 0, "error_code": ErrorCode.COORDINATOR_NOT_AVAILABLE}
     error, groups = await coordinator.list_groups(request["states_filter"], request["types_filter"])
+    if not authorize_cluster(context, AclOperation.DESCRIBE):
+        groups = [g for g in groups if may_group(context, AclOperation.DESCRIBE, g.group_id)]
     return {
         "throttle_time_ms": 0,
         "error_code": error,

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import trio
 
+from eventplatform.log.broker.authorizer import AclOperation, topic_permission
 from eventplatform.log.broker.context import Body, RequestContext, answer_partitions
 from eventplatform.log.protocol import ErrorCode
 from eventplatform.log.protocol.apis import LIST_OFFSETS
@@ -29,7 +30,12 @@ MAX_TIMESTAMP = -3
 
 
 async def handle(context: RequestContext, request: Body) -> Body:
-    topics = answer_partitions(context, request["topics"], _answer)
+    topics = answer_partitions(
+        context,
+        request["topics"],
+        _answer,
+        allowed=topic_permission(context, AclOperation.DESCRIBE),
+    )
     await trio.lowlevel.checkpoint()
     return {"topics": topics}
 

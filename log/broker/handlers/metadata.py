@@ -19,6 +19,10 @@ authorized to perform on each topic (``include_topic_authorized_operations``)
 and, up to v10, on the cluster; the answer comes from :mod:`..authorizer`,
 and is ``-2147483648`` when not asked for.
 
+Only topics the caller may DESCRIBE are listed; one it names but may not describe
+is TOPIC_AUTHORIZATION_FAILED, and auto-creation needs CREATE on the cluster or
+the topic.
+
 From v10 each topic carries its id, and a request may name a topic by id alone
 (an unknown id is UNKNOWN_TOPIC_ID). The id is how a client tells a topic deleted
 and re-created under the same name from the old one: librdkafka, for one, only
@@ -34,8 +38,11 @@ import trio
 
 from eventplatform.log.broker.authorizer import (
     CLUSTER_NAME,
+    AclOperation,
     AclResourceType,
+    authorize,
     authorized_operations,
+    auto_create,
 )
 from eventplatform.log.broker.context import Body, RequestContext
 from eventplatform.log.cluster.metadata import NO_LEADER
@@ -54,7 +61,11 @@ async def handle(context: RequestContext, request: Body) -> Body:
     broker = context.broker
     requested = request["topics"]
     if requested is None:
-        topics = [describe_topic(context, topic) for topic in broker.topics.topics.values()]
+        topics = [
+            describe_topic(context, topic)
+            for topic in broker.topics.topics.values()
+            if _may_describe(context, topic.name)
+        ]
     else:
         allow = context.version < 4 or request["allow_auto_topic_creation"]
         topics = [await _requested_topic(context, entry, allow) for entry in requested]
@@ -101,7 +112,7 @@ async def _requested_topic(context: RequestContext, entry: Body, allow_create: b
     topic_id: bytes = entry.get("topic_id") or NO_TOPIC_ID
     if name is None and topic_id != NO_TOPIC_ID:
         by_id = broker.topics.by_id(topic_id)
-        if by_id is None:
+        if by_id is None or not _may_describe(context, by_id.name):
             unnamed = None if context.version >= NULLABLE_NAME_VERSION else ""
             return _topic_error(ErrorCode.UNKNOWN_TOPIC_ID, unnamed, topic_id)
         return describe_topic(context, by_id)
@@ -110,12 +121,18 @@ async def _requested_topic(context: RequestContext, entry: Body, allow_create: b
     except TopicError as exc:
         return _topic_error(exc.code, name or "")
     assert name is not None
+    if not _may_describe(context, name):
+        return _topic_error(ErrorCode.TOPIC_AUTHORIZATION_FAILED, name)
     topic = broker.topics.get(name)
     if topic is None and allow_create:
-        topic = await broker.auto_create_topic(name)
+        topic = await auto_create(context, name)
     if topic is None:
         return _topic_error(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name)
     return describe_topic(context, topic)
+
+
+def _may_describe(context: RequestContext, name: str) -> bool:
+    return authorize(context, AclOperation.DESCRIBE, AclResourceType.TOPIC, name)
 
 
 def _topic_error(code: ErrorCode, name: str | None, topic_id: bytes = NO_TOPIC_ID) -> Body:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import trio
 
+from eventplatform.log.broker.authorizer import AclOperation, AclResourceType, authorize, may_group
 from eventplatform.log.broker.context import Body, RequestContext
 from eventplatform.log.groups.messages import OffsetCommit
 from eventplatform.log.groups.records import TopicPartition
@@ -32,9 +33,17 @@ async def handle(context: RequestContext, request: Body) -> Body:
     broker = context.broker
     results: dict[TopicPartition, int] = {}
     commits: dict[TopicPartition, OffsetCommit] = {}
+    group_allowed = may_group(context, AclOperation.READ, request["group_id"])
     for topic in request["topics"]:
+        topic_allowed = authorize(context, AclOperation.READ, AclResourceType.TOPIC, topic["name"])
         for entry in topic["partitions"]:
             partition = TopicPartition(topic["name"], entry["partition_index"])
+            if not group_allowed:
+                results[partition] = ErrorCode.GROUP_AUTHORIZATION_FAILED
+                continue
+            if not topic_allowed:
+                results[partition] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                continue
             if not broker.topics.exists(partition.topic, partition.partition):
                 results[partition] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 continue

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import trio
 
+from eventplatform.log.broker.authorizer import AclOperation, may_group, topic_permission
 from eventplatform.log.broker.context import Body, RequestContext
 from eventplatform.log.groups.records import TopicPartition
 from eventplatform.log.protocol import ErrorCode
@@ -29,11 +30,18 @@ async def handle(context: RequestContext, request: Body) -> Body:
     broker = context.broker
     errors: dict[TopicPartition, ErrorCode] = {}
     known: list[TopicPartition] = []
+    if not may_group(context, AclOperation.DELETE, request["group_id"]):
+        await trio.lowlevel.checkpoint()
+        return {"error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED, "throttle_time_ms": 0}
+    readable = topic_permission(context, AclOperation.READ)
     for topic_entry in request["topics"]:
         topic = broker.topics.get(topic_entry["name"])
+        allowed = readable(topic_entry["name"])
         for entry in topic_entry["partitions"]:
             partition = TopicPartition(topic_entry["name"], entry["partition_index"])
-            if topic is None or not 0 <= partition.partition < len(topic.partitions):
+            if not allowed:
+                errors[partition] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            elif topic is None or not 0 <= partition.partition < len(topic.partitions):
                 errors[partition] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             else:
                 known.append(partition)

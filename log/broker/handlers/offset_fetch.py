@@ -15,6 +15,7 @@ from typing import Any
 
 import trio
 
+from eventplatform.log.broker.authorizer import AclOperation, may_group, topic_permission
 from eventplatform.log.broker.context import Body, RequestContext
 from eventplatform.log.groups.records import NO_LEADER_EPOCH, CommittedOffset, TopicPartition
 from eventplatform.log.protocol import ErrorCode
@@ -40,7 +41,10 @@ async def handle(context: RequestContext, request: Body) -> Body:
     )
     coordinator = context.broker.groups
     offsets: dict[TopicPartition, CommittedOffset | None]
-    if coordinator is None:
+    if not may_group(context, AclOperation.DESCRIBE, request["group_id"]):
+        await trio.lowlevel.checkpoint()
+        error, offsets = ErrorCode.GROUP_AUTHORIZATION_FAILED, {}
+    elif coordinator is None:
         await trio.lowlevel.checkpoint()
         error, offsets = ErrorCode.COORDINATOR_NOT_AVAILABLE, {}
     else:
@@ -49,7 +53,20 @@ async def handle(context: RequestContext, request: Body) -> Body:
         if context.version >= FIRST_TOP_LEVEL_ERROR_VERSION:
             return {"throttle_time_ms": 0, "error_code": error, "topics": []}
         offsets = dict.fromkeys(partitions or [])
-    answer = _by_topic(offsets, error)
+    readable = topic_permission(context, AclOperation.DESCRIBE)
+    answer = _by_topic(
+        {tp: o for tp, o in offsets.items() if partitions is not None or readable(tp.topic)},
+        error,
+    )
+    for topic_answer in answer:
+        if not readable(topic_answer["name"]):
+            for entry in topic_answer["partitions"]:
+                entry.update(
+                    committed_offset=NO_OFFSET,
+                    committed_leader_epoch=NO_LEADER_EPOCH,
+                    metadata="",
+                    error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                )
     return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "topics": answer}
 
 

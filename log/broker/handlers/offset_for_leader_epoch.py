@@ -16,6 +16,11 @@ from __future__ import annotations
 
 import trio
 
+from eventplatform.log.broker.authorizer import (
+    AclOperation,
+    cluster_permission,
+    topic_permission,
+)
 from eventplatform.log.broker.context import Body, RequestContext, answer_partitions
 from eventplatform.log.protocol import ErrorCode
 from eventplatform.log.protocol.apis import OFFSET_FOR_LEADER_EPOCH
@@ -24,11 +29,23 @@ from eventplatform.log.replica.partition import Partition
 
 API = OFFSET_FOR_LEADER_EPOCH
 VERSIONS = Versions.parse("2-3")
+CONSUMER = -1
 
 
 async def handle(context: RequestContext, request: Body) -> Body:
+    follower = request.get("replica_id", CONSUMER) >= 0
+    allowed = (
+        cluster_permission(context, AclOperation.CLUSTER_ACTION)
+        if follower
+        else topic_permission(context, AclOperation.DESCRIBE)
+    )
     topics = answer_partitions(
-        context, request["topics"], _answer, topic_key="topic", partition_key="partition"
+        context,
+        request["topics"],
+        _answer,
+        topic_key="topic",
+        partition_key="partition",
+        allowed=allowed,
     )
     await trio.lowlevel.checkpoint()
     return {"topics": topics}

@@ -9,7 +9,8 @@ with its offsets and appended as received, compression included.
 Errors per partition: UNKNOWN_TOPIC_OR_PARTITION, CORRUPT_MESSAGE (CRC,
 magic, framing), MESSAGE_TOO_LARGE (``max.message.bytes``), INVALID_RECORD
 (control batches, more than one batch, keyless records on a compacted
-topic), INVALID_TOPIC_EXCEPTION (internal topics such as
+topic), TOPIC_AUTHORIZATION_FAILED (no WRITE on the topic), INVALID_TOPIC_EXCEPTION
+(internal topics such as
 ``__consumer_offsets``), UNSUPPORTED_COMPRESSION_TYPE, OUT_OF_ORDER_SEQUENCE_NUMBER and
 INVALID_PRODUCER_EPOCH (idempotence); a batch behind one this replica refused
 with a retriable answer gets that answer rather than OUT_OF_ORDER (see
@@ -40,6 +41,12 @@ from __future__ import annotations
 
 import trio
 
+from eventplatform.log.broker.authorizer import (
+    AclOperation,
+    AclResourceType,
+    authorize,
+    auto_create,
+)
 from eventplatform.log.broker.context import Body, Deferred, RequestContext
 from eventplatform.log.protocol import ErrorCode
 from eventplatform.log.protocol.apis import PRODUCE
@@ -94,7 +101,19 @@ async def _append_all(context: RequestContext, request: Body) -> tuple[list[Body
     waits: list[Wait] = []
     for topic_data in request["topic_data"]:
         name = topic_data["name"]
-        topic = broker.topics.get(name) or await broker.auto_create_topic(name)
+        if not authorize(context, AclOperation.WRITE, AclResourceType.TOPIC, name):
+            refused = ProduceResult(ErrorCode.TOPIC_AUTHORIZATION_FAILED, message="WRITE")
+            responses.append(
+                {
+                    "name": name,
+                    "partition_responses": [
+                        _partition_response(entry["index"], refused)
+                        for entry in topic_data["partition_data"]
+                    ],
+                }
+            )
+            continue
+        topic = broker.topics.get(name) or await auto_create(context, name)
         partitions = []
         for partition_data in topic_data["partition_data"]:
             index = partition_data["index"]

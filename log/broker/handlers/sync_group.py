@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import trio
 
+from eventplatform.log.broker.authorizer import AclOperation, may_group
 from eventplatform.log.broker.context import Body, RequestContext
 from eventplatform.log.groups.group import SyncResult
 from eventplatform.log.groups.messages import SyncRequest
@@ -39,7 +40,10 @@ async def handle(context: RequestContext, request: Body) -> Body:
         },
     )
     coordinator = context.broker.groups
-    if coordinator is None:
+    if not may_group(context, AclOperation.READ, sync.group_id):
+        await trio.lowlevel.checkpoint()
+        result = SyncResult(ErrorCode.GROUP_AUTHORIZATION_FAILED)
+    elif coordinator is None:
         await trio.lowlevel.checkpoint()
         result = SyncResult(ErrorCode.COORDINATOR_NOT_AVAILABLE)
     else:
