@@ -105,7 +105,9 @@ def test_no_binding_for_a_resource_denies_unless_everyone_is_allowed_then() -> N
 
 
 def test_super_users_may_do_anything() -> None:
-    auth = authorizer(binding("t", Op.ALL, DENY, principal="User:*"), super_users=frozenset({"User:root"}))
+    auth = authorizer(
+        binding("t", Op.ALL, DENY, principal="User:*"), super_users=frozenset({"User:root"})
+    )
     assert allowed(auth, Op.DELETE, "t", principal="User:root")
     assert not allowed(auth, Op.DELETE, "t")
 
