@@ -271,6 +271,7 @@ _PARSERS: dict[str, Callable[[Any], Any]] = {
     "advertised.listeners": parse_endpoints,
     "listener.security.protocol.map": parse_protocol_map,
     "inter.broker.listener.name": lambda raw: (parse_listener_names(raw) or ("",))[0],
+    "controller.listener.names": parse_listener_names,
     "sasl.enabled.mechanisms": _mechanisms,
     "ssl.keystore.location": _text,
     "ssl.keystore.type": _keystore_type,
@@ -346,6 +347,9 @@ class BrokerConfig:
     listener_security_protocol_map: tuple[tuple[str, SecurityProtocol], ...] = DEFAULT_PROTOCOL_MAP
     inter_broker_listener_name: str = ""
     """The listener brokers use with one another; empty for the first listener."""
+    controller_listener_names: tuple[str, ...] = ()
+    """The name the quorum ports (``controller.quorum.voters``) go by in
+    ``listener.security.protocol.map``: PLAINTEXT, or SSL with client certificates."""
     sasl_enabled_mechanisms: tuple[str, ...] = SASL_MECHANISMS_DEFAULT
     ssl_keystore_location: str = ""
     """A PEM file with this broker's private key and its certificate chain."""
@@ -424,16 +428,42 @@ class BrokerConfig:
             raise BrokerConfigError(
                 f"ssl.client.auth={self.ssl_client_auth} needs ssl.truststore.location"
             )
-        if self.clustered and self.authorizer_class_name:
+        if self.clustered:
+            self._check_cluster_security(protocols)
+
+    @property
+    def cluster_tls(self) -> bool:
+        """Whether the cluster's own traffic (replication, the controller, the quorum) goes
+        over mutual TLS: the inter-broker listener is SSL."""
+        protocol = dict(self.listener_security_protocol_map).get(self.inter_broker_listener)
+        return self.clustered and protocol is SecurityProtocol.SSL
+
+    def _check_cluster_security(self, protocols: dict[str, SecurityProtocol]) -> None:
+        inter_broker = protocols[self.inter_broker_listener]
+        if inter_broker not in (SecurityProtocol.PLAINTEXT, SecurityProtocol.SSL):
             raise BrokerConfigError(
-                "authorizer.class.name is for a broker on its own for now: a cluster's "
-                "brokers would replicate as User:ANONYMOUS over PLAINTEXT"
+                f"the inter-broker listener {self.inter_broker_listener} speaks "
+                f"{inter_broker.value}; brokers and controllers authenticate one another "
+                "with client certificates: make it SSL (or PLAINTEXT on a trusted network)"
             )
-        if self.clustered and used != {SecurityProtocol.PLAINTEXT}:
+        for name in self.controller_listener_names:
+            if protocols.get(name, inter_broker) is not inter_broker:
+                raise BrokerConfigError(
+                    f"controller listener {name} must speak what the inter-broker "
+                    f"listener does ({inter_broker.value}): the quorum and replication "
+                    "share one cluster network"
+                )
+        used = {protocols[endpoint.name] for endpoint in self.bound_listeners}
+        secured = used != {SecurityProtocol.PLAINTEXT} or bool(self.authorizer_class_name)
+        if secured and inter_broker is SecurityProtocol.PLAINTEXT:
             raise BrokerConfigError(
-                "a cluster member's listeners are PLAINTEXT for now: TLS and SASL between "
-                "brokers and controllers are not built yet, so a secured client listener "
-                "would sit beside an open replication port"
+                "a cluster with SASL, TLS or ACLs needs an SSL inter-broker listener, so "
+                "that replication and the quorum are authenticated too"
+            )
+        if inter_broker is SecurityProtocol.SSL and not self.ssl_truststore_location:
+            raise BrokerConfigError(
+                "an SSL inter-broker listener needs ssl.truststore.location: brokers and "
+                "controllers check one another's certificates against it"
             )
 
     def connections_max_for(self, host: str) -> int:
@@ -536,7 +566,7 @@ class BrokerConfig:
                 out[key] = format_endpoints(value)
             elif key == "listener.security.protocol.map":
                 out[key] = format_protocol_map(value)
-            elif key == "sasl.enabled.mechanisms":
+            elif key in ("sasl.enabled.mechanisms", "controller.listener.names"):
                 out[key] = ",".join(value)
             elif key == "super.users":
                 out[key] = ";".join(sorted(value))

@@ -90,8 +90,9 @@ def issue(
 ) -> Issued:
     """A certificate for ``name`` (its common name) signed by the CA in ``directory``.
 
-    ``hosts`` (names and addresses) make it a server certificate valid for them; without
-    hosts it is a client certificate."""
+    ``hosts`` (names and addresses) make it a server certificate valid for them, which
+    also serves as a client one (a broker is both); without hosts it is a client
+    certificate."""
     make_authority(directory)
     authority_key = serialization.load_pem_private_key(
         (directory / CA_KEY_FILE).read_bytes(), password=None
@@ -117,7 +118,13 @@ def issue(
         builder = builder.add_extension(
             x509.SubjectAlternativeName([_alternative_name(host) for host in hosts]),
             critical=False,
-        ).add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        ).add_extension(
+            # A broker's certificate serves its listeners and identifies it to the others.
+            x509.ExtendedKeyUsage(
+                [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]
+            ),
+            critical=False,
+        )
     else:
         builder = builder.add_extension(
             x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False

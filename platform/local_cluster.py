@@ -14,6 +14,19 @@ on the first start and then kept, so a node restarts where its peers
 expect it. Each node is a separate process that a test can stop
 (SIGTERM, a controlled shutdown), kill (SIGKILL), pause (SIGSTOP) and
 resume (SIGCONT). Every wait is bounded.
+
+A **secure** cluster (``secure=True``) is laid out as a production one would be, with
+a development CA in ``certificates/`` (:mod:`eventplatform.dev_certificates`):
+
+* each broker's INTERNAL listener (its Kafka port) is SSL with client certificates,
+  and carries replication; the quorum ports (CONTROLLER) are mutual TLS too;
+* each broker's CLIENT listener (a port of its own) is SASL_SSL with SCRAM;
+* ACLs decide every request; the brokers (``User:CN=broker``) and the operator's
+  ``admin`` certificate (``User:CN=admin``) are the super users.
+
+The operator creates users and grants with the ``admin`` certificate on the INTERNAL
+listener (:meth:`LocalCluster.admin_settings`); applications connect to CLIENT with
+SCRAM (:meth:`LocalCluster.client_settings`).
 """
 
 from __future__ import annotations
@@ -27,8 +40,11 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import orjson
+
+from eventplatform.dev_certificates import issue, make_authority
 
 LAYOUT_FILE = "cluster.json"
 START_TIMEOUT_S = 60.0
@@ -43,6 +59,9 @@ DEFAULT_SETTINGS = (
     "controller.quorum.fetch.timeout.ms=1000",
 )
 """Faster failure detection than Kafka's defaults (9 s sessions): a laptop cluster."""
+CERTIFICATES_DIRECTORY = "certificates"
+BROKER_PRINCIPAL = "User:CN=broker"
+ADMIN_PRINCIPAL = "User:CN=admin"
 
 
 class LocalClusterError(Exception):
@@ -57,6 +76,8 @@ class Node:
     roles: str = "broker,controller"
     rack: str = ""
     """The node's ``broker.rack``; empty for none."""
+    client_port: int = 0
+    """The SASL_SSL listener's port of a secure cluster's broker; 0 for none."""
     process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -75,6 +96,7 @@ class LocalCluster:
     directory: Path
     nodes: dict[int, Node] = field(default_factory=dict)
     settings: list[str] = field(default_factory=list)
+    secure: bool = False
     platform: Path = field(default_factory=lambda: Path(sys.executable).with_name("platform"))
 
     @classmethod
@@ -85,6 +107,8 @@ class LocalCluster:
         settings: Sequence[str] = (),
         controllers: int = 0,
         rack_prefix: str = "",
+        *,
+        secure: bool = False,
     ) -> LocalCluster:
         """The cluster laid out in ``directory``: read back, or new with free ports. With a
         ``rack_prefix``, broker N is in rack ``<rack_prefix>N``, each in a rack of its own."""
@@ -99,7 +123,7 @@ class LocalCluster:
                 )
             return cluster
         total = brokers + controllers
-        ports = free_ports(2 * total)
+        ports = free_ports(3 * total)
         broker_roles = "broker" if controllers else "broker,controller"
         roles = dict.fromkeys(range(1, brokers + 1), broker_roles)
         roles.update(dict.fromkeys(range(brokers + 1, total + 1), "controller"))
@@ -110,7 +134,11 @@ class LocalCluster:
         if rack_prefix:
             for n in range(1, brokers + 1):
                 nodes[n].rack = f"{rack_prefix}{n}"
-        cluster = cls(directory, nodes, [*DEFAULT_SETTINGS, *settings])
+        if secure:
+            for n in range(1, brokers + 1):
+                nodes[n].client_port = ports[2 * total + n - 1]
+            _make_certificates(directory / CERTIFICATES_DIRECTORY)
+        cluster = cls(directory, nodes, [*DEFAULT_SETTINGS, *settings], secure)
         cluster.save()
         return cluster
 
@@ -125,10 +153,12 @@ class LocalCluster:
                     int(entry["quorum"]),
                     str(entry.get("roles", "broker,controller")),
                     str(entry.get("rack", "")),
+                    int(entry.get("client", 0)),
                 )
                 for entry in document["nodes"]
             }
-            return cls(directory, nodes, list(document["settings"]))
+            secure = bool(document.get("secure", False))
+            return cls(directory, nodes, list(document["settings"]), secure)
         except (OSError, orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
             raise LocalClusterError(
                 f"{directory / LAYOUT_FILE} is not a cluster layout: {exc}"
@@ -143,10 +173,12 @@ class LocalCluster:
                     "quorum": n.quorum_port,
                     "roles": n.roles,
                     "rack": n.rack,
+                    "client": n.client_port,
                 }
                 for n in self.nodes.values()
             ],
             "settings": self.settings,
+            "secure": self.secure,
         }
         (self.directory / LAYOUT_FILE).write_bytes(
             orjson.dumps(document, option=orjson.OPT_INDENT_2)
@@ -167,6 +199,53 @@ class LocalCluster:
     @property
     def bootstrap(self) -> str:
         return ",".join(f"{HOST}:{n.kafka_port}" for n in self.nodes.values() if n.broker)
+
+    @property
+    def client_bootstrap(self) -> str:
+        """The CLIENT (SASL_SSL) listeners of a secure cluster."""
+        return ",".join(f"{HOST}:{n.client_port}" for n in self.nodes.values() if n.client_port)
+
+    @property
+    def certificates(self) -> Path:
+        return self.directory / CERTIFICATES_DIRECTORY
+
+    def admin_settings(self) -> dict[str, Any]:
+        """librdkafka settings of the operator's super user: its certificate, on INTERNAL."""
+        return {
+            "bootstrap.servers": self.bootstrap,
+            "security.protocol": "SSL",
+            "ssl.ca.location": str(self.certificates / "ca.pem"),
+            "ssl.certificate.location": str(self.certificates / "admin.crt"),
+            "ssl.key.location": str(self.certificates / "admin.key"),
+        }
+
+    def client_settings(self, user: str, password: str) -> dict[str, Any]:
+        """librdkafka settings of an application's SCRAM user, on CLIENT."""
+        return {
+            "bootstrap.servers": self.client_bootstrap,
+            "security.protocol": "SASL_SSL",
+            "sasl.mechanism": "SCRAM-SHA-512",
+            "sasl.username": user,
+            "sasl.password": password,
+            "ssl.ca.location": str(self.certificates / "ca.pem"),
+        }
+
+    def _security_settings(self, node: Node) -> list[str]:
+        if not self.secure:
+            return []
+        listeners = f"INTERNAL://{HOST}:{node.kafka_port}"
+        if node.client_port:
+            listeners += f",CLIENT://{HOST}:{node.client_port}"
+        return [
+            f"listeners={listeners}",
+            "listener.security.protocol.map=INTERNAL:SSL,CLIENT:SASL_SSL,CONTROLLER:SSL",
+            "inter.broker.listener.name=INTERNAL",
+            "controller.listener.names=CONTROLLER",
+            f"ssl.keystore.location={self.certificates / 'broker.pem'}",
+            f"ssl.truststore.location={self.certificates / 'ca.pem'}",
+            "authorizer.class.name=StandardAuthorizer",
+            f"super.users={BROKER_PRINCIPAL};{ADMIN_PRINCIPAL}",
+        ]
 
     @property
     def controllers(self) -> dict[int, tuple[str, int]]:
@@ -195,6 +274,7 @@ class LocalCluster:
             f"default.replication.factor={factor}",
             f"offsets.topic.replication.factor={factor}",
             *([f"broker.rack={node.rack}"] if node.rack else []),
+            *self._security_settings(node),
             *self.settings,
         ]
         for setting in settings:
@@ -299,6 +379,14 @@ class LocalCluster:
             _signal(pid, signal.SIGKILL)
         path.unlink()
         return len(stopped)
+
+
+def _make_certificates(directory: Path) -> None:
+    """The CA, one certificate every node serves and presents (``CN=broker``, valid for
+    this host), and the operator's (``CN=admin``)."""
+    make_authority(directory)
+    issue(directory, "broker", hosts=(HOST, "localhost"))
+    issue(directory, "admin")
 
 
 def _signal(pid: int, signum: int) -> bool:

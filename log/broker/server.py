@@ -41,14 +41,19 @@ from eventplatform.log.broker.connection import (
 from eventplatform.log.broker.context import Handler
 from eventplatform.log.broker.descriptors import descriptors_in_use, open_files_limit
 from eventplatform.log.broker.dispatcher import HANDLER_MODULES, build_handlers
-from eventplatform.log.cluster.network import TCP, Network
+from eventplatform.log.cluster.network import TCP, Network, TlsNetwork
 from eventplatform.log.cluster.node import BrokerMember, ControllerNode
 from eventplatform.log.config import BrokerConfig, BrokerConfigError
 from eventplatform.log.groups.coordinator import GroupCoordinator
 from eventplatform.log.invariants import find_invariant_error
 from eventplatform.log.security.listeners import Endpoint, SecurityProtocol
 from eventplatform.log.security.session import Session
-from eventplatform.log.security.tls import TlsConfigError, certificate_principal, server_context
+from eventplatform.log.security.tls import (
+    TlsConfigError,
+    certificate_principal,
+    client_context,
+    server_context,
+)
 from eventplatform.log.storage.partition_log import wall_clock_ms
 
 log = logging.getLogger("eventplatform.broker")
@@ -102,7 +107,7 @@ class BrokerServer:
     async def run(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
         raise_open_file_limit()
         broker = Broker.open(self.config, self.clock_ms, self.off_loop)
-        broker.network = self.network
+        broker.network = cluster_network(self.config, self.network)
         broker.api_versions = advertised_versions(self.handlers)
         broker.groups = GroupCoordinator(broker.config, broker.topics, broker.clock_ms)
         self.broker = broker
@@ -133,9 +138,10 @@ class BrokerServer:
         bound: list[tuple[BoundListener, trio.abc.Listener[trio.abc.Stream]]] = []
         for endpoint in self.config.bound_listeners:
             protocol = self.config.security_protocol(endpoint.name)
-            served = BoundListener(
-                endpoint, protocol, self._tls_context() if protocol.tls else None
-            )
+            inter_broker = endpoint.name == self.config.inter_broker_listener
+            require_certificate = inter_broker and self.config.cluster_tls
+            tls = _tls_context(self.config, require_certificate) if protocol.tls else None
+            served = BoundListener(endpoint, protocol, tls)
             sockets, port = await self.network.listen(endpoint.host, endpoint.port)
             broker.listener_ports[endpoint.name] = port
             bound.extend((served, listener) for listener in sockets)
@@ -160,18 +166,6 @@ class BrokerServer:
         )
         return bound
 
-    def _tls_context(self) -> ssl.SSLContext:
-        config = self.config
-        try:
-            return server_context(
-                keystore=config.ssl_keystore_location,
-                key_password=config.ssl_key_password,
-                truststore=config.ssl_truststore_location,
-                client_auth=config.ssl_client_auth,
-            )
-        except TlsConfigError as exc:
-            raise BrokerConfigError(str(exc)) from exc
-
     async def _close(self, broker: Broker) -> None:
         with trio.CancelScope(shield=True):
             await self._stop_services(broker)
@@ -182,7 +176,7 @@ class BrokerServer:
         nursery.start_soon(broker.run_background)
         nursery.start_soon(broker.run_flusher)
         if "controller" in self.config.process_roles:
-            self.controller = ControllerNode(self.config, self.network)
+            self.controller = ControllerNode(self.config, broker.network)
             await nursery.start(self.controller.run)
         if self.config.clustered:
             broker.membership = BrokerMember(broker)
@@ -312,6 +306,36 @@ class BrokerServer:
         await self._stopped.wait()
 
 
+def _tls_context(config: BrokerConfig, require_certificate: bool = False) -> ssl.SSLContext:
+    """The server context of the TLS listeners; the inter-broker listener of a cluster
+    always asks for a client certificate."""
+    try:
+        return server_context(
+            keystore=config.ssl_keystore_location,
+            key_password=config.ssl_key_password,
+            truststore=config.ssl_truststore_location,
+            client_auth="required" if require_certificate else config.ssl_client_auth,
+        )
+    except TlsConfigError as exc:
+        raise BrokerConfigError(str(exc)) from exc
+
+
+def cluster_network(config: BrokerConfig, network: Network = TCP) -> Network:
+    """The network the node's cluster traffic takes: ``network`` itself, or mutual TLS over
+    it when the inter-broker listener is SSL (see :class:`TlsNetwork`)."""
+    if not config.cluster_tls:
+        return network
+    try:
+        client = client_context(
+            truststore=config.ssl_truststore_location,
+            certificate=config.ssl_keystore_location,
+            key_password=config.ssl_key_password,
+        )
+    except TlsConfigError as exc:
+        raise BrokerConfigError(str(exc)) from exc
+    return TlsNetwork(network, _tls_context(config, require_certificate=True), client)
+
+
 async def _tls_handshake(
     stream: trio.abc.Stream, served: BoundListener, host: str
 ) -> tuple[trio.SSLStream[trio.abc.Stream] | None, str | None]:
@@ -378,7 +402,7 @@ async def _serve_controller_until_signalled(
     config: BrokerConfig, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED
 ) -> None:
     raise_open_file_limit()
-    node = ControllerNode(config)
+    node = ControllerNode(config, cluster_network(config))
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with trio.open_nursery() as nursery:
             port = await nursery.start(node.run)

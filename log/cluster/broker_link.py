@@ -109,6 +109,10 @@ class BrokerLink:
                 "host": self.broker.advertised_host,
                 "port": self.broker.port,
                 "rack": self.broker.config.broker_rack or None,
+                "endpoints": [
+                    [name, *self.broker.advertised_address(name)]
+                    for name in self.broker.listener_ports
+                ],
             },
         )
         self.epoch = int(result["epoch"])

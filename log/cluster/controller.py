@@ -69,6 +69,7 @@ from eventplatform.log.cluster.answers import (
 )
 from eventplatform.log.cluster.metadata import (
     NO_LEADER,
+    AclChange,
     AddPartitions,
     CreateTopic,
     DeleteTopic,
@@ -80,12 +81,14 @@ from eventplatform.log.cluster.metadata import (
     PartitionChange,
     ProducerIds,
     RegisterBroker,
+    ScramChange,
     TopicConfigs,
     UnfenceBroker,
     assign_replicas,
     cancel_reassignment,
     check_replica_assignment,
     decode,
+    decode_document,
     decode_image,
     elect_leader,
     encode,
@@ -95,6 +98,7 @@ from eventplatform.log.cluster.metadata import (
     place_replicas,
     reassignment_completions,
     reassignments,
+    scram_key,
     start_reassignment,
 )
 from eventplatform.log.cluster.quorum import QuorumServer
@@ -115,6 +119,7 @@ LEADER_REBALANCE_INTERVAL_S_DEFAULT = 300.0
 STALE_BROKER_EPOCH = "stale_broker_epoch"
 TOPIC_EXISTS = "topic_exists"
 UNKNOWN_TOPIC = "unknown_topic"
+RESOURCE_NOT_FOUND = "resource_not_found"
 INVALID_REPLICATION_FACTOR = "invalid_replication_factor"
 INVALID_REPLICA_ASSIGNMENT = "invalid_replica_assignment"
 INVALID_PARTITIONS = "invalid_partitions"
@@ -194,7 +199,14 @@ class Controller:
 
     # ------------------------------------------------------------ requests
 
-    async def register(self, broker: int, host: str, port: int, rack: str | None = None) -> int:
+    async def register(
+        self,
+        broker: int,
+        host: str,
+        port: int,
+        rack: str | None = None,
+        endpoints: tuple[tuple[str, str, int], ...] = (),
+    ) -> int:
         """Register ``broker`` (again); returns its new epoch."""
         async with self._deciding:
             self._require_active()
@@ -209,7 +221,7 @@ class Controller:
                 if changes:
                     await self._commit(changes)
             self._shutting_down = {s for s in self._shutting_down if s[0] != broker}
-            await self._commit([RegisterBroker(broker, epoch, host, port, rack)])
+            await self._commit([RegisterBroker(broker, epoch, host, port, rack, endpoints)])
             await self._commit([UnfenceBroker(broker, epoch)])
             self._heartbeats[broker] = trio.current_time()
             return epoch
@@ -334,6 +346,25 @@ class Controller:
             if name not in self.image.topics:
                 raise RpcError(UNKNOWN_TOPIC, f"topic {name} does not exist")
             await self._commit([DeleteTopic(name)])
+
+    async def change_scram(self, change: ScramChange) -> int:
+        """Commit users' credential changes; the security version that has them."""
+        async with self._deciding:
+            self._require_active()
+            for user, mechanism in change.deleted:
+                if scram_key(mechanism, user) not in self.image.scram:
+                    raise RpcError(
+                        RESOURCE_NOT_FOUND, f"user {user!r} has no {mechanism} credential"
+                    )
+            await self._commit([change])
+            return self.image.security_version
+
+    async def change_acls(self, change: AclChange) -> int:
+        """Commit ACL bindings added and removed; the security version that has them."""
+        async with self._deciding:
+            self._require_active()
+            await self._commit([change])
+            return self.image.security_version
 
     async def allocate_producer_ids(self, broker: int, epoch: int) -> ProducerIds:
         """The next block of producer ids, for ``broker`` alone."""
@@ -536,6 +567,8 @@ class Controller:
             "reassign_partitions": self._rpc_reassign_partitions,
             "cancel_reassignments": self._rpc_cancel_reassignments,
             "list_reassignments": self._rpc_list_reassignments,
+            "scram_change": self._rpc_scram_change,
+            "acl_change": self._rpc_acl_change,
         }
 
     async def _rpc_reassign_partitions(self, params: Params) -> Params:
@@ -561,6 +594,22 @@ class Controller:
             self._require_active()
             return {"reassignments": reassignment_documents(self.image)}
 
+    async def _rpc_scram_change(self, params: Params) -> Params:
+        with _refusals():
+            change = decode_document({"type": "scram_change", **params})
+            assert isinstance(change, ScramChange)
+            version = await self.change_scram(change)
+            await self.wait_propagated()
+            return {"security_version": version}
+
+    async def _rpc_acl_change(self, params: Params) -> Params:
+        with _refusals():
+            change = decode_document({"type": "acl_change", **params})
+            assert isinstance(change, AclChange)
+            version = await self.change_acls(change)
+            await self.wait_propagated()
+            return {"security_version": version}
+
     async def _rpc_allocate_producer_ids(self, params: Params) -> Params:
         with _refusals():
             block = await self.allocate_producer_ids(int(params["broker"]), int(params["epoch"]))
@@ -568,8 +617,16 @@ class Controller:
 
     async def _rpc_register(self, params: Params) -> Params:
         with _refusals():
+            endpoints = tuple(
+                (str(name), str(host), int(port))
+                for name, host, port in params.get("endpoints") or ()
+            )
             epoch = await self.register(
-                int(params["broker"]), str(params["host"]), int(params["port"]), params.get("rack")
+                int(params["broker"]),
+                str(params["host"]),
+                int(params["port"]),
+                params.get("rack"),
+                endpoints,
             )
             return {"epoch": epoch, "controller": self.quorum.id}
 

@@ -15,6 +15,8 @@ import trio
 from eventplatform.log.cluster.network import Network
 from eventplatform.log.config import BrokerConfig
 from eventplatform.log.replica.topics import TopicRegistry
+from eventplatform.log.security.acls import AclStore
+from eventplatform.log.security.credentials import CredentialStore
 
 
 class GroupHooks(Protocol):
@@ -37,11 +39,18 @@ class BrokerHost(Protocol):
     network: Network
     offline_partitions: set[tuple[str, int]]
     storage_failed: trio.Event
+    credentials: CredentialStore
+    acls: AclStore
 
     @property
     def groups(self) -> GroupHooks | None: ...
 
     @property
     def advertised_host(self) -> str: ...
+
+    @property
+    def listener_ports(self) -> dict[str, int]: ...
+
+    def advertised_address(self, listener: str) -> tuple[str, int]: ...
 
     def clock_ms(self) -> int: ...

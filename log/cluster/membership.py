@@ -36,6 +36,16 @@ class BrokerAddress:
     host: str
     port: int
     rack: str | None
+    endpoints: tuple[tuple[str, str, int], ...] = ()
+
+    def address(self, listener: str) -> tuple[str, int] | None:
+        """Where clients of ``listener`` reach the broker (see ``BrokerState.address``)."""
+        if not self.endpoints:
+            return self.host, self.port
+        for name, host, port in self.endpoints:
+            if name == listener:
+                return host, port
+        return None
 
 
 @dataclass(frozen=True, slots=True)

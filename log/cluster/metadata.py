@@ -81,6 +81,9 @@ class RegisterBroker:
     host: str
     port: int
     rack: str | None = None
+    endpoints: tuple[tuple[str, str, int], ...] = ()
+    """Every listener's advertised address (name, host, port); ``host:port`` is the
+    inter-broker listener's."""
 
 
 @dataclass(frozen=True)
@@ -152,6 +155,46 @@ class ProducerIds:
     size: int
 
 
+@dataclass(frozen=True)
+class StoredScram:
+    """One user's SCRAM credential for one mechanism (name as SASL spells it), its bytes
+    base64-encoded: what a broker checks proofs against, never a password."""
+
+    user: str
+    mechanism: str
+    salt: str
+    iterations: int
+    stored_key: str
+    server_key: str
+
+
+@dataclass(frozen=True)
+class ScramChange:
+    """Credentials stored (``upserted``) and removed (``deleted``: user, mechanism)."""
+
+    upserted: tuple[StoredScram, ...] = ()
+    deleted: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True, order=True)
+class AclEntry:
+    """One ACL binding, its enums as Kafka's codes."""
+
+    resource_type: int
+    resource_name: str
+    pattern_type: int
+    principal: str
+    host: str
+    operation: int
+    permission: int
+
+
+@dataclass(frozen=True)
+class AclChange:
+    added: tuple[AclEntry, ...] = ()
+    removed: tuple[AclEntry, ...] = ()
+
+
 MetadataRecord = (
     RegisterBroker
     | FenceBroker
@@ -162,6 +205,8 @@ MetadataRecord = (
     | TopicConfigs
     | DeleteTopic
     | ProducerIds
+    | ScramChange
+    | AclChange
 )
 RECORD_TYPES: dict[str, type[Any]] = {
     "register_broker": RegisterBroker,
@@ -173,6 +218,8 @@ RECORD_TYPES: dict[str, type[Any]] = {
     "topic_configs": TopicConfigs,
     "delete_topic": DeleteTopic,
     "producer_ids": ProducerIds,
+    "scram_change": ScramChange,
+    "acl_change": AclChange,
 }
 TYPE_NAMES = {record_type: name for name, record_type in RECORD_TYPES.items()}
 
@@ -199,6 +246,12 @@ def decode_document(document: Any) -> MetadataRecord:
         record_type = RECORD_TYPES[document.pop("type")]
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise MetadataError(f"not a metadata record: {str(document)[:80]}") from exc
+    if record_type in (ScramChange, AclChange):
+        try:
+            decoded: MetadataRecord = _from_json(record_type, document)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise MetadataError(f"a {record_type.__name__} with wrong fields: {exc}") from exc
+        return decoded
     try:
         if record_type in (CreateTopic, AddPartitions):
             document["partitions"] = tuple(
@@ -208,6 +261,10 @@ def decode_document(document: Any) -> MetadataRecord:
         for name in ("isr", "replicas", "adding", "removing", "target"):
             if document.get(name) is not None:
                 document[name] = tuple(document[name])
+        if document.get("endpoints") is not None:
+            document["endpoints"] = tuple(
+                (str(name), str(host), int(port)) for name, host, port in document["endpoints"]
+            )
         record: MetadataRecord = record_type(**document)
     except (KeyError, TypeError) as exc:
         raise MetadataError(f"a {record_type.__name__} with wrong fields: {exc}") from exc
@@ -225,6 +282,17 @@ class BrokerState:
     port: int
     rack: str | None
     fenced: bool
+    endpoints: tuple[tuple[str, str, int], ...] = ()
+
+    def address(self, listener: str) -> tuple[str, int] | None:
+        """Where clients of ``listener`` reach this broker; its one address when it
+        registered none by listener, None when it has no such listener."""
+        if not self.endpoints:
+            return self.host, self.port
+        for name, host, port in self.endpoints:
+            if name == listener:
+                return host, port
+        return None
 
 
 @dataclass(frozen=True)
@@ -267,12 +335,23 @@ class MetadataImage:
     topics: dict[str, TopicState] = field(default_factory=dict)
     offset: int = 0
     next_producer_id: int = 0
+    scram: dict[str, StoredScram] = field(default_factory=dict)
+    """Credentials by ``mechanism:user``."""
+    acls: list[AclEntry] = field(default_factory=list)
+    security_version: int = 0
+    """Counts the committed credential and ACL changes, so a broker knows when to reload."""
 
     def apply(self, record: MetadataRecord) -> None:
         """Apply the next committed record; raises MetadataError on a contradiction."""
         if isinstance(record, RegisterBroker):
             self.brokers[record.broker] = BrokerState(
-                record.broker, record.epoch, record.host, record.port, record.rack, fenced=True
+                record.broker,
+                record.epoch,
+                record.host,
+                record.port,
+                record.rack,
+                fenced=True,
+                endpoints=record.endpoints,
             )
         elif isinstance(record, FenceBroker | UnfenceBroker):
             broker = self._broker(record.broker, record.epoch)
@@ -289,6 +368,10 @@ class MetadataImage:
         elif isinstance(record, DeleteTopic):
             self._topic(record.name)
             del self.topics[record.name]
+        elif isinstance(record, ScramChange):
+            self._change_scram(record)
+        elif isinstance(record, AclChange):
+            self._change_acls(record)
         elif isinstance(record, ProducerIds):
             if record.start != self.next_producer_id or record.size <= 0:
                 raise MetadataError(
@@ -319,6 +402,19 @@ class MetadataImage:
         if state is None or state.epoch != epoch:
             raise MetadataError(f"broker {broker} epoch {epoch} is not registered")
         return state
+
+    def _change_scram(self, record: ScramChange) -> None:
+        for user, mechanism in record.deleted:
+            if self.scram.pop(scram_key(mechanism, user), None) is None:
+                raise MetadataError(f"no {mechanism} credential of {user!r} to delete")
+        for stored in record.upserted:
+            self.scram[scram_key(stored.mechanism, stored.user)] = stored
+        self.security_version += 1
+
+    def _change_acls(self, record: AclChange) -> None:
+        entries = (set(self.acls) - set(record.removed)) | set(record.added)
+        self.acls = sorted(entries)
+        self.security_version += 1
 
     def _create(self, record: CreateTopic) -> None:
         if record.name in self.topics:
@@ -353,6 +449,10 @@ class MetadataImage:
             removing,
             target,
         )
+
+
+def scram_key(mechanism: str, user: str) -> str:
+    return f"{mechanism}:{user}"
 
 
 def encode_image(image: MetadataImage) -> bytes:

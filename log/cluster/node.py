@@ -14,6 +14,7 @@ broker reaches the controllers over the network like any other broker.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -26,6 +27,7 @@ from eventplatform.log.cluster.controller import (
     INVALID_PARTITIONS,
     INVALID_REPLICA_ASSIGNMENT,
     INVALID_REPLICATION_FACTOR,
+    RESOURCE_NOT_FOUND,
     TOPIC_EXISTS,
     UNKNOWN_TOPIC,
     Controller,
@@ -38,6 +40,7 @@ from eventplatform.log.cluster.quorum_storage import SegmentQuorumStorage
 from eventplatform.log.cluster.raft import RaftConfig
 from eventplatform.log.cluster.replication import ReplicaManager, topic_id_bytes
 from eventplatform.log.cluster.rpc import NOT_CONTROLLER, RpcError, answer
+from eventplatform.log.cluster.security_records import acl_change, scram_change
 from eventplatform.log.config import BrokerConfig
 from eventplatform.log.invariants import find_invariant_error
 from eventplatform.log.protocol import ErrorCode
@@ -159,7 +162,7 @@ class BrokerMember:
     def live_brokers(self) -> list[BrokerAddress]:
         brokers = self.replicas.image.brokers.values()
         return [
-            BrokerAddress(b.broker, b.host, b.port, b.rack)
+            BrokerAddress(b.broker, b.host, b.port, b.rack, b.endpoints)
             for b in sorted(brokers, key=lambda b: b.broker)
             if not b.fenced
         ]
@@ -271,21 +274,21 @@ class BrokerMember:
     async def alter_scram_credentials(
         self, upsertions: list[tuple[str, ScramCredential]], deletions: list[Deletion]
     ) -> None:
-        """A cluster's credentials belong in its metadata, so that every broker checks
-        the same ones; until they are kept there, a member refuses to keep its own."""
-        await trio.lowlevel.checkpoint()
-        raise TopicError(
-            ErrorCode.UNSUPPORTED_VERSION,
-            "SCRAM credentials are kept by a broker on its own; a cluster does not keep them yet",
-        )
+        """Through the active controller, into the cluster's metadata: every broker checks
+        the same credentials."""
+        change = scram_change(upsertions, deletions)
+        await self._change_security("scram_change", dataclasses.asdict(change))
 
     async def change_acls(self, added: list[AclBinding], removed: list[AclBinding]) -> None:
-        """A cluster's ACLs belong in its metadata, like its credentials."""
-        await trio.lowlevel.checkpoint()
-        raise TopicError(
-            ErrorCode.SECURITY_DISABLED,
-            "ACLs are kept by a broker on its own; a cluster does not keep them yet",
-        )
+        """Through the active controller, into the cluster's metadata: every broker decides
+        by the same ACLs."""
+        change = acl_change(added, removed)
+        await self._change_security("acl_change", dataclasses.asdict(change))
+
+    async def _change_security(self, method: str, params: dict[str, Any]) -> None:
+        result = await self._forward(method, params)
+        version = int(result["security_version"])
+        await self._until(lambda: self.replicas.image.security_version >= version)
 
     async def _forward(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
         try:
@@ -312,6 +315,7 @@ def _has_topic(broker: BrokerHost, name: str, topic_id: bytes) -> bool:
 
 
 RPC_ERRORS = {
+    RESOURCE_NOT_FOUND: ErrorCode.RESOURCE_NOT_FOUND,
     TOPIC_EXISTS: ErrorCode.TOPIC_ALREADY_EXISTS,
     UNKNOWN_TOPIC: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
     INVALID_REPLICATION_FACTOR: ErrorCode.INVALID_REPLICATION_FACTOR,

@@ -53,6 +53,7 @@ from eventplatform.log.cluster.metadata import (
 )
 from eventplatform.log.cluster.peer import PeerConnection, PeerError
 from eventplatform.log.cluster.rpc import RpcError
+from eventplatform.log.cluster.security_records import load_security
 from eventplatform.log.protocol import ErrorCode
 from eventplatform.log.protocol.apis import FETCH, OFFSET_FOR_LEADER_EPOCH
 from eventplatform.log.replica.partition import NO_LEADER, Partition, ReplicaSettings
@@ -103,6 +104,7 @@ class ReplicaManager:
         self.applied_once = False
         self._nursery: trio.Nursery | None = None
         self._altering: set[tuple[str, int]] = set()
+        self._security_version = 0
 
     def start(self, nursery: trio.Nursery) -> None:
         self._nursery = nursery
@@ -118,8 +120,12 @@ class ReplicaManager:
     # ------------------------------------------------------------ metadata
 
     def apply(self, image: MetadataImage) -> None:
-        """Make the local topics and replica roles what ``image`` says."""
+        """Make the local topics and replica roles what ``image`` says, and the broker's
+        credentials and ACLs the cluster's."""
         self.image = image
+        if image.security_version != self._security_version:
+            load_security(image, self.broker.credentials, self.broker.acls)
+            self._security_version = image.security_version
         registry = self.broker.topics
         for name, state in image.topics.items():
             topic = self._ensure_topic(name, state)

@@ -28,7 +28,9 @@ from eventplatform.log.cluster.frames import (
     Table,
     Text,
     TextMap,
+    Tuple,
 )
+from eventplatform.log.security.scram import USER_CHARS_MAX
 
 HOST_CHARS_MAX = 255
 """A host name's longest (DNS)."""
@@ -50,12 +52,38 @@ REASSIGNMENT = Record(
     Field("topic", TOPIC), Field("partition", PARTITION), Field("replicas", REPLICAS)
 )
 
+LISTENERS_MAX = 64
+"""The most listeners one broker registers."""
+PORT = Integer(0, 65_535)
+ENDPOINT = Tuple(Text(NAME_CHARS_MAX), Text(HOST_CHARS_MAX), PORT)
+"""A listener's advertised address: ``[name, host, port]``."""
+SECRET_TEXT = Text(1024)
+"""A base64 salt or key of a SCRAM credential."""
+SCRAM = Record(
+    Field("user", Text(USER_CHARS_MAX)),
+    Field("mechanism", Text(NAME_CHARS_MAX)),
+    Field("salt", SECRET_TEXT),
+    Field("iterations", Integer(0, INT32_MAX)),
+    Field("stored_key", SECRET_TEXT),
+    Field("server_key", SECRET_TEXT),
+)
+ACL = Record(
+    Field("resource_type", Integer(0, 127)),
+    Field("resource_name", Text()),
+    Field("pattern_type", Integer(0, 127)),
+    Field("principal", Text()),
+    Field("host", Text(HOST_CHARS_MAX)),
+    Field("operation", Integer(0, 127)),
+    Field("permission", Integer(0, 127)),
+)
+
 REQUESTS: dict[str, Table] = {
     "register_broker": (
         BROKER,
         Field("host", Text(HOST_CHARS_MAX)),
-        Field("port", Integer(0, 65_535)),
+        Field("port", PORT),
         Field("rack", Text(HOST_CHARS_MAX), nullable=True, optional=True),
+        Field("endpoints", ListOf(ENDPOINT, LISTENERS_MAX), optional=True),
     ),
     "heartbeat": (
         BROKER,
@@ -99,4 +127,9 @@ REQUESTS: dict[str, Table] = {
         ),
     ),
     "list_reassignments": (),
+    "scram_change": (
+        Field("upserted", ListOf(SCRAM)),
+        Field("deleted", ListOf(Tuple(Text(USER_CHARS_MAX), Text(NAME_CHARS_MAX)))),
+    ),
+    "acl_change": (Field("added", ListOf(ACL)), Field("removed", ListOf(ACL))),
 }

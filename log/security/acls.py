@@ -247,6 +247,10 @@ class AclStore:
             write_atomically(self.path, orjson.dumps({"version": 1, "acls": entries}))
         self._replace(bindings)
 
+    def replace_all(self, bindings: Iterable[AclBinding]) -> None:
+        """Hold exactly ``bindings`` (a cluster member's copy of the metadata's)."""
+        self._replace(frozenset(bindings))
+
     def _replace(self, bindings: frozenset[AclBinding]) -> None:
         literal: dict[tuple[AclResourceType, str], list[AclBinding]] = {}
         prefixed: dict[AclResourceType, list[AclBinding]] = {}

@@ -77,6 +77,16 @@ class CredentialStore:
                 return credential
         return None
 
+    def replace_all(self, credentials: Iterable[tuple[str, ScramCredential]]) -> None:
+        """Hold exactly ``credentials`` (a cluster member's copy of the metadata's)."""
+        by_mechanism: dict[ScramMechanism, dict[str, ScramCredential]] = {
+            ScramMechanism.SCRAM_SHA_256: {},
+            ScramMechanism.SCRAM_SHA_512: {},
+        }
+        for user, credential in credentials:
+            by_mechanism[credential.mechanism][user] = credential
+        self._by_mechanism = by_mechanism
+
     def apply(
         self, upsertions: Iterable[tuple[str, ScramCredential]], deletions: Iterable[Deletion]
     ) -> None:

@@ -60,13 +60,19 @@ def server_context(
     return context
 
 
-def client_context(*, truststore: str = "", certificate: str = "", key: str = "") -> ssl.SSLContext:
+def client_context(
+    *, truststore: str = "", certificate: str = "", key: str = "", key_password: str = ""
+) -> ssl.SSLContext:
     """A client's context: the server is verified against ``truststore`` (the system's
-    authorities when empty); ``certificate`` and ``key`` are presented when given."""
-    context = ssl.create_default_context(cafile=truststore or None)
-    context.minimum_version = ssl.TLSVersion.TLSv1_2
-    if certificate:
-        context.load_cert_chain(certificate, key or None)
+    authorities when empty); ``certificate`` (with ``key``, or a PEM holding both) is
+    presented when given."""
+    try:
+        context = ssl.create_default_context(cafile=truststore or None)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        if certificate:
+            context.load_cert_chain(certificate, key or None, password=key_password or None)
+    except (OSError, ssl.SSLError) as exc:
+        raise TlsConfigError(f"cannot set up TLS as a client: {exc}") from exc
     return context
 
 

@@ -97,6 +97,7 @@ async def _leader_of_group_partition(broker: Broker, group_id: str, listener: st
     if leader == broker.node_id:
         return _named(leader, *broker.advertised_address(listener))
     for node in broker.membership.live_brokers():
-        if node.node_id == leader:
-            return _named(node.node_id, node.host, node.port)
+        address = node.address(listener)
+        if node.node_id == leader and address is not None:
+            return _named(node.node_id, *address)
     return _no_coordinator(ErrorCode.COORDINATOR_NOT_AVAILABLE, "the partition has no leader")

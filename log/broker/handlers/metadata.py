@@ -94,16 +94,19 @@ def live_brokers(context: RequestContext) -> list[Body]:
     """The brokers clients may connect to (``node_id``, ``host``, ``port``, ``rack``); this
     broker's own address is the one of the listener the client came in on."""
     broker = context.broker
-    own = broker.advertised_address(context.session.listener)
-    return [
-        {
-            "node_id": b.node_id,
-            "host": own[0] if b.node_id == broker.node_id else b.host,
-            "port": own[1] if b.node_id == broker.node_id else b.port,
-            "rack": b.rack,
-        }
-        for b in broker.membership.live_brokers()
-    ]
+    listener = context.session.listener
+    answer = []
+    for b in broker.membership.live_brokers():
+        address = (
+            broker.advertised_address(listener)
+            if b.node_id == broker.node_id
+            else b.address(listener)
+        )
+        if address is not None:  # a broker without this listener is not told of
+            answer.append(
+                {"node_id": b.node_id, "host": address[0], "port": address[1], "rack": b.rack}
+            )
+    return answer
 
 
 async def _requested_topic(context: RequestContext, entry: Body, allow_create: bool) -> Body:

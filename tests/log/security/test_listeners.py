@@ -38,6 +38,10 @@ def test_without_listeners_the_broker_binds_one_plaintext_listener() -> None:
     assert config.inter_broker_listener == "PLAINTEXT"
 
 
+CLUSTER = ["process.roles=broker,controller", "controller.quorum.voters=1@127.0.0.1:9093"]
+MAP = "listener.security.protocol.map=INTERNAL:PLAINTEXT,OUTSIDE:SASL_SSL"
+
+
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
@@ -54,12 +58,37 @@ def test_without_listeners_the_broker_binds_one_plaintext_listener() -> None:
         (["ssl.keystore.type=JKS"], "only PEM"),
         (["sasl.enabled.mechanisms=GSSAPI"], "subset of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512"),
         (
+            [*CLUSTER, "listeners=SASL_PLAINTEXT://h:1"],
+            "make it SSL",
+        ),
+        (
+            [*CLUSTER, "listeners=INTERNAL://h:1,OUTSIDE://h:2", MAP, "ssl.keystore.location=k"],
+            "needs an SSL inter-broker listener",
+        ),
+        (
+            [*CLUSTER, "listeners=INTERNAL://h:1", MAP, "authorizer.class.name=StandardAuthorizer"],
+            "needs an SSL inter-broker listener",
+        ),
+        (
             [
-                "process.roles=broker,controller",
-                "controller.quorum.voters=1@127.0.0.1:9093",
-                "listeners=SASL_PLAINTEXT://h:1",
+                *CLUSTER,
+                "listeners=OUTSIDE://h:2,INTERNAL://h:1",
+                MAP.replace("INTERNAL:PLAINTEXT", "INTERNAL:SSL"),
+                "inter.broker.listener.name=INTERNAL",
+                "ssl.keystore.location=k",
             ],
-            "PLAINTEXT for now",
+            "needs ssl.truststore.location",
+        ),
+        (
+            [
+                *CLUSTER,
+                "listeners=INTERNAL://h:1",
+                MAP.replace("INTERNAL:PLAINTEXT", "INTERNAL:SSL") + ",CONTROLLER:PLAINTEXT",
+                "controller.listener.names=CONTROLLER",
+                "ssl.keystore.location=k",
+                "ssl.truststore.location=t",
+            ],
+            "must speak what the inter-broker listener does",
         ),
     ],
 )
@@ -74,3 +103,20 @@ def test_describe_configs_never_shows_the_key_password() -> None:
     assert entry["value"] is None
     assert entry["is_sensitive"] is True
     assert all(synonym["value"] is None for synonym in entry["synonyms"])
+
+
+def test_a_cluster_with_an_ssl_inter_broker_listener_secures_its_own_traffic() -> None:
+    config = BrokerConfig.load(
+        overrides=[
+            *CLUSTER,
+            "listeners=INTERNAL://127.0.0.1:1,OUTSIDE://127.0.0.1:2",
+            "listener.security.protocol.map=INTERNAL:SSL,OUTSIDE:SASL_SSL,CONTROLLER:SSL",
+            "inter.broker.listener.name=INTERNAL",
+            "controller.listener.names=CONTROLLER",
+            "ssl.keystore.location=k",
+            "ssl.truststore.location=t",
+            "authorizer.class.name=StandardAuthorizer",
+        ]
+    )
+    assert config.cluster_tls
+    assert not BrokerConfig.load(overrides=CLUSTER).cluster_tls
