@@ -12,10 +12,11 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from eventplatform.cli_support import client_config_of_options
+from eventplatform.client_config import BOOTSTRAP_DEFAULT, BOOTSTRAP_ENV, CLIENT_CONFIG_ENV
 from eventplatform.cluster_cli import controllers_option, data_dir_option
 from eventplatform.tools.arguments import (
     ACKS_CHOICES,
-    BOOTSTRAP_DEFAULT,
     COMPRESSION_CHOICES,
     DELIVERY_TIMEOUT_S_DEFAULT,
     REQUEST_TIMEOUT_S_DEFAULT,
@@ -155,15 +156,24 @@ def serve(
 
 
 def _cluster_options(command: Callable[..., Any]) -> Callable[..., Any]:
-    """Add ``--bootstrap`` and ``--request-timeout``; the command receives ``cluster``."""
+    """Add ``--bootstrap``, ``--client-config`` and ``--request-timeout``; the command
+    receives ``cluster``, with the client config's security (docs/security.md)."""
 
     @click.option(
         "--bootstrap",
-        default=BOOTSTRAP_DEFAULT,
-        show_default=True,
+        default=None,
         callback=_parsed(parse_bootstrap),
         metavar="HOST:PORT[,...]",
-        help="Brokers to connect to first.",
+        help=f"Brokers to connect to first.  [default: ${BOOTSTRAP_ENV}, else the client "
+        f"config's bootstrap.servers, else {BOOTSTRAP_DEFAULT}]",
+    )
+    @click.option(
+        "--client-config",
+        type=click.Path(path_type=Path, dir_okay=False),
+        default=None,
+        metavar="PATH",
+        help="A Kafka client properties file: security.protocol, sasl.*, ssl.* "
+        f"(docs/security.md).  [default: ${CLIENT_CONFIG_ENV}]",
     )
     @click.option(
         "--request-timeout",
@@ -174,8 +184,17 @@ def _cluster_options(command: Callable[..., Any]) -> Callable[..., Any]:
         help="How long one request to the cluster may take.",
     )
     @functools.wraps(command)
-    def with_cluster(*args: Any, bootstrap: str, request_timeout: float, **kwargs: Any) -> Any:
-        cluster = ClusterSettings(bootstrap=bootstrap, request_timeout_s=request_timeout)
+    def with_cluster(
+        *args: Any,
+        bootstrap: str | None,
+        client_config: Path | None,
+        request_timeout: float,
+        **kwargs: Any,
+    ) -> Any:
+        client = client_config_of_options(bootstrap, client_config)
+        cluster = ClusterSettings(
+            bootstrap=client.bootstrap, request_timeout_s=request_timeout, client=client
+        )
         return command(*args, cluster=cluster, **kwargs)
 
     return with_cluster

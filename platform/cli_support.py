@@ -3,20 +3,26 @@
 An app declares its commands with ``App(commands="package.module:attribute")``,
 a :class:`click.Command` (usually a group) that ``platform apps <app name>``
 runs. Those commands are written with the helpers here, so that every app,
-bundled or not, takes ``--bootstrap``, ``--database`` and a simulated window
-the same way and reports errors the same way::
+bundled or not, takes ``--bootstrap``, ``--client-config``, ``--database`` and a
+simulated window the same way and reports errors the same way::
 
     import click
 
-    from eventplatform.cli_support import bootstrap_option, reported_errors
+    from eventplatform.cli_support import client_options, reported_errors
+    from eventplatform.events import ClientConfig, EventProducer
 
     @click.group()
     def commands() -> None:
         \"\"\"My app.\"\"\"
 
     @commands.command()
-    @bootstrap_option
-    def simulate(bootstrap: str) -> None: ...
+    @client_options
+    def simulate(client: ClientConfig) -> None:
+        with EventProducer(client) as producer: ...
+
+``client`` holds the brokers and the security settings of the client config file
+and environment (docs/security.md). :func:`bootstrap_option` gives the brokers
+alone; the SDK then reads the security settings from the environment itself.
 
 This module imports click, since it is command-line support; the SDK and
 the :class:`~eventplatform.projections.App` declaration do not. SQLAlchemy
@@ -26,15 +32,27 @@ and the Kafka client are imported inside the functions that need them, so
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import socket
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any, TypeVar
 
 import click
+
+from eventplatform.client_config import (
+    BOOTSTRAP_DEFAULT,
+    BOOTSTRAP_ENV,
+    CLIENT_CONFIG_ENV,
+    ClientConfig,
+    ClientConfigError,
+    KafkaConnection,
+    load_client_config,
+)
 
 __all__ = [
     "APPEND_CHUNK_EVENTS",
@@ -43,6 +61,8 @@ __all__ = [
     "address",
     "append_in_chunks",
     "bootstrap_option",
+    "client_config_of_options",
+    "client_options",
     "database_option",
     "database_url_of",
     "log_to_stderr",
@@ -53,8 +73,6 @@ __all__ = [
     "window_options",
 ]
 
-BOOTSTRAP_ENV = "EVENTPLATFORM_BOOTSTRAP"
-BOOTSTRAP_DEFAULT = "127.0.0.1:9092"
 APPEND_CHUNK_EVENTS = 10_000
 """Events handed to the producer in one ``append``: bounds the memory of one call."""
 
@@ -70,6 +88,43 @@ def bootstrap_option(command: Decorated) -> Decorated:
         metavar="HOST:PORT[,...]",
         help="Brokers of the log the projections read.",
     )(command)
+
+
+def client_options(command: Decorated) -> Decorated:
+    """``--bootstrap`` and ``--client-config``: the command receives ``client``, the
+    :class:`ClientConfig` they resolve to with the environment (docs/security.md)."""
+
+    @click.option(
+        "--bootstrap",
+        default=None,
+        metavar="HOST:PORT[,...]",
+        help="Brokers to connect to first.  [default: $EVENTPLATFORM_BOOTSTRAP, else the "
+        "client config's bootstrap.servers, else 127.0.0.1:9092]",
+    )
+    @click.option(
+        "--client-config",
+        type=click.Path(path_type=Path, dir_okay=False),
+        default=None,
+        metavar="PATH",
+        help="A Kafka client properties file: security.protocol, sasl.*, ssl.* "
+        f"(docs/security.md).  [default: ${CLIENT_CONFIG_ENV}]",
+    )
+    @functools.wraps(command)
+    def with_client(
+        *args: Any, bootstrap: str | None, client_config: Path | None, **kwargs: Any
+    ) -> Any:
+        return command(*args, client=client_config_of_options(bootstrap, client_config), **kwargs)
+
+    return with_client  # type: ignore[return-value]
+
+
+def client_config_of_options(bootstrap: str | None, client_config: Path | None) -> ClientConfig:
+    """The :class:`ClientConfig` of ``--bootstrap`` and ``--client-config``; a usage
+    error naming the bad setting and its source otherwise."""
+    try:
+        return load_client_config(bootstrap=bootstrap, config_file=client_config)
+    except ClientConfigError as error:
+        raise click.UsageError(str(error)) from error
 
 
 def database_option(command: Decorated) -> Decorated:
@@ -151,7 +206,7 @@ def address(listen: str, option: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-def append_in_chunks(bootstrap: str, events: Sequence[Any]) -> None:
+def append_in_chunks(bootstrap: KafkaConnection, events: Sequence[Any]) -> None:
     """Append ``events`` in order, :data:`APPEND_CHUNK_EVENTS` to a call."""
     from eventplatform.events import EventProducer
 

@@ -10,11 +10,18 @@ do not pay for them at start-up.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 
-from eventplatform.cli_support import database_option, database_url_of, reported_errors
+from eventplatform.cli_support import (
+    client_config_of_options,
+    database_option,
+    database_url_of,
+    reported_errors,
+)
+from eventplatform.client_config import CLIENT_CONFIG_ENV, ClientConfig
 
 if TYPE_CHECKING:
     from eventplatform.projections.apps import App
@@ -53,8 +60,20 @@ def db() -> None:
     help="Also create the apps' event topics that are missing on these brokers, as the "
     "event SDK creates them (kept forever, never compacted, entity versions on).",
 )
+@click.option(
+    "--client-config",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    metavar="PATH",
+    help="With --bootstrap: a Kafka client properties file, security.protocol, sasl.*, "
+    f"ssl.* (docs/security.md).  [default: ${CLIENT_CONFIG_ENV}]",
+)
 def db_upgrade(
-    database: str | None, app_references: tuple[str, ...], revision: str, bootstrap: str | None
+    database: str | None,
+    app_references: tuple[str, ...],
+    revision: str,
+    bootstrap: str | None,
+    client_config: Path | None,
 ) -> None:
     """Apply every pending revision.
 
@@ -68,15 +87,15 @@ def db_upgrade(
         result = upgrade(database_url_of(database), apps, revision)
     _echo_result("applied", result)
     if bootstrap is not None:
-        _create_event_topics(bootstrap, apps)
+        _create_event_topics(client_config_of_options(bootstrap, client_config), apps)
 
 
-def _create_event_topics(bootstrap: str, apps: Sequence[App]) -> None:
+def _create_event_topics(client: ClientConfig, apps: Sequence[App]) -> None:
     from eventplatform.events import AppendError
     from eventplatform.events.topics import create_event_topics
 
     topics = sorted({event.event_topic for app in apps for event in app.event_types})
-    settings = {"bootstrap.servers": bootstrap}
+    settings = client.librdkafka()
     try:
         created = set(create_event_topics(settings, topics, timeout_s=TOPIC_TIMEOUT_S))
     except AppendError as exc:

@@ -34,6 +34,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from eventplatform.client_config import ClientConfig
 from eventplatform.events import Event, EventProducer
 from eventplatform.log.config import BrokerConfig
 from eventplatform.projections import AppDemo, DemoRun, DemoSimulation, migrate
@@ -122,8 +123,10 @@ def run_demo(settings: DemoSettings, echo: Echo) -> None:
     url = settings.database_url
     with ExitStack() as stack:
         with _step(echo, f"starting a broker on {settings.data_dir}"):
-            bootstrap = stack.enter_context(embedded_broker(config))
-            echo(f"   listening on {bootstrap}")
+            address = stack.enter_context(embedded_broker(config))
+            echo(f"   listening on {address}")
+        # the demo's own broker is plaintext, whatever the environment says of other clusters
+        bootstrap = ClientConfig(address)
         run = _demo_run(settings, bootstrap)
         with _step(echo, "creating the tables (platform db upgrade)"):
             migrate.upgrade(url, apps)
@@ -148,11 +151,11 @@ def run_demo(settings: DemoSettings, echo: Echo) -> None:
     )
 
 
-def _demo_run(settings: DemoSettings, bootstrap: str) -> DemoRun:
+def _demo_run(settings: DemoSettings, bootstrap: ClientConfig) -> DemoRun:
     """The window ends at this minute; Spark's source reads the demo's log directly."""
     end = datetime.now(UTC).replace(second=0, microsecond=0)
     # absolute: Spark's Python workers need not share this working directory
-    options = {"bootstrap.servers": bootstrap, "dataDir": str(settings.data_dir.resolve())}
+    options = {**bootstrap.spark_options(), "dataDir": str(settings.data_dir.resolve())}
     return DemoRun(
         bootstrap=bootstrap,
         database_url=settings.database_url,
@@ -174,7 +177,7 @@ def _listing(words: Sequence[str]) -> str:
     return " and ".join([", ".join(words[:-1]), words[-1]] if len(words) > 1 else words)
 
 
-def _wait_applied(parts: Sequence[DemoApp], url: str, bootstrap: str) -> None:
+def _wait_applied(parts: Sequence[DemoApp], url: str, bootstrap: ClientConfig) -> None:
     """Until every streamed projection has applied its own topics to their ends."""
     for part in parts:
         for projection in part.app.projections:

@@ -9,11 +9,12 @@ import threading
 import click
 
 from eventplatform.cli_support import (
-    bootstrap_option,
+    client_options,
     database_option,
     database_url_of,
     reported_errors,
 )
+from eventplatform.client_config import ClientConfig
 from eventplatform.db_cli import apps_option, load_apps
 
 
@@ -45,7 +46,7 @@ def projections() -> None:
     default="INFO",
     show_default=True,
 )
-@bootstrap_option
+@client_options
 @database_option
 @apps_option
 def projections_run(
@@ -53,7 +54,7 @@ def projections_run(
     batch_size: int,
     consumer_settings: tuple[str, ...],
     log_level: str,
-    bootstrap: str,
+    client: ClientConfig,
     database: str | None,
     app_references: tuple[str, ...],
 ) -> None:
@@ -71,7 +72,7 @@ def projections_run(
             name,
             load_apps(app_references),
             database_url=database_url_of(database),
-            bootstrap=bootstrap,
+            bootstrap=client,
             batch_size=batch_size,
             consumer_config=_settings(consumer_settings),
             stop=stop,
@@ -101,11 +102,11 @@ def projections_list(database: str | None, app_references: tuple[str, ...]) -> N
 
 @projections.command("status")
 @click.argument("name", required=False)
-@bootstrap_option
+@client_options
 @database_option
 @apps_option
 def projections_status(
-    name: str | None, bootstrap: str, database: str | None, app_references: tuple[str, ...]
+    name: str | None, client: ClientConfig, database: str | None, app_references: tuple[str, ...]
 ) -> None:
     """Lag in events and seconds, last error, parked events and rows per table."""
     from eventplatform.projections.operations import projection_status
@@ -114,7 +115,7 @@ def projections_status(
         statuses = projection_status(
             load_apps(app_references),
             database_url=database_url_of(database),
-            bootstrap=bootstrap,
+            bootstrap=client,
             name=name,
         )
     for status in statuses:
@@ -138,13 +139,13 @@ def projections_status(
 @click.option(
     "--id", "ids", type=int, multiple=True, help="Retry only this dead letter; repeatable."
 )
-@bootstrap_option
+@client_options
 @database_option
 @apps_option
 def projections_retry(
     name: str,
     ids: tuple[int, ...],
-    bootstrap: str,
+    client: ClientConfig,
     database: str | None,
     app_references: tuple[str, ...],
 ) -> None:
@@ -156,7 +157,7 @@ def projections_retry(
             name,
             load_apps(app_references),
             database_url=database_url_of(database),
-            bootstrap=bootstrap,
+            bootstrap=client,
             ids=ids,
         )
     click.echo(f"{name}: {outcome.retried} applied, {outcome.still_parked} still parked")

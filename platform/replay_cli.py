@@ -11,12 +11,12 @@ from typing import Any
 import click
 
 from eventplatform.cli_support import (
-    BOOTSTRAP_DEFAULT,
-    BOOTSTRAP_ENV,
+    client_options,
     database_option,
     database_url_of,
     reported_errors,
 )
+from eventplatform.client_config import ClientConfig
 from eventplatform.db_cli import apps_option, load_apps
 
 DATA_DIR_ENV = "EVENTPLATFORM_DATA_DIR"
@@ -90,13 +90,7 @@ def _offsets_json(value: str) -> dict[str, dict[str, int]]:
     metavar="KEY=VALUE",
     help="A spark.* setting; repeatable.",
 )
-@click.option(
-    "--bootstrap",
-    default=lambda: os.environ.get(BOOTSTRAP_ENV, BOOTSTRAP_DEFAULT),
-    show_default=f"${BOOTSTRAP_ENV}, else {BOOTSTRAP_DEFAULT}",
-    metavar="HOST:PORT[,...]",
-    help="Brokers of the log (offsets and high watermarks come from here).",
-)
+@client_options
 @click.option(
     "--data-dir",
     default=lambda: os.environ.get(DATA_DIR_ENV),
@@ -117,7 +111,7 @@ def replay(
     mode: str,
     spark_master: str | None,
     spark_settings: tuple[str, ...],
-    bootstrap: str,
+    client: ClientConfig,
     data_dir: str | None,
     dry_run: bool,
     database: str | None,
@@ -155,7 +149,9 @@ def replay(
         topic=topic,
         partition=partition,
     )
-    options: dict[str, Any] = {"bootstrap.servers": bootstrap}
+    # the brokers, and the security settings as the source's kafka.* options: Spark's
+    # workers connect with them, wherever they run
+    options: dict[str, Any] = client.spark_options()
     if data_dir:  # absolute: Spark's Python workers need not share this working directory
         options["dataDir"] = str(Path(data_dir).resolve())
     from eventplatform.spark_projections.errors import ReplayError

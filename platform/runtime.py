@@ -17,6 +17,7 @@ from typing import Any
 
 import trio
 
+from eventplatform.client_config import KafkaConnection
 from eventplatform.events import Position
 from eventplatform.log.broker.server import BrokerServer
 from eventplatform.log.config import BrokerConfig
@@ -75,7 +76,7 @@ def embedded_broker(config: BrokerConfig) -> Iterator[str]:
 
 @contextmanager
 def running_projections(
-    names: Sequence[str], apps: Sequence[App], database_url: str, bootstrap: str
+    names: Sequence[str], apps: Sequence[App], database_url: str, bootstrap: KafkaConnection
 ) -> Iterator[None]:
     """Projections ``names`` run, each in a thread, until the block ends."""
     stop = threading.Event()
@@ -111,7 +112,11 @@ def running_projections(
 
 
 def wait_caught_up(
-    names: Sequence[str], database_url: str, bootstrap: str, topics: Sequence[str], timeout_s: float
+    names: Sequence[str],
+    database_url: str,
+    bootstrap: KafkaConnection,
+    topics: Sequence[str],
+    timeout_s: float,
 ) -> None:
     """Block until every projection in ``names`` has applied its topics up to their ends."""
     ends = log_ends(bootstrap, topics)

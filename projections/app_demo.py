@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from eventplatform.client_config import KafkaConnection
 from eventplatform.events import Event
 
 __all__ = ["AppDemo", "DemoRun", "DemoSimulation", "DemoSparkStep"]
@@ -34,12 +35,14 @@ __all__ = ["AppDemo", "DemoRun", "DemoSimulation", "DemoSparkStep"]
 class DemoRun:
     """What the demo gives each app: its broker, its database and the simulated window.
 
-    ``source_options`` are the options of Spark's ``eventlog`` source that read
-    the demo's log; ``sessions_per_hour`` is ``--sessions-per-hour``, the rate
-    of visits at the daily peak, for apps that simulate visits.
+    ``bootstrap`` is the demo's broker, as the SDK's clients take it (a plaintext
+    :class:`~eventplatform.client_config.ClientConfig`). ``source_options`` are the
+    options of Spark's ``eventlog`` source that read the demo's log;
+    ``sessions_per_hour`` is ``--sessions-per-hour``, the rate of visits at the daily
+    peak, for apps that simulate visits.
     """
 
-    bootstrap: str
+    bootstrap: KafkaConnection
     database_url: str
     begin: datetime
     end: datetime

@@ -1,7 +1,7 @@
 """The runner's log adapters over confluent-kafka: group consumption and reads by position.
 
 These are the only projection modules that talk to the log; they work with
-any Kafka-compatible cluster.
+any Kafka-compatible cluster, secured as :mod:`eventplatform.client_config` says.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from typing import Any
 
 import confluent_kafka
 
+from eventplatform.client_config import KafkaConnection, kafka_settings
 from eventplatform.events import Position
 from eventplatform.projections.errors import ProjectionError
 
@@ -36,10 +37,12 @@ class LogReadError(ProjectionError):
     """Records a correction needs could not be read back from the log."""
 
 
-def log_ends(bootstrap: str, topics: Sequence[str]) -> dict[tuple[str, int], tuple[int, int]]:
+def log_ends(
+    bootstrap: KafkaConnection, topics: Sequence[str]
+) -> dict[tuple[str, int], tuple[int, int]]:
     """Each partition's log start and end offsets, for the given topics."""
     consumer = confluent_kafka.Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": "eventplatform.status"}
+        {**kafka_settings(bootstrap), "group.id": "eventplatform.status"}
     )
     try:
         metadata = consumer.list_topics(timeout=READ_TIMEOUT_S)
@@ -66,10 +69,10 @@ class KafkaEventReader:
     ``SCAN_GAP_RECORDS`` is crossed with a seek.
     """
 
-    def __init__(self, bootstrap: str, config: Mapping[str, Any] | None = None) -> None:
+    def __init__(self, bootstrap: KafkaConnection, config: Mapping[str, Any] | None = None) -> None:
         self._consumer = confluent_kafka.Consumer(
             {
-                "bootstrap.servers": bootstrap,
+                **kafka_settings(bootstrap),
                 "group.id": "eventplatform.reader",
                 "enable.auto.commit": False,
                 "enable.partition.eof": False,

@@ -18,6 +18,7 @@ from sqlalchemy import Engine, select
 from sqlalchemy.engine import make_url
 from sqlalchemy.pool import NullPool
 
+from eventplatform.client_config import KafkaConnection
 from eventplatform.events import EventError, EventRef, Position
 from eventplatform.projections import schema
 from eventplatform.projections.apps import App, find_projection
@@ -50,7 +51,7 @@ def run_projection(
     apps: Sequence[App],
     *,
     database_url: str,
-    bootstrap: str,
+    bootstrap: KafkaConnection,
     batch_size: int,
     consumer_config: Mapping[str, Any] | None = None,
     stop: threading.Event | None = None,
@@ -106,7 +107,11 @@ class ProjectionStatus:
 
 
 def projection_status(
-    apps: Sequence[App], *, database_url: str, bootstrap: str | None, name: str | None = None
+    apps: Sequence[App],
+    *,
+    database_url: str,
+    bootstrap: KafkaConnection | None,
+    name: str | None = None,
 ) -> list[ProjectionStatus]:
     """Status of every known projection (installed or registered), or of one."""
     engine = create_store_engine(database_url)
@@ -127,7 +132,11 @@ def projection_status(
 
 
 def _status(
-    connection: Any, name: str, projection: Projection | None, row: Any, bootstrap: str | None
+    connection: Any,
+    name: str,
+    projection: Projection | None,
+    row: Any,
+    bootstrap: KafkaConnection | None,
 ) -> ProjectionStatus:
     checkpoints = checkpoints_of(connection, name)
     topics = list(projection.topics) if projection else list(row.topics if row else [])
@@ -146,7 +155,7 @@ def _status(
 
 
 def _lags(
-    bootstrap: str, topics: list[str], checkpoints: dict[tuple[str, int], int]
+    bootstrap: KafkaConnection, topics: list[str], checkpoints: dict[tuple[str, int], int]
 ) -> list[PartitionLag]:
     ends = log_ends(bootstrap, topics)
     behind = {
@@ -228,7 +237,7 @@ def retry_dead_letters(
     apps: Sequence[App],
     *,
     database_url: str,
-    bootstrap: str,
+    bootstrap: KafkaConnection,
     ids: Sequence[int] = (),
 ) -> RetryOutcome:
     """Apply parked events again (the handler may have been fixed); mark the ones that pass."""

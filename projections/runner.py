@@ -27,6 +27,7 @@ import confluent_kafka
 from sqlalchemy import Connection
 from sqlalchemy.exc import DBAPIError, OperationalError
 
+from eventplatform.client_config import KafkaConnection, client_config_of
 from eventplatform.events import EventError, Position
 from eventplatform.projections.batch import (
     BatchPlan,
@@ -107,7 +108,7 @@ class ProjectionRunner:
     def __init__(
         self,
         store: ProjectionStore,
-        bootstrap: str,
+        bootstrap: KafkaConnection,
         *,
         batch_size: int = BATCH_SIZE_DEFAULT,
         poll_timeout_s: float = POLL_TIMEOUT_S_DEFAULT,
@@ -132,11 +133,12 @@ class ProjectionRunner:
         self._group_committed_at = 0.0
         self._connection: Connection | None = None
         """The database connection the batches commit on, kept between them."""
-        self._log_reader = KafkaEventReader(bootstrap)
+        connection = client_config_of(bootstrap)
+        self._log_reader = KafkaEventReader(connection)
         self._reader = RecentValues(self._log_reader)
         self._consumer = confluent_kafka.Consumer(
             {
-                "bootstrap.servers": bootstrap,
+                **connection.librdkafka(),
                 "group.id": self.projection.group_id,
                 "enable.auto.commit": False,
                 "auto.offset.reset": "earliest",

@@ -95,7 +95,7 @@ class ReadOptions:
     min_partitions: int | None
     fail_on_data_loss: bool
     poll_timeout_ms: int
-    kafka_settings: Mapping[str, str]
+    kafka_settings: Mapping[str, str] = field(repr=False)  # may hold a password
 
 
 @dataclass(frozen=True, slots=True, order=True)

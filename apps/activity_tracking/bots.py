@@ -20,7 +20,7 @@ from sqlalchemy import select, text
 
 from eventplatform.apps.activity_tracking.events import TOPIC, bot_retraction
 from eventplatform.apps.activity_tracking.projections import session_events
-from eventplatform.events import EventProducer, EventRef, Position
+from eventplatform.events import EventProducer, EventRef, KafkaConnection, Position
 from eventplatform.projections import create_store_engine, reading
 
 CRAWLER_AGENT = re.compile(r"bot|crawl|spider|slurp|scrape", re.IGNORECASE)
@@ -103,7 +103,7 @@ class Retraction:
 
 def retract_bots(
     database_url: str,
-    bootstrap: str,
+    bootstrap: KafkaConnection,
     *,
     min_pages: int = MIN_PAGES,
     max_seconds_per_page: float = MAX_SECONDS_PER_PAGE,

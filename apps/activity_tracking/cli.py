@@ -14,13 +14,14 @@ from eventplatform.apps.activity_tracking import APP_NAME
 from eventplatform.cli_support import (
     address,
     append_in_chunks,
-    bootstrap_option,
+    client_options,
     database_option,
     database_url_of,
     reported_errors,
     window,
     window_options,
 )
+from eventplatform.events import ClientConfig
 
 
 @click.group(name=APP_NAME)
@@ -29,7 +30,7 @@ def commands() -> None:
 
 
 @commands.command()
-@bootstrap_option
+@client_options
 @window_options
 @click.option(
     "--sessions-per-hour",
@@ -46,7 +47,7 @@ def commands() -> None:
     help="Share of sessions that are crawlers.",
 )
 def simulate(
-    bootstrap: str,
+    client: ClientConfig,
     hours: float,
     start: str | None,
     sessions_per_hour: float,
@@ -65,7 +66,7 @@ def simulate(
     sessions = list(simulator.sessions(begin, end))
     events = sorted((e for session in sessions for e in session.events), key=lambda e: e.at)
     started = time.perf_counter()
-    append_in_chunks(bootstrap, events)
+    append_in_chunks(client, events)
     seconds = time.perf_counter() - started
     bots = sum(session.bot for session in sessions)
     click.echo(
@@ -75,7 +76,7 @@ def simulate(
 
 
 @commands.command()
-@bootstrap_option
+@client_options
 @click.option(
     "--listen",
     default="127.0.0.1:8080",
@@ -115,7 +116,7 @@ def simulate(
     help="Accept beacons without a write key, from anyone who reaches the port.",
 )
 def collect(
-    bootstrap: str,
+    client: ClientConfig,
     listen: str,
     write_keys: tuple[str, ...],
     signing_secrets: tuple[str, ...],
@@ -148,7 +149,7 @@ def collect(
         raise click.UsageError(f"--signing-secret for a site without a write key: {unknown[0]}")
 
     async def run() -> None:
-        with EventProducer(bootstrap, config=COLLECTOR_PRODUCER) as producer:
+        with EventProducer(client, config=COLLECTOR_PRODUCER) as producer:
             collector = Collector(
                 producer,
                 write_keys=keys,
@@ -177,7 +178,7 @@ def _pairs(given: tuple[str, ...], option: str, shape: str) -> list[tuple[str, s
 
 @commands.command("retract-bots")
 @database_option
-@bootstrap_option
+@client_options
 @click.option(
     "--min-pages",
     type=click.IntRange(1),
@@ -195,7 +196,7 @@ def _pairs(given: tuple[str, ...], option: str, shape: str) -> list[tuple[str, s
 @click.option("--dry-run", is_flag=True, help="Only list the sessions it would retract.")
 def retract_bots(
     database: str | None,
-    bootstrap: str,
+    client: ClientConfig,
     min_pages: int,
     max_seconds_per_page: float,
     dry_run: bool,
@@ -206,7 +207,7 @@ def retract_bots(
     with reported_errors():
         done = bots.retract_bots(
             database_url_of(database),
-            bootstrap,
+            client,
             min_pages=min_pages,
             max_seconds_per_page=max_seconds_per_page,
             dry_run=dry_run,

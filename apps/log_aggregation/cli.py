@@ -12,7 +12,7 @@ from eventplatform.apps.log_aggregation import APP_NAME
 from eventplatform.cli_support import (
     address,
     append_in_chunks,
-    bootstrap_option,
+    client_options,
     database_option,
     database_url_of,
     log_to_stderr,
@@ -21,6 +21,7 @@ from eventplatform.cli_support import (
     window,
     window_options,
 )
+from eventplatform.events import ClientConfig
 
 
 @click.group(name=APP_NAME)
@@ -29,16 +30,16 @@ def commands() -> None:
 
 
 @commands.command("simulate")
-@bootstrap_option
+@client_options
 @window_options
-def logs_simulate(bootstrap: str, hours: float, start: str | None, seed: int) -> None:
+def logs_simulate(client: ClientConfig, hours: float, start: str | None, seed: int) -> None:
     """Append what a few simulated services log (some lines leak a password)."""
     from eventplatform.apps.log_aggregation.retention import ensure_topic
     from eventplatform.apps.log_aggregation.simulator import LogSimulator
 
     simulation = LogSimulator(seed=seed).run(*window(start, hours))
-    ensure_topic(bootstrap)
-    append_in_chunks(bootstrap, simulation.lines)
+    ensure_topic(client)
+    append_in_chunks(client, simulation.lines)
     click.echo(
         f"appended {len(simulation.lines)} lines; {simulation.leaking} hold the password "
         f"{simulation.leaked!r} (platform apps logs redact {simulation.leaked!r} ...)"
@@ -46,7 +47,7 @@ def logs_simulate(bootstrap: str, hours: float, start: str | None, seed: int) ->
 
 
 @commands.command("tail")
-@bootstrap_option
+@client_options
 @click.argument("paths", nargs=-1, required=True, type=click.Path(dir_okay=False))
 @click.option("--service", required=True, help="The service the lines are of.")
 @click.option(
@@ -60,7 +61,7 @@ def logs_simulate(bootstrap: str, hours: float, start: str | None, seed: int) ->
     help="Where each file's position is saved between runs.",
 )
 def logs_tail(
-    bootstrap: str, paths: tuple[str, ...], service: str, host: str, state_dir: str
+    client: ClientConfig, paths: tuple[str, ...], service: str, host: str, state_dir: str
 ) -> None:
     """Follow log files (through rotations) and append their lines, until stopped."""
     import hashlib
@@ -80,10 +81,10 @@ def logs_tail(
         digest = hashlib.sha256(str(path).encode()).hexdigest()[:16]
         state = folder / f"{path.name}.{digest}.json"
         sources.append(TailSource(FileTail(path, state), service, host))
-    ensure_topic(bootstrap)
+    ensure_topic(client)
     stop = threading.Event()
     click.echo(f"following {len(sources)} file(s); positions in {folder}", err=True)
-    with EventProducer(bootstrap) as producer:
+    with EventProducer(client) as producer:
         try:
             stats = follow(sources, producer, stop=stop)
         except KeyboardInterrupt:
@@ -94,12 +95,12 @@ def logs_tail(
 
 
 @commands.command("ingest")
-@bootstrap_option
+@client_options
 @click.option("--service", required=True, help="The service the lines are of.")
 @click.option(
     "--host", default=this_host, show_default="this host's name", help="The host they come from."
 )
-def logs_ingest(bootstrap: str, service: str, host: str) -> None:
+def logs_ingest(client: ClientConfig, service: str, host: str) -> None:
     """Append every line of standard input, until it ends."""
     import sys
 
@@ -107,14 +108,14 @@ def logs_ingest(bootstrap: str, service: str, host: str) -> None:
     from eventplatform.apps.log_aggregation.tail import read_stream
     from eventplatform.events import EventProducer
 
-    ensure_topic(bootstrap)
-    with EventProducer(bootstrap) as producer:
+    ensure_topic(client)
+    with EventProducer(client) as producer:
         total = read_stream(sys.stdin.buffer, service, host, producer)
     click.echo(f"appended {total} lines", err=True)
 
 
 @commands.command("syslog")
-@bootstrap_option
+@client_options
 @click.option(
     "--udp",
     "udp_listen",
@@ -144,7 +145,7 @@ def logs_ingest(bootstrap: str, service: str, host: str) -> None:
     help="Require client certificates this CA signed (PEM).",
 )
 def logs_syslog(
-    bootstrap: str,
+    client: ClientConfig,
     udp_listen: str,
     tcp_listen: str,
     tls_listen: str,
@@ -175,10 +176,10 @@ def logs_syslog(
             context = tls_context(tls_cert, tls_key, tls_client_ca)
         except (ssl.SSLError, OSError) as exc:
             raise click.UsageError(f"the TLS certificate or key does not load: {exc}") from exc
-    ensure_topic(bootstrap)
+    ensure_topic(client)
 
     async def run() -> None:
-        with EventProducer(bootstrap, config={"linger.ms": 5}) as producer:
+        with EventProducer(client, config={"linger.ms": 5}) as producer:
             listener = SyslogListener(producer)
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(listener.run_writer)
@@ -200,14 +201,14 @@ def logs_syslog(
 
 @commands.command("redact")
 @database_option
-@bootstrap_option
+@client_options
 @click.argument("text")
 @click.option("--reason", required=True, help="Why (never the secret itself).")
 @click.option("--service", default=None, help="Only lines of this service.")
 @click.option("--dry-run", is_flag=True, help="Only count the lines it would retract.")
 def logs_redact(
     database: str | None,
-    bootstrap: str,
+    client: ClientConfig,
     text: str,
     reason: str,
     service: str | None,
@@ -220,20 +221,20 @@ def logs_redact(
         raise click.BadParameter("give the text the lines hold", param_hint="TEXT")
     with reported_errors():
         done = redact(
-            database_url_of(database), bootstrap, text, reason, service=service, dry_run=dry_run
+            database_url_of(database), client, text, reason, service=service, dry_run=dry_run
         )
     click.echo(f"{'would retract' if dry_run else 'retracted'} {done.lines} lines")
 
 
 @commands.command("prune")
 @database_option
-@bootstrap_option
-def logs_prune(database: str | None, bootstrap: str) -> None:
+@client_options
+def logs_prune(database: str | None, client: ClientConfig) -> None:
     """Delete from the log tables what the topic's retention has deleted from the log."""
     from eventplatform.apps.log_aggregation.retention import prune
 
     with reported_errors():
-        pruned = prune(database_url_of(database), bootstrap)
+        pruned = prune(database_url_of(database), client)
     click.echo(
         f"pruned {pruned.lines} lines, {pruned.errors} errors, {pruned.count_rows} count rows, "
         f"{pruned.template_rows} template rows"

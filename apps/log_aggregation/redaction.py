@@ -16,7 +16,7 @@ from sqlalchemy import select
 
 from eventplatform.apps.log_aggregation.events import TOPIC, redaction
 from eventplatform.apps.log_aggregation.projections import recent
-from eventplatform.events import EventProducer, EventRef, Position
+from eventplatform.events import EventProducer, EventRef, KafkaConnection, Position
 from eventplatform.projections import create_store_engine, reading
 
 LIKE_ESCAPE = "\\"
@@ -61,7 +61,7 @@ class Redaction:
 
 def redact(
     database_url: str,
-    bootstrap: str,
+    bootstrap: KafkaConnection,
     text: str,
     reason: str,
     *,

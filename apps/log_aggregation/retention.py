@@ -33,6 +33,7 @@ from sqlalchemy import delete
 
 from eventplatform.apps.log_aggregation.events import RETENTION_DAYS, TOPIC
 from eventplatform.apps.log_aggregation.projections import counts, error_templates, errors, recent
+from eventplatform.events import KafkaConnection, kafka_settings
 from eventplatform.projections import create_store_engine, log_ends
 
 PARTITIONS_DEFAULT = 3
@@ -41,9 +42,9 @@ RETENTION = timedelta(days=RETENTION_DAYS)
 RETENTION_MS = int(RETENTION.total_seconds() * 1000)
 
 
-def ensure_topic(bootstrap: str, partitions: int = PARTITIONS_DEFAULT) -> bool:
+def ensure_topic(bootstrap: KafkaConnection, partitions: int = PARTITIONS_DEFAULT) -> bool:
     """Create ``logs`` with the retention, or set the retention on it; True if created."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient(kafka_settings(bootstrap))
     config = {"retention.ms": str(RETENTION_MS)}
     futures = admin.create_topics([NewTopic(TOPIC, partitions, config=config)])
     try:
@@ -69,7 +70,7 @@ class Pruned:
     template_rows: int
 
 
-def prune(database_url: str, bootstrap: str, *, now: datetime | None = None) -> Pruned:
+def prune(database_url: str, bootstrap: KafkaConnection, *, now: datetime | None = None) -> Pruned:
     """Delete from the log app's tables what the ``logs`` topic no longer holds."""
     starts = {partition: low for (_, partition), (low, _) in log_ends(bootstrap, [TOPIC]).items()}
     cutoff = (now or datetime.now(UTC)) - RETENTION

@@ -12,7 +12,7 @@ from eventplatform.apps.metrics import APP_NAME
 from eventplatform.cli_support import (
     address,
     append_in_chunks,
-    bootstrap_option,
+    client_options,
     database_option,
     database_url_of,
     log_to_stderr,
@@ -21,6 +21,7 @@ from eventplatform.cli_support import (
     window,
     window_options,
 )
+from eventplatform.events import ClientConfig
 
 
 @click.group(name=APP_NAME)
@@ -29,14 +30,14 @@ def commands() -> None:
 
 
 @commands.command("simulate")
-@bootstrap_option
+@client_options
 @window_options
-def metrics_simulate(bootstrap: str, hours: float, start: str | None, seed: int) -> None:
+def metrics_simulate(client: ClientConfig, hours: float, start: str | None, seed: int) -> None:
     """Append what a simulated fleet's agents report (one of them faulty for a while)."""
     from eventplatform.apps.metrics.simulator import FleetSimulator
 
     simulation = FleetSimulator(seed=seed).run(*window(start, hours))
-    append_in_chunks(bootstrap, simulation.points)
+    append_in_chunks(client, simulation.points)
     click.echo(f"appended {len(simulation.points)} points")
     if simulation.faulty is not None:
         faulty = simulation.faulty
@@ -47,14 +48,14 @@ def metrics_simulate(bootstrap: str, hours: float, start: str | None, seed: int)
 
 
 @commands.command("statsd")
-@bootstrap_option
+@client_options
 @click.option(
     "--listen",
     default="127.0.0.1:8125",
     show_default=True,
     help="host:port to receive StatsD datagrams on (UDP; port 0 picks a free one).",
 )
-def metrics_statsd(bootstrap: str, listen: str) -> None:
+def metrics_statsd(client: ClientConfig, listen: str) -> None:
     """Receive the StatsD line protocol over UDP and append the points."""
 
     import trio
@@ -66,7 +67,7 @@ def metrics_statsd(bootstrap: str, listen: str) -> None:
     host, port = address(listen, "--listen")
 
     async def run() -> None:
-        with EventProducer(bootstrap, config={"linger.ms": 5}) as producer:
+        with EventProducer(client, config={"linger.ms": 5}) as producer:
             listener = StatsdListener(producer)
             async with trio.open_nursery() as nursery:
                 bound = await nursery.start(listener.serve, host, port)
@@ -79,7 +80,7 @@ def metrics_statsd(bootstrap: str, listen: str) -> None:
 
 
 @commands.command("scrape")
-@bootstrap_option
+@client_options
 @click.option(
     "--target",
     "targets",
@@ -108,7 +109,7 @@ def metrics_statsd(bootstrap: str, listen: str) -> None:
     help="Stop after this many rounds.  [default: run until stopped]",
 )
 def metrics_scrape(
-    bootstrap: str,
+    client: ClientConfig,
     targets: tuple[str, ...],
     targets_file: str | None,
     job: str,
@@ -134,7 +135,7 @@ def metrics_scrape(
         raise click.BadParameter(str(exc), param_hint="--target or --targets-file") from exc
     if not chosen:
         raise click.UsageError("give --target or --targets-file")
-    with EventProducer(bootstrap) as producer:
+    with EventProducer(client) as producer:
         scraper = Scraper(producer, chosen, interval_s=interval)
         try:
             for number, appended in enumerate(scraper.run(scrapes), start=1):
@@ -146,7 +147,7 @@ def metrics_scrape(
 
 @commands.command("correct")
 @database_option
-@bootstrap_option
+@client_options
 @click.argument("series")
 @click.option("--start", required=True, metavar="TIME", help="Window start (ISO 8601).")
 @click.option("--end", required=True, metavar="TIME", help="Window end, excluded (ISO 8601).")
@@ -160,7 +161,7 @@ def metrics_scrape(
 @click.option("--dry-run", is_flag=True, help="Only count the points it would replace.")
 def metrics_correct(
     database: str | None,
-    bootstrap: str,
+    client: ClientConfig,
     series: str,
     start: str,
     end: str,
@@ -181,7 +182,7 @@ def metrics_correct(
         if scale is not None:
             replacements = rescaled_points(url, series, begin, finish, scale)
         done = correct_points(
-            url, bootstrap, series, begin, finish, replacements, reason, dry_run=dry_run
+            url, client, series, begin, finish, replacements, reason, dry_run=dry_run
         )
     verb = "would replace" if dry_run else "replaced"
     click.echo(
@@ -191,7 +192,7 @@ def metrics_correct(
 
 @commands.command("downsample")
 @database_option
-@bootstrap_option
+@client_options
 @click.option(
     "--data-dir",
     default=None,
@@ -202,7 +203,7 @@ def metrics_correct(
 @click.option("--dry-run", is_flag=True, help="Print the plan; change nothing.")
 def metrics_downsample(
     database: str | None,
-    bootstrap: str,
+    client: ClientConfig,
     data_dir: str | None,
     spark_master: str | None,
     dry_run: bool,
@@ -217,7 +218,7 @@ def metrics_downsample(
     from eventplatform.apps.metrics.downsample import downsample
     from eventplatform.spark_projections import ReplayError, spark_session
 
-    options = {"bootstrap.servers": bootstrap}
+    options = client.spark_options()
     if data_dir:
         options["dataDir"] = str(Path(data_dir).resolve())
     with reported_errors():

@@ -20,7 +20,7 @@ from sqlalchemy import select
 from eventplatform.apps.metrics.errors import MetricsError
 from eventplatform.apps.metrics.events import TOPIC, MetricPoint, points_correction
 from eventplatform.apps.metrics.projections import points, series
-from eventplatform.events import EventProducer, EventRef, Position
+from eventplatform.events import EventProducer, EventRef, KafkaConnection, Position
 from eventplatform.projections import create_store_engine, reading
 
 
@@ -90,7 +90,7 @@ class PointsCorrection:
 
 def correct_points(
     database_url: str,
-    bootstrap: str,
+    bootstrap: KafkaConnection,
     series: str,
     start: datetime,
     end: datetime,

@@ -14,7 +14,9 @@ The package is the pure model (``model``, ``codec``, ``corrections``,
 ``compatibility``, ``deciders``, ``history``, ``partitioner``, ``errors``, ``ids``,
 ``wire``) and its adapters to the log
 (``producer``, ``registry``: librdkafka; ``batching``: trio; ``entities``, ``log_client``:
-the entity store over the log's own wire client). Each name below is
+the entity store over the log's own wire client). The adapters connect, TLS and SASL
+included, as :mod:`eventplatform.client_config` resolves (``ClientConfig``,
+``load_client_config``; docs/security.md). Each name below is
 imported from its module on first use, so importing the model alone loads no
 client.
 """
@@ -26,6 +28,13 @@ from typing import TYPE_CHECKING
 from eventplatform.lazy_exports import lazy_exports
 
 if TYPE_CHECKING:
+    from eventplatform.client_config import (
+        ClientConfig,
+        ClientConfigError,
+        KafkaConnection,
+        kafka_settings,
+        load_client_config,
+    )
     from eventplatform.events.batching import (
         BATCH_EVENTS_DEFAULT,
         QUEUE_EVENTS_DEFAULT,
@@ -73,6 +82,11 @@ _EXPORTS: dict[str, str] = {
     "TYPE_HEADER": "eventplatform.events.codec",
     "VERSION_HEADER": "eventplatform.events.codec",
     "AppendError": "eventplatform.events.errors",
+    "ClientConfig": "eventplatform.client_config",
+    "ClientConfigError": "eventplatform.client_config",
+    "KafkaConnection": "eventplatform.client_config",
+    "load_client_config": "eventplatform.client_config",
+    "kafka_settings": "eventplatform.client_config",
     "Command": "eventplatform.events.deciders",
     "CommandRejectedError": "eventplatform.events.deciders",
     "ConcurrencyError": "eventplatform.events.deciders",
@@ -124,6 +138,8 @@ __all__ = [
     "VERSION_HEADER",
     "AppendError",
     "AppendQueue",
+    "ClientConfig",
+    "ClientConfigError",
     "Command",
     "CommandRejectedError",
     "Compatibility",
@@ -144,6 +160,7 @@ __all__ = [
     "EventRef",
     "EventValidationError",
     "IncompatibleSchemaError",
+    "KafkaConnection",
     "MemorySnapshots",
     "Position",
     "RegistryError",
@@ -158,6 +175,8 @@ __all__ = [
     "corrected_history",
     "decide_on",
     "encode",
+    "kafka_settings",
+    "load_client_config",
     "serve_datagrams",
     "upcaster",
     "uuid7",

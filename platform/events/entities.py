@@ -35,6 +35,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import Any, Generic, TypeVar
 
+from eventplatform.client_config import KafkaConnection, client_config_of
 from eventplatform.events.codec import TYPE_HEADER, EventCatalog, encode
 from eventplatform.events.deciders import (
     Command,
@@ -102,16 +103,17 @@ class EntityStore:
 
     def __init__(
         self,
-        bootstrap: str,
+        bootstrap: KafkaConnection,
         catalog: EventCatalog | Iterable[type[Event]],
         *,
         request_timeout_s: float = REQUEST_TIMEOUT_S_DEFAULT,
         client: LogClient | None = None,
     ) -> None:
-        self.bootstrap = bootstrap
+        self.client_config = client_config_of(bootstrap)
+        self.bootstrap = self.client_config.bootstrap
         self.catalog = catalog if isinstance(catalog, EventCatalog) else EventCatalog(catalog)
         self.request_timeout_s = request_timeout_s
-        self.client = client or LogClient(bootstrap, request_timeout_s=request_timeout_s)
+        self.client = client or LogClient(self.client_config, request_timeout_s=request_timeout_s)
         self._topics_ready: set[str] = set()
         self._topics_lock = threading.Lock()
 
@@ -258,7 +260,7 @@ class EntityStore:
         with self._topics_lock:
             if topic in self._topics_ready:
                 return
-            settings = {"bootstrap.servers": self.bootstrap}
+            settings = self.client_config.librdkafka()
             create_event_topics(settings, [topic], timeout_s=self.request_timeout_s)
             partition = self.partition_of(topic, "")
             answer = self.client.entity_read(topic, partition, b"", 0, 0)

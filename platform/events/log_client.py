@@ -5,11 +5,13 @@ librdkafka batches records as it sees fit, so the events of one decision could t
 in two batches and be half appended. This client sends a decision's events as one
 batch, which the log appends or refuses whole, and reads one entity through this log's
 own EntityRead API. It speaks the Kafka protocol with the log's own codec, to the
-leader of each partition, as the metadata names it.
+leader of each partition, as the metadata names it, over connections secured as the
+client config says (:mod:`eventplatform.client_config`,
+:mod:`eventplatform.events.log_connection`).
 
 Bounds: a request waits at most ``request_timeout_s`` for its answer, an answer is at
-most ``RESPONSE_BYTES_MAX``, and a request that meets a leader change, a partition not
-ready yet or a dropped connection is sent again after a metadata refresh, at most
+most ``log_connection.RESPONSE_BYTES_MAX``, and a request that meets a leader change, a
+partition not ready yet or a dropped connection is sent again after a metadata refresh, at most
 ``attempts`` times in all, ``RETRY_BACKOFF_S`` apart (doubling, up to
 ``RETRY_BACKOFF_MAX_S``). One lock serialises the requests of a client, so threads may
 share it.
@@ -18,23 +20,21 @@ share it.
 from __future__ import annotations
 
 import socket
-import struct
 import threading
 import time
 from dataclasses import dataclass
 from typing import Any
 
+from eventplatform.client_config import KafkaConnection, client_config_of
 from eventplatform.events.errors import EventError
-from eventplatform.log.protocol import (
-    Api,
-    ErrorCode,
-    ProtocolError,
-    decode_response,
-    encode_request,
+from eventplatform.events.log_connection import (
+    AuthenticationFailedError,
+    open_connection,
+    round_trip,
 )
+from eventplatform.log.protocol import Api, ErrorCode, ProtocolError
 from eventplatform.log.protocol.apis import ENTITY_READ, METADATA, PRODUCE
 
-RESPONSE_BYTES_MAX = 64 * 1024 * 1024
 REQUEST_TIMEOUT_S_DEFAULT = 10.0
 ATTEMPTS_DEFAULT = 8
 RETRY_BACKOFF_S = 0.05
@@ -43,8 +43,8 @@ METADATA_VERSION = 12
 PRODUCE_VERSION = 9
 ENTITY_READ_VERSION = 0
 ACKS_ALL = -1
+CORRELATION_ID_MASK = 0x7FFFFFFF
 NO_TOPIC_ID = bytes(16)
-_SIZE = struct.Struct(">i")
 
 RETRIABLE = frozenset(
     {
@@ -88,7 +88,7 @@ class LogClient:
 
     def __init__(
         self,
-        bootstrap: str,
+        bootstrap: KafkaConnection,
         *,
         client_id: str = "eventplatform-entities",
         request_timeout_s: float = REQUEST_TIMEOUT_S_DEFAULT,
@@ -96,9 +96,11 @@ class LogClient:
     ) -> None:
         if attempts < 1:
             raise ValueError(f"attempts must be at least 1, not {attempts}")
-        self.bootstrap = [_address(entry) for entry in bootstrap.split(",") if entry.strip()]
+        self.config = client_config_of(bootstrap)
+        brokers = self.config.bootstrap
+        self.bootstrap = [_address(entry) for entry in brokers.split(",") if entry.strip()]
         if not self.bootstrap:
-            raise ValueError(f"no broker address in {bootstrap!r}")
+            raise ValueError(f"no broker address in {brokers!r}")
         self.client_id = client_id
         self.request_timeout_s = request_timeout_s
         self.attempts = attempts
@@ -249,19 +251,17 @@ class LogClient:
     def _request(
         self, address: tuple[str, int], api: Api, version: int, body: dict[str, Any]
     ) -> dict[str, Any]:
-        self._correlation = (self._correlation + 1) & 0x7FFFFFFF
-        frame = encode_request(
-            api, version, body, correlation_id=self._correlation, client_id=self.client_id
-        )
+        self._correlation = (self._correlation + 1) & CORRELATION_ID_MASK
         sock = self._socket(address)
         try:
-            sock.sendall(frame)
-            size = _SIZE.unpack(_receive(sock, _SIZE.size))[0]
-            if not 0 <= size <= RESPONSE_BYTES_MAX:
-                raise ProtocolError(f"an answer of {size} bytes")
-            correlation, response = decode_response(api, version, _receive(sock, size))
-            if correlation != self._correlation:
-                raise ProtocolError(f"correlation id {correlation}, expected {self._correlation}")
+            response = round_trip(
+                sock,
+                api,
+                version,
+                body,
+                correlation_id=self._correlation,
+                client_id=self.client_id,
+            )
         except (OSError, ProtocolError) as exc:
             self._drop(address)
             raise _UnreachableError(f"{address[0]}:{address[1]}: {exc}") from exc
@@ -271,10 +271,16 @@ class LogClient:
         sock = self._sockets.get(address)
         if sock is None:
             try:
-                sock = socket.create_connection(address, timeout=self.request_timeout_s)
-            except OSError as exc:
+                sock = open_connection(
+                    address,
+                    self.config,
+                    timeout_s=self.request_timeout_s,
+                    client_id=self.client_id,
+                )
+            except AuthenticationFailedError as exc:
+                raise LogClientError(f"{address[0]}:{address[1]}: {exc}") from exc
+            except (OSError, ProtocolError) as exc:
                 raise _UnreachableError(f"{address[0]}:{address[1]}: {exc}") from exc
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             self._sockets[address] = sock
         return sock
 
@@ -282,16 +288,6 @@ class LogClient:
         sock = self._sockets.pop(address, None)
         if sock is not None:
             sock.close()
-
-
-def _receive(sock: socket.socket, count: int) -> bytes:
-    data = bytearray()
-    while len(data) < count:
-        chunk = sock.recv(min(count - len(data), 1 << 20))
-        if not chunk:
-            raise ConnectionResetError("the broker closed the connection")
-        data += chunk
-    return bytes(data)
 
 
 def _address(entry: str) -> tuple[str, int]:

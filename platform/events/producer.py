@@ -26,6 +26,7 @@ from typing import Any, Protocol
 import confluent_kafka
 import sniffio
 
+from eventplatform.client_config import KafkaConnection, kafka_settings
 from eventplatform.events.codec import EncodedEvent, encode_rows
 from eventplatform.events.errors import AppendError
 from eventplatform.events.model import Appendable, Envelope, Event, EventRef, Position, appendables
@@ -59,11 +60,17 @@ class SchemaGuard(Protocol):
 
 
 class EventProducer:
-    """Appends events to the log. Thread-safe; close it (or use ``with``) when done."""
+    """Appends events to the log. Thread-safe; close it (or use ``with``) when done.
+
+    ``bootstrap`` is the brokers, whose security settings then come from the client
+    config file and environment, or a resolved
+    :class:`~eventplatform.client_config.ClientConfig`; ``config`` adds librdkafka
+    settings on top of both.
+    """
 
     def __init__(
         self,
-        bootstrap: str = BOOTSTRAP_DEFAULT,
+        bootstrap: KafkaConnection = BOOTSTRAP_DEFAULT,
         *,
         config: Mapping[str, Any] | None = None,
         schemas: SchemaGuard | None = None,
@@ -71,7 +78,7 @@ class EventProducer:
     ) -> None:
         settings = {
             **PRODUCER_DEFAULTS,
-            "bootstrap.servers": bootstrap,
+            **kafka_settings(bootstrap),
             "delivery.timeout.ms": int(delivery_timeout_s * 1000),
             **(config or {}),
         }

@@ -49,6 +49,7 @@ import orjson
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
 
+from eventplatform.client_config import KafkaConnection, kafka_settings
 from eventplatform.events.compatibility import (
     Compatibility,
     check_compatible,
@@ -280,15 +281,15 @@ class SchemaRegistry:
 
     def __init__(
         self,
-        bootstrap: str = BOOTSTRAP_DEFAULT,
+        bootstrap: KafkaConnection = BOOTSTRAP_DEFAULT,
         *,
         config: Mapping[str, Any] | None = None,
         topic: str = SCHEMAS_TOPIC,
         timeout_s: float = TIMEOUT_S_DEFAULT,
     ) -> None:
         self._settings: dict[str, Any] = {
-            "bootstrap.servers": bootstrap,
             "client.id": CLIENT_ID,
+            **kafka_settings(bootstrap),
             "logger": LIBRDKAFKA_LOGGER,
             **(config or {}),
         }

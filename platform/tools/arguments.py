@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
+from eventplatform.client_config import ClientConfig
 from eventplatform.tools.errors import InvalidInputError
 
 BOOTSTRAP_DEFAULT = "127.0.0.1:9092"
@@ -24,15 +25,18 @@ EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 @dataclass(frozen=True)
 class ClusterSettings:
-    """Where the cluster is and how long one request may take.
+    """Where the cluster is, how to connect to it, and how long one request may take.
 
     ``bootstrap`` is a comma-separated ``host:port`` list, already validated
     by :func:`parse_bootstrap`. ``request_timeout_s`` bounds every admin
-    request and metadata lookup, including the time to connect.
+    request and metadata lookup, including the time to connect. ``client`` holds
+    the security settings (:mod:`eventplatform.client_config`); without it they
+    come from the client config file and environment.
     """
 
     bootstrap: str = BOOTSTRAP_DEFAULT
     request_timeout_s: float = REQUEST_TIMEOUT_S_DEFAULT
+    client: ClientConfig | None = None
 
 
 def parse_bootstrap(text: str) -> str:

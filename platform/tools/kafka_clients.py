@@ -24,6 +24,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, TopicCollection, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec, TopicDescription
 
+from eventplatform.client_config import kafka_settings
 from eventplatform.tools.arguments import ClusterSettings
 from eventplatform.tools.errors import KafkaRequestError
 
@@ -41,10 +42,13 @@ UNREACHABLE_ERRORS = frozenset({"_TRANSPORT", "_ALL_BROKERS_DOWN", "_RESOLVE", "
 
 
 def client_settings(cluster: ClusterSettings) -> dict[str, Any]:
-    """The settings every client of the tools shares."""
+    """The settings every client of the tools shares: the cluster's brokers and security
+    (a ``client.id`` of the client config replaces the tools' own)."""
+    connection = cluster.bootstrap if cluster.client is None else cluster.client
     return {
-        "bootstrap.servers": cluster.bootstrap,
         "client.id": CLIENT_ID,
+        **kafka_settings(connection),
+        "bootstrap.servers": cluster.bootstrap,
         "logger": LIBRDKAFKA_LOGGER,
     }
 
