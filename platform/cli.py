@@ -665,13 +665,16 @@ def _register_subcommands() -> None:
     from eventplatform.projections_cli import projections
     from eventplatform.query_cli import query
     from eventplatform.replay_cli import replay
+    from eventplatform.security_cli import acls, users
 
+    main.add_command(acls)
     main.add_command(apps)
     main.add_command(cluster)
     main.add_command(db)
     main.add_command(projections)
     main.add_command(query)
     main.add_command(replay)
+    main.add_command(users)
 
 
 _register_subcommands()

@@ -5,10 +5,14 @@ from __future__ import annotations
 import signal
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from eventplatform.tools.errors import ToolError
+
+if TYPE_CHECKING:
+    from eventplatform.local_cluster import LocalCluster
 
 data_dir_option = click.option(
     "--data-dir",
@@ -50,9 +54,20 @@ def cluster() -> None:
     help="Put node N in rack PREFIX<N> (broker.rack, first start only), so that a consumer "
     "naming its client.rack can read from a follower there.",
 )
+@click.option(
+    "--secure",
+    is_flag=True,
+    help="Mutual TLS between the nodes, SASL_SSL for applications and ACLs, with a local "
+    "CA for development (first start only); prints the client configs to use.",
+)
 @click.option("--detach", is_flag=True, help="Leave the nodes running and return.")
 def cluster_up(
-    brokers: int, data_dir: Path, overrides: tuple[str, ...], rack_prefix: str, detach: bool
+    brokers: int,
+    data_dir: Path,
+    overrides: tuple[str, ...],
+    rack_prefix: str,
+    secure: bool,
+    detach: bool,
 ) -> None:
     """Start a cluster of BROKERS nodes, each broker and controller, as separate processes.
 
@@ -61,7 +76,9 @@ def cluster_up(
     from eventplatform.local_cluster import LocalCluster, LocalClusterError
 
     try:
-        local = LocalCluster.create(data_dir, brokers, overrides, rack_prefix=rack_prefix)
+        local = LocalCluster.create(
+            data_dir, brokers, overrides, rack_prefix=rack_prefix, secure=secure
+        )
         local.start()
     except LocalClusterError as exc:
         raise ToolError(str(exc)) from exc
@@ -69,6 +86,8 @@ def cluster_up(
     click.echo(f"  bootstrap:   {local.bootstrap}")
     click.echo(f"  controllers: {local.voters}")
     click.echo(f"  logs:        {data_dir}/node-<id>.log")
+    if local.secure:
+        _print_secure_configs(local)
     if detach:
         local.write_pids()
         return
@@ -83,6 +102,24 @@ def cluster_up(
     finally:
         local.stop()
         click.echo("cluster stopped")
+
+
+def _print_secure_configs(local: LocalCluster) -> None:
+    """Write the operator's client config, and say how applications connect."""
+    admin = local.certificates / "admin.properties"
+    admin.write_text("".join(f"{key}={value}\n" for key, value in local.admin_settings().items()))
+    admin.chmod(0o600)
+    template = local.client_settings("<user>", "<password>")
+    click.echo("  secured:     mutual TLS inside, SASL_SSL for applications, ACLs on")
+    click.echo(f"  operator:    --client-config {admin}  (the super user User:CN=admin)")
+    click.echo(f"  applications connect to {local.client_bootstrap} with:")
+    for key, value in template.items():
+        click.echo(f"                {key}={value}")
+    click.echo("  first user:  platform users add alice --client-config " + str(admin))
+    click.echo(
+        "  first grant: platform acls add --topic orders --principal User:alice "
+        f"--operation write --operation read --client-config {admin}"
+    )
 
 
 @cluster.command("down")
