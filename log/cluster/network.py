@@ -72,7 +72,10 @@ class TlsNetwork:
     host it dialled.
     """
 
-    def __init__(self, inner: Network, server: ssl.SSLContext, client: ssl.SSLContext) -> None:
+    def __init__(
+        self, inner: Network, server: ssl.SSLContext | None, client: ssl.SSLContext
+    ) -> None:
+        """``server`` None: a client only (an operator's tool), which listens nowhere."""
         self.inner = inner
         self.server = server
         self.client = client
@@ -93,8 +96,11 @@ class TlsNetwork:
     async def listen(
         self, host: str, port: int
     ) -> tuple[list[trio.abc.Listener[trio.abc.Stream]], int]:
+        if self.server is None:
+            raise OSError("this network only connects; it has no server certificate")
+        server = self.server
         listeners, bound = await self.inner.listen(host, port)
         secured: list[trio.abc.Listener[trio.abc.Stream]] = [
-            trio.SSLListener(listener, self.server) for listener in listeners
+            trio.SSLListener(listener, server) for listener in listeners
         ]
         return secured, bound

@@ -20,8 +20,10 @@ import trio
 
 from eventplatform.local_cluster import LocalCluster, LocalClusterError
 from eventplatform.log.cluster.metadata import NO_LEADER
+from eventplatform.log.cluster.network import TCP, Network, TlsNetwork
 from eventplatform.log.cluster.rpc import ControllerClient, RpcError
 from eventplatform.log.config import parse_voters
+from eventplatform.log.security.tls import client_context
 from eventplatform.tools.errors import ToolError
 
 STATUS_TIMEOUT_S = 10.0
@@ -45,19 +47,39 @@ def controller_voters(
     raise ToolError("give --data-dir or --controllers")
 
 
+def controller_network(data_dir: Path | None) -> Network:
+    """How an operator reaches the controllers: plain TCP, or for a ``cluster up --secure``
+    directory mutual TLS with its operator's certificate."""
+    if data_dir is None:
+        return TCP
+    try:
+        local = LocalCluster.load(data_dir)
+    except LocalClusterError:
+        return TCP
+    if not local.secure:
+        return TCP
+    client = client_context(
+        truststore=str(local.certificates / "ca.pem"),
+        certificate=str(local.certificates / "admin.crt"),
+        key=str(local.certificates / "admin.key"),
+    )
+    return TlsNetwork(TCP, None, client)
+
+
 def call_controller(
     voters: Mapping[int, tuple[str, int]],
     method: str,
     params: dict[str, Any],
     *,
     timeout_s: float = STATUS_TIMEOUT_S,
+    network: Network = TCP,
 ) -> dict[str, Any]:
     """The active controller's answer to one request
     (:mod:`~eventplatform.log.cluster.rpc`); raises ToolError when none answers in time,
     or with the controller's message when it refuses."""
 
     async def ask() -> dict[str, Any]:
-        client = ControllerClient(voters)
+        client = ControllerClient(voters, network)
         try:
             return await client.call(method, params, timeout_s=timeout_s)
         finally:
@@ -74,7 +96,7 @@ def call_controller(
 def fetch_cluster_status(*, data_dir: Path | None, controllers: str | None) -> dict[str, Any]:
     """The active controller's ``describe`` answer; raises ToolError when none answers."""
     voters = controller_voters(data_dir=data_dir, controllers=controllers)
-    return call_controller(voters, "describe", {})
+    return call_controller(voters, "describe", {}, network=controller_network(data_dir))
 
 
 def render_cluster_status(status: dict[str, Any]) -> Iterator[str]:

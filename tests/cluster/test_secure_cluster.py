@@ -11,7 +11,6 @@ ports before a byte of Kafka or quorum protocol is read.
 from __future__ import annotations
 
 import socket
-import struct
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -31,9 +30,12 @@ from confluent_kafka.admin import (
     UserScramCredentialUpsertion,
 )
 
+from eventplatform.log.cluster.quorum import encode_message
+from eventplatform.log.cluster.raft import Message, VoteRequest
 from eventplatform.log.protocol import encode_request
 from eventplatform.log.protocol.apis import FETCH
 from eventplatform.testing import LocalCluster
+from eventplatform.tools.cluster_status import fetch_cluster_status
 
 TIMEOUT_S = 30.0
 PASSWORD = "alice's cluster secret"
@@ -128,37 +130,49 @@ def test_a_user_made_on_one_broker_is_known_and_authorized_on_every_broker(
     assert refused[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
 
 
-def test_a_stranger_cannot_fetch_as_a_follower_nor_speak_to_the_quorum(
-    secure: LocalCluster,
-) -> None:
+def refused_at_the_handshake(port: int, payload: bytes) -> bool:
+    """Whether a plaintext stranger sending ``payload`` to ``port`` gets nothing a Kafka or
+    quorum client could read: the connection closed, or a TLS alert record (type 21)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(payload)
+        try:
+            answer = sock.recv(4096)
+        except ConnectionResetError:
+            answer = b""
+    return answer == b"" or answer[0] == TLS_ALERT
+
+
+TLS_ALERT = 0x15
+
+
+def test_a_spoofed_replica_fetch_is_refused_at_authentication(secure: LocalCluster) -> None:
+    """A Fetch naming broker 2 as the replica, sent by a process without the cluster's
+    certificate to broker 1's replication port: refused before it is read, so it moves
+    no follower's offset and no high watermark."""
     fetch = {
         "replica_id": 2,
         "max_wait_ms": 0,
-        "min_bytes": 0,
         "max_bytes": 1 << 20,
-        "isolation_level": 0,
-        "session_id": 0,
-        "session_epoch": -1,
-        "topics": [],
-        "forgotten_topics_data": [],
-        "rack_id": "",
+        "topics": [{"topic": "ledger", "partitions": [{"partition": 0, "fetch_offset": 10**6}]}],
     }
     request = bytes(encode_request(FETCH, 11, fetch, correlation_id=1, client_id="stranger"))
-    vote = b'{"kind":"vote","term":99,"candidate":9}'
-    node = secure.nodes[1]
-    for port, payload in (
-        (node.kafka_port, request),
-        (node.quorum_port, struct.pack(">i", len(vote)) + vote),
-    ):
-        with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
-            sock.sendall(payload)
-            try:
-                answer = sock.recv(4096)
-            except ConnectionResetError:
-                answer = b""
-        # Nothing a Kafka or quorum client could read: no answer, or a TLS alert record.
-        assert answer == b"" or answer[0] == 0x15, answer[:16]
-    # The cluster is unmoved: every broker still serves alice's topic.
+    assert refused_at_the_handshake(secure.nodes[1].kafka_port, request)
+    assert "TLS handshake with 127.0.0.1 on listener INTERNAL failed" in secure.tail(1, 400)
     admin = AdminClient(secure.admin_settings())
     metadata = admin.list_topics("ledger", timeout=TIMEOUT_S).topics["ledger"]
     assert all(len(p.isrs) == 3 for p in metadata.partitions.values())
+
+
+def test_a_forged_vote_is_refused_at_authentication(secure: LocalCluster) -> None:
+    """A well-formed vote request for a far later epoch, in the quorum's own framing,
+    sent to every voter by a process without the cluster's certificate: no voter reads
+    it, so the quorum's epoch does not jump and its leader stays."""
+    before = fetch_cluster_status(data_dir=secure.directory, controllers=None)
+    for node_id, node in secure.nodes.items():
+        vote = Message(
+            2, node_id, VoteRequest(epoch=10_000, candidate=2, last_epoch=10_000, end_offset=10**9)
+        )
+        assert refused_at_the_handshake(node.quorum_port, encode_message(vote))
+    after = fetch_cluster_status(data_dir=secure.directory, controllers=None)
+    assert after["epoch"] == before["epoch"] < 10_000
+    assert after["controller"] == before["controller"]
