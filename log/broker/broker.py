@@ -52,7 +52,8 @@ from eventplatform.log.security.credentials import (
     CredentialStore,
     FailedAuthentications,
 )
-from eventplatform.log.security.session import SaslSettings
+from eventplatform.log.security.quotas import QUOTAS_FILE, QuotaStore, Rates
+from eventplatform.log.security.session import SaslSettings, Session
 from eventplatform.log.storage import Cleaner, KafkaStorageError
 from eventplatform.log.storage.cleaner import CleaningAbortedError
 from eventplatform.log.storage.files import CLEAN_SHUTDOWN_FILE, write_atomically
@@ -153,6 +154,9 @@ class Broker:
         """Users' SCRAM credentials: a file of a broker on its own."""
         self.failed_authentications = FailedAuthentications(config.failed_authentication_max_per_ip)
         self.acls = AclStore(None if config.clustered else config.data_dir / ACLS_FILE)
+        self.quotas = QuotaStore(None if config.clustered else config.data_dir / QUOTAS_FILE)
+        """Client quotas (AlterClientQuotas): a file of a broker on its own."""
+        self.rates = Rates()
         self.authorizer = (
             AclAuthorizer(self.acls, config.super_users, config.allow_everyone_if_no_acl_found)
             if config.authorizer_class_name
@@ -165,6 +169,20 @@ class Broker:
             secrets.token_bytes(32),
             config.connections_max_reauth_ms,
         )
+
+    def throttle(self, session: Session, client_id: str | None, key: str, amount: int) -> int:
+        """Count ``amount`` bytes against the caller's ``key`` quota; the throttle time it
+        owes in milliseconds (0 within its quota), and its connection muted for as long."""
+        principal = session.principal or ""
+        user = principal.partition(":")[2] or None
+        found = self.quotas.byte_quota(user, client_id or "", key)
+        if found is None:
+            return 0
+        now = trio.current_time()
+        throttle_ms = self.rates.record(found[0], key, amount, found[1], now)
+        if throttle_ms:
+            session.muted_until = max(session.muted_until, now + throttle_ms / 1000)
+        return throttle_ms
 
     def advertised_address(self, listener: str) -> tuple[str, int]:
         """Where clients of ``listener`` reach this broker."""

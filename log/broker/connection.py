@@ -251,6 +251,8 @@ class Connection:
         reader = FrameReader(self.stream, self.broker.config.socket_request_max_bytes, pool)
         idle_timeout_s = self.broker.config.connections_max_idle_ms / 1000
         while not self._stopping and self.session.stage is not SaslStage.FAILED:
+            if self.session.muted_until > trio.current_time():
+                await trio.sleep_until(self.session.muted_until)  # a quota's throttle
             self.idle = True
             reader.frame_bytes_max = self._frame_bytes_max()
             with trio.move_on_after(idle_timeout_s) as self._read_scope:

@@ -15,6 +15,7 @@ from types import ModuleType
 
 from eventplatform.log.broker.context import Body, Handler
 from eventplatform.log.broker.handlers import (
+    alter_client_quotas,
     alter_configs,
     alter_user_scram_credentials,
     api_versions,
@@ -26,6 +27,7 @@ from eventplatform.log.broker.handlers import (
     delete_records,
     delete_topics,
     describe_acls,
+    describe_client_quotas,
     describe_cluster,
     describe_configs,
     describe_groups,
@@ -91,6 +93,8 @@ HANDLER_MODULES: list[ModuleType] = [
     describe_acls,
     create_acls,
     delete_acls,
+    describe_client_quotas,
+    alter_client_quotas,
 ]
 
 

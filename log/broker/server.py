@@ -47,6 +47,7 @@ from eventplatform.log.config import BrokerConfig, BrokerConfigError
 from eventplatform.log.groups.coordinator import GroupCoordinator
 from eventplatform.log.invariants import find_invariant_error
 from eventplatform.log.security.listeners import Endpoint, SecurityProtocol
+from eventplatform.log.security.quotas import CONNECTION_CREATION_RATE, IP
 from eventplatform.log.security.session import Session
 from eventplatform.log.security.tls import (
     TlsConfigError,
@@ -231,8 +232,32 @@ class BrokerServer:
                     )
                     await stream.aclose()
                     continue
+                if not self._creation_rate_allows(host):
+                    await stream.aclose()
+                    continue
                 self._open_by_host[host] += 1
                 connections.start_soon(self._serve_connection, stream, host, served)
+
+    def _creation_rate_allows(self, host: str) -> bool:
+        """Whether ``host`` is within its ``connection_creation_rate`` quota (an ``ip``
+        entity's, or the default ip's); a connection over it is closed at once."""
+        broker = self.broker
+        assert broker is not None
+        quota = broker.quotas.get(((IP, host),), CONNECTION_CREATION_RATE)
+        if quota is None:
+            quota = broker.quotas.get(((IP, None),), CONNECTION_CREATION_RATE)
+        if quota is None:
+            return True
+        owed_ms = broker.rates.record(
+            ((IP, host),), CONNECTION_CREATION_RATE, 1, quota, trio.current_time()
+        )
+        if owed_ms:
+            log.info(
+                "refused a connection from %s: over its connection_creation_rate of %g/s",
+                host,
+                quota,
+            )
+        return owed_ms == 0
 
     @property
     def open_connections(self) -> int:

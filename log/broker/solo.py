@@ -25,6 +25,7 @@ from eventplatform.log.protocol import ErrorCode
 from eventplatform.log.replica.topics import Topic, TopicError
 from eventplatform.log.security.acls import AclBinding
 from eventplatform.log.security.credentials import Deletion
+from eventplatform.log.security.quotas import QuotaChange
 from eventplatform.log.security.scram import ScramCredential
 
 if TYPE_CHECKING:
@@ -152,6 +153,17 @@ class SoloNode:
                 log.error("cannot write the ACLs: %s", exc)
                 raise TopicError(
                     ErrorCode.KAFKA_STORAGE_ERROR, f"cannot write the ACLs: {exc}"
+                ) from exc
+
+    async def alter_quotas(self, changes: list[QuotaChange]) -> None:
+        """The broker's own quota file, written in a worker thread (an fsync)."""
+        async with self._topic_changes:
+            try:
+                await self.broker.off_loop(self.broker.quotas.apply, changes)
+            except OSError as exc:
+                log.error("cannot write the client quotas: %s", exc)
+                raise TopicError(
+                    ErrorCode.KAFKA_STORAGE_ERROR, f"cannot write the quotas: {exc}"
                 ) from exc
 
     async def controlled_shutdown(self) -> None:

@@ -80,6 +80,7 @@ from eventplatform.log.cluster.metadata import (
     PartitionAssignment,
     PartitionChange,
     ProducerIds,
+    QuotaChangeRecord,
     RegisterBroker,
     ScramChange,
     TopicConfigs,
@@ -359,6 +360,13 @@ class Controller:
             await self._commit([change])
             return self.image.security_version
 
+    async def change_quotas(self, change: QuotaChangeRecord) -> int:
+        """Commit client quotas set and removed; the security version that has them."""
+        async with self._deciding:
+            self._require_active()
+            await self._commit([change])
+            return self.image.security_version
+
     async def change_acls(self, change: AclChange) -> int:
         """Commit ACL bindings added and removed; the security version that has them."""
         async with self._deciding:
@@ -569,6 +577,7 @@ class Controller:
             "list_reassignments": self._rpc_list_reassignments,
             "scram_change": self._rpc_scram_change,
             "acl_change": self._rpc_acl_change,
+            "quota_change": self._rpc_quota_change,
         }
 
     async def _rpc_reassign_partitions(self, params: Params) -> Params:
@@ -599,6 +608,14 @@ class Controller:
             change = decode_document({"type": "scram_change", **params})
             assert isinstance(change, ScramChange)
             version = await self.change_scram(change)
+            await self.wait_propagated()
+            return {"security_version": version}
+
+    async def _rpc_quota_change(self, params: Params) -> Params:
+        with _refusals():
+            change = decode_document({"type": "quota_change", **params})
+            assert isinstance(change, QuotaChangeRecord)
+            version = await self.change_quotas(change)
             await self.wait_propagated()
             return {"security_version": version}
 

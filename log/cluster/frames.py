@@ -68,6 +68,21 @@ class Text:
 
 
 @dataclass(frozen=True, slots=True)
+class Number:
+    """A finite JSON number (integer or not) in ``[low, high]``: a quota's value."""
+
+    low: float = 0.0
+    high: float = 1e18
+
+
+@dataclass(frozen=True, slots=True)
+class OrNull:
+    """``item`` or null, inside a list or tuple (a field says ``nullable`` instead)."""
+
+    item: FieldType
+
+
+@dataclass(frozen=True, slots=True)
 class Boolean:
     """``true`` or ``false``."""
 
@@ -119,7 +134,9 @@ class Body:
     against its own table."""
 
 
-FieldType = Integer | Text | Boolean | Hex | ListOf | Tuple | TextMap | Record | Body
+FieldType = (
+    Integer | Number | OrNull | Text | Boolean | Hex | ListOf | Tuple | TextMap | Record | Body
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,6 +195,14 @@ def _check_value(kind: FieldType, value: Any, voters: Collection[int], path: str
             raise FrameError(f"{path}: {value} is outside [{kind.low}, {kind.high}]")
         if kind.voter and value not in voters:
             raise FrameError(f"{path}: {value} is not a voter")
+    elif isinstance(kind, Number):
+        if not isinstance(value, int | float) or isinstance(value, bool):
+            raise FrameError(f"{path}: a number expected")
+        if not kind.low <= value <= kind.high:  # NaN fails this too
+            raise FrameError(f"{path}: {value} is outside [{kind.low}, {kind.high}]")
+    elif isinstance(kind, OrNull):
+        if value is not None:
+            _check_value(kind.item, value, voters, path)
     elif isinstance(kind, Text):
         _check_text(value, kind.chars_max, path)
     elif isinstance(kind, Boolean):

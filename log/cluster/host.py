@@ -17,6 +17,7 @@ from eventplatform.log.config import BrokerConfig
 from eventplatform.log.replica.topics import TopicRegistry
 from eventplatform.log.security.acls import AclStore
 from eventplatform.log.security.credentials import CredentialStore
+from eventplatform.log.security.quotas import QuotaStore
 
 
 class GroupHooks(Protocol):
@@ -41,6 +42,7 @@ class BrokerHost(Protocol):
     storage_failed: trio.Event
     credentials: CredentialStore
     acls: AclStore
+    quotas: QuotaStore
 
     @property
     def groups(self) -> GroupHooks | None: ...

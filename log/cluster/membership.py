@@ -25,6 +25,7 @@ from eventplatform.log.cluster.metadata import BrokerState
 from eventplatform.log.replica.topics import Topic
 from eventplatform.log.security.acls import AclBinding
 from eventplatform.log.security.credentials import Deletion
+from eventplatform.log.security.quotas import QuotaChange
 from eventplatform.log.security.scram import ScramCredential
 
 
@@ -137,6 +138,9 @@ class Membership(Protocol):
     async def change_acls(self, added: list[AclBinding], removed: list[AclBinding]) -> None:
         """Add and remove ACL bindings, all or none; return once this node decides by them.
         Raises AclError, or TopicError when the node cannot change them now."""
+
+    async def alter_quotas(self, changes: list[QuotaChange]) -> None:
+        """Set and remove client quotas, all or none; return once this node enforces them."""
 
     async def controlled_shutdown(self) -> None:
         """Hand this node's leaderships to other replicas before it stops."""

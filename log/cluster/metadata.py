@@ -195,6 +195,21 @@ class AclChange:
     removed: tuple[AclEntry, ...] = ()
 
 
+@dataclass(frozen=True, order=True)
+class QuotaEntry:
+    """One quota: its entity (``[type, name]`` pairs, a null name the default), key and
+    value; a value of None removes it."""
+
+    entity: tuple[tuple[str, str | None], ...]
+    key: str
+    value: float | None
+
+
+@dataclass(frozen=True)
+class QuotaChangeRecord:
+    changes: tuple[QuotaEntry, ...] = ()
+
+
 MetadataRecord = (
     RegisterBroker
     | FenceBroker
@@ -207,6 +222,7 @@ MetadataRecord = (
     | ProducerIds
     | ScramChange
     | AclChange
+    | QuotaChangeRecord
 )
 RECORD_TYPES: dict[str, type[Any]] = {
     "register_broker": RegisterBroker,
@@ -220,6 +236,7 @@ RECORD_TYPES: dict[str, type[Any]] = {
     "producer_ids": ProducerIds,
     "scram_change": ScramChange,
     "acl_change": AclChange,
+    "quota_change": QuotaChangeRecord,
 }
 TYPE_NAMES = {record_type: name for name, record_type in RECORD_TYPES.items()}
 
@@ -246,7 +263,7 @@ def decode_document(document: Any) -> MetadataRecord:
         record_type = RECORD_TYPES[document.pop("type")]
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise MetadataError(f"not a metadata record: {str(document)[:80]}") from exc
-    if record_type in (ScramChange, AclChange):
+    if record_type in (ScramChange, AclChange, QuotaChangeRecord):
         try:
             decoded: MetadataRecord = _from_json(record_type, document)
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
@@ -338,6 +355,8 @@ class MetadataImage:
     scram: dict[str, StoredScram] = field(default_factory=dict)
     """Credentials by ``mechanism:user``."""
     acls: list[AclEntry] = field(default_factory=list)
+    quotas: list[QuotaEntry] = field(default_factory=list)
+    """Every quota set (entries with a value)."""
     security_version: int = 0
     """Counts the committed credential and ACL changes, so a broker knows when to reload."""
 
@@ -372,6 +391,8 @@ class MetadataImage:
             self._change_scram(record)
         elif isinstance(record, AclChange):
             self._change_acls(record)
+        elif isinstance(record, QuotaChangeRecord):
+            self._change_quotas(record)
         elif isinstance(record, ProducerIds):
             if record.start != self.next_producer_id or record.size <= 0:
                 raise MetadataError(
@@ -414,6 +435,16 @@ class MetadataImage:
     def _change_acls(self, record: AclChange) -> None:
         entries = (set(self.acls) - set(record.removed)) | set(record.added)
         self.acls = sorted(entries)
+        self.security_version += 1
+
+    def _change_quotas(self, record: QuotaChangeRecord) -> None:
+        quotas = {(entry.entity, entry.key): entry for entry in self.quotas}
+        for change in record.changes:
+            if change.value is None:
+                quotas.pop((change.entity, change.key), None)
+            else:
+                quotas[(change.entity, change.key)] = change
+        self.quotas = sorted(quotas.values(), key=repr)
         self.security_version += 1
 
     def _create(self, record: CreateTopic) -> None:
@@ -493,7 +524,9 @@ def _from_json(hint: Any, value: Any) -> Any:
             return None
         return _from_json(next(a for a in arguments if a is not type(None)), value)
     if origin is tuple:
-        return tuple(_from_json(arguments[0], item) for item in value)
+        if len(arguments) == 2 and arguments[1] is Ellipsis:
+            return tuple(_from_json(arguments[0], item) for item in value)
+        return tuple(_from_json(kind, item) for kind, item in zip(arguments, value, strict=True))
     if origin is list:
         return [_from_json(arguments[0], item) for item in value]
     if origin in (dict, Mapping):

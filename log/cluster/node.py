@@ -40,13 +40,14 @@ from eventplatform.log.cluster.quorum_storage import SegmentQuorumStorage
 from eventplatform.log.cluster.raft import RaftConfig
 from eventplatform.log.cluster.replication import ReplicaManager, topic_id_bytes
 from eventplatform.log.cluster.rpc import NOT_CONTROLLER, RpcError, answer
-from eventplatform.log.cluster.security_records import acl_change, scram_change
+from eventplatform.log.cluster.security_records import acl_change, quota_change, scram_change
 from eventplatform.log.config import BrokerConfig
 from eventplatform.log.invariants import find_invariant_error
 from eventplatform.log.protocol import ErrorCode
 from eventplatform.log.replica.topics import Topic, TopicError
 from eventplatform.log.security.acls import AclBinding
 from eventplatform.log.security.credentials import Deletion
+from eventplatform.log.security.quotas import QuotaChange
 from eventplatform.log.security.scram import ScramCredential
 
 if TYPE_CHECKING:
@@ -284,6 +285,11 @@ class BrokerMember:
         by the same ACLs."""
         change = acl_change(added, removed)
         await self._change_security("acl_change", dataclasses.asdict(change))
+
+    async def alter_quotas(self, changes: list[QuotaChange]) -> None:
+        """Through the active controller, into the cluster's metadata: every broker
+        enforces the same quotas."""
+        await self._change_security("quota_change", dataclasses.asdict(quota_change(changes)))
 
     async def _change_security(self, method: str, params: dict[str, Any]) -> None:
         result = await self._forward(method, params)

@@ -124,7 +124,7 @@ class ReplicaManager:
         credentials and ACLs the cluster's."""
         self.image = image
         if image.security_version != self._security_version:
-            load_security(image, self.broker.credentials, self.broker.acls)
+            load_security(image, self.broker.credentials, self.broker.acls, self.broker.quotas)
             self._security_version = image.security_version
         registry = self.broker.topics
         for name, state in image.topics.items():

@@ -24,6 +24,8 @@ from eventplatform.log.cluster.frames import (
     Field,
     Integer,
     ListOf,
+    Number,
+    OrNull,
     Record,
     Table,
     Text,
@@ -132,4 +134,19 @@ REQUESTS: dict[str, Table] = {
         Field("deleted", ListOf(Tuple(Text(USER_CHARS_MAX), Text(NAME_CHARS_MAX)))),
     ),
     "acl_change": (Field("added", ListOf(ACL)), Field("removed", ListOf(ACL))),
+    "quota_change": (
+        Field(
+            "changes",
+            ListOf(
+                Record(
+                    Field(
+                        "entity",
+                        ListOf(Tuple(Text(NAME_CHARS_MAX), OrNull(Text(NAME_CHARS_MAX))), 2),
+                    ),
+                    Field("key", Text(NAME_CHARS_MAX)),
+                    Field("value", Number(), nullable=True),
+                )
+            ),
+        ),
+    ),
 }

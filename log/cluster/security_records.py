@@ -16,6 +16,8 @@ from eventplatform.log.cluster.metadata import (
     AclChange,
     AclEntry,
     MetadataImage,
+    QuotaChangeRecord,
+    QuotaEntry,
     ScramChange,
     StoredScram,
 )
@@ -28,6 +30,7 @@ from eventplatform.log.security.acls import (
     PatternType,
 )
 from eventplatform.log.security.credentials import CredentialStore, Deletion
+from eventplatform.log.security.quotas import Entity, QuotaChange, QuotaStore
 from eventplatform.log.security.scram import ScramCredential, ScramMechanism
 
 
@@ -44,10 +47,21 @@ def acl_change(added: Iterable[AclBinding], removed: Iterable[AclBinding]) -> Ac
     return AclChange(tuple(_entry(b) for b in added), tuple(_entry(b) for b in removed))
 
 
-def load_security(image: MetadataImage, credentials: CredentialStore, acls: AclStore) -> None:
+def quota_change(changes: Iterable[QuotaChange]) -> QuotaChangeRecord:
+    return QuotaChangeRecord(tuple(QuotaEntry(c.entity, c.key, c.value) for c in changes))
+
+
+def load_security(
+    image: MetadataImage, credentials: CredentialStore, acls: AclStore, quotas: QuotaStore
+) -> None:
     """Make the broker's stores hold what ``image`` holds."""
     credentials.replace_all(_credential(stored) for stored in image.scram.values())
     acls.replace_all(_binding(entry) for entry in image.acls)
+    by_entity: dict[Entity, dict[str, float]] = {}
+    for entry in image.quotas:
+        if entry.value is not None:
+            by_entity.setdefault(entry.entity, {})[entry.key] = entry.value
+    quotas.replace_all(by_entity)
 
 
 def _stored(user: str, credential: ScramCredential) -> StoredScram:

@@ -72,6 +72,8 @@ class Session:
     """``User:<name>``; None while a SASL listener's connection has not authenticated."""
     stage: SaslStage = SaslStage.COMPLETE
     expires_at: float | None = None
+    muted_until: float = 0.0
+    """Until when the connection reads no request: a quota's throttle time."""
     _mechanism: str = ""
     _exchange: ScramExchange | None = field(default=None, repr=False)
     _reauthenticating: bool = False

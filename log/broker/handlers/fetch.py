@@ -62,6 +62,7 @@ from eventplatform.log.replica.selector import (
     ReplicaView,
     select_rack_aware,
 )
+from eventplatform.log.security.quotas import CONSUMER_BYTE_RATE
 from eventplatform.log.storage import KafkaStorageError, OffsetOutOfRangeError, SegmentSlice
 
 API = FETCH
@@ -113,7 +114,12 @@ async def handle(context: RequestContext, request: Body) -> Body:
         if ready >= request["min_bytes"] or settled or trio.current_time() >= deadline:
             break
         await _wait_for_append(reads, deadline)
-    return _response(context, reads, read_committed=request["isolation_level"] == READ_COMMITTED)
+    return _response(
+        context,
+        reads,
+        read_committed=request["isolation_level"] == READ_COMMITTED,
+        consumer=replica < 0,
+    )
 
 
 def _replica(request: Body) -> tuple[int, int]:
@@ -277,8 +283,11 @@ async def _wait_for_append(reads: list[_Read], deadline: float) -> None:
             partition.remove_waiter(event)
 
 
-def _response(context: RequestContext, reads: list[_Read], *, read_committed: bool) -> Body:
-    """Build the body; record data becomes regions with their own descriptors."""
+def _response(
+    context: RequestContext, reads: list[_Read], *, read_committed: bool, consumer: bool
+) -> Body:
+    """Build the body; record data becomes regions with their own descriptors. A
+    consumer's bytes count against its ``consumer_byte_rate`` quota."""
     topics: dict[str, list[Body]] = {}
     for read in reads:
         partition = read.partition
@@ -295,8 +304,15 @@ def _response(context: RequestContext, reads: list[_Read], *, read_committed: bo
             data = read.data
             entry["records"] = OwnedRegion(os.dup(data.descriptor), data.position, data.length)
         topics.setdefault(read.topic, []).append(entry)
+    fetched = sum(read.data.length for read in reads if read.data is not None and not read.error)
+    throttle_ms = 0
+    if consumer:
+        throttle_ms = context.broker.throttle(
+            context.session, context.header.client_id, CONSUMER_BYTE_RATE, fetched
+        )
     return {
         "error_code": 0,
+        "throttle_time_ms": throttle_ms,
         "session_id": 0,
         "responses": [
             {"topic": name, "topic_id": _topic_id(context, name), "partitions": partitions}

@@ -52,6 +52,7 @@ from eventplatform.log.protocol import ErrorCode
 from eventplatform.log.protocol.apis import PRODUCE
 from eventplatform.log.protocol.schema import Versions
 from eventplatform.log.replica.partition import ACKS_ALL, Partition, ProduceResult
+from eventplatform.log.security.quotas import PRODUCER_BYTE_RATE
 
 API = PRODUCE
 VERSIONS = Versions.parse("0-9")
@@ -74,18 +75,32 @@ async def handle(context: RequestContext, request: Body) -> Body | Deferred | No
         responses = _answer_all(request, error)
     else:
         responses, waits = await _append_all(context, request)
+        throttle_ms = context.broker.throttle(
+            context.session, context.header.client_id, PRODUCER_BYTE_RATE, _request_bytes(request)
+        )
         if waits:
             deadline = trio.current_time() + max(request["timeout_ms"], 0) / 1000
 
             async def replicated() -> Body:
                 await _wait_replicated(waits, deadline)
-                return {"responses": responses}
+                return {"responses": responses, "throttle_time_ms": throttle_ms}
 
             return Deferred(replicated)
+        await trio.lowlevel.checkpoint()
+        return None if acks == 0 else {"responses": responses, "throttle_time_ms": throttle_ms}
     await trio.lowlevel.checkpoint()
     if acks == 0:
         return None
     return {"responses": responses}
+
+
+def _request_bytes(request: Body) -> int:
+    """The record bytes a produce carries: what ``producer_byte_rate`` counts."""
+    return sum(
+        len(entry["records"] or b"")
+        for topic in request["topic_data"]
+        for entry in topic["partition_data"]
+    )
 
 
 Wait = tuple[Body, Partition, int, int]

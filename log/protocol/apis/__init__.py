@@ -11,6 +11,7 @@ table's.
 from __future__ import annotations
 
 from eventplatform.log.protocol.apis.admin import (
+    ALTER_CLIENT_QUOTAS,
     ALTER_CONFIGS,
     ALTER_USER_SCRAM_CREDENTIALS,
     API_VERSIONS,
@@ -20,6 +21,7 @@ from eventplatform.log.protocol.apis.admin import (
     DELETE_ACLS,
     DELETE_TOPICS,
     DESCRIBE_ACLS,
+    DESCRIBE_CLIENT_QUOTAS,
     DESCRIBE_CLUSTER,
     DESCRIBE_CONFIGS,
     DESCRIBE_LOG_DIRS,
@@ -87,6 +89,8 @@ APIS: dict[int, Api] = {
         DELETE_GROUPS,
         INCREMENTAL_ALTER_CONFIGS,
         OFFSET_DELETE,
+        DESCRIBE_CLIENT_QUOTAS,
+        ALTER_CLIENT_QUOTAS,
         DESCRIBE_USER_SCRAM_CREDENTIALS,
         ALTER_USER_SCRAM_CREDENTIALS,
         DESCRIBE_CLUSTER,
@@ -98,6 +102,7 @@ APIS: dict[int, Api] = {
 """Every table by API key."""
 
 __all__ = [
+    "ALTER_CLIENT_QUOTAS",
     "ALTER_CONFIGS",
     "ALTER_USER_SCRAM_CREDENTIALS",
     "APIS",
@@ -110,6 +115,7 @@ __all__ = [
     "DELETE_RECORDS",
     "DELETE_TOPICS",
     "DESCRIBE_ACLS",
+    "DESCRIBE_CLIENT_QUOTAS",
     "DESCRIBE_CLUSTER",
     "DESCRIBE_CONFIGS",
     "DESCRIBE_GROUPS",

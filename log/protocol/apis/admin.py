@@ -8,6 +8,7 @@ from __future__ import annotations
 from eventplatform.log.protocol.schema import (
     BOOL,
     BYTES,
+    FLOAT64,
     INT8,
     INT16,
     INT32,
@@ -464,6 +465,65 @@ DELETE_ACLS = Api(
                         F("permission_type", INT8),
                     ],
                 ),
+            ],
+        ),
+    ),
+)
+
+
+_QUOTA_ENTITY = [F("entity_type", STRING), F("entity_name", STRING, nullable="0+")]
+
+DESCRIBE_CLIENT_QUOTAS = Api(
+    48,
+    "DescribeClientQuotas",
+    "0-1",
+    flexible="1+",
+    request=(
+        F(
+            "components",
+            [F("entity_type", STRING), F("match_type", INT8), F("match", STRING, nullable="0+")],
+        ),
+        F("strict", BOOL),
+    ),
+    response=(
+        F("throttle_time_ms", INT32),
+        F("error_code", INT16),
+        F("error_message", STRING, nullable="0+"),
+        F(
+            "entries",
+            [
+                F("entity", list(_QUOTA_ENTITY)),
+                F("values", [F("key", STRING), F("value", FLOAT64)]),
+            ],
+            nullable="0+",
+        ),
+    ),
+)
+
+
+ALTER_CLIENT_QUOTAS = Api(
+    49,
+    "AlterClientQuotas",
+    "0-1",
+    flexible="1+",
+    request=(
+        F(
+            "entries",
+            [
+                F("entity", list(_QUOTA_ENTITY)),
+                F("ops", [F("key", STRING), F("value", FLOAT64), F("remove", BOOL)]),
+            ],
+        ),
+        F("validate_only", BOOL),
+    ),
+    response=(
+        F("throttle_time_ms", INT32),
+        F(
+            "entries",
+            [
+                F("error_code", INT16),
+                F("error_message", STRING, nullable="0+"),
+                F("entity", list(_QUOTA_ENTITY)),
             ],
         ),
     ),

@@ -24,6 +24,7 @@ from eventplatform.log.broker.broker import Broker
 from eventplatform.log.broker.context import RequestContext
 from eventplatform.log.broker.dispatcher import HANDLER_MODULES
 from eventplatform.log.broker.handlers import (
+    alter_client_quotas,
     alter_configs,
     alter_user_scram_credentials,
     create_acls,
@@ -34,6 +35,7 @@ from eventplatform.log.broker.handlers import (
     delete_records,
     delete_topics,
     describe_acls,
+    describe_client_quotas,
     describe_cluster,
     describe_configs,
     describe_groups,
@@ -186,6 +188,10 @@ def acl_bindings(broker: Broker) -> list[AclBinding]:
 
 def users(broker: Broker) -> list[str]:
     return broker.credentials.users()
+
+
+def quotas(broker: Broker) -> Any:
+    return broker.quotas.entries()
 
 
 def batch() -> bytes:
@@ -567,6 +573,30 @@ CASES = [
         per_entry("results"),
         ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
         users,
+    ),
+    Case(
+        describe_client_quotas,
+        1,
+        {"components": [], "strict": False},
+        [cluster_grant(Op.DESCRIBE_CONFIGS)],
+        top,
+        ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+    ),
+    Case(
+        alter_client_quotas,
+        1,
+        {
+            "entries": [
+                {
+                    "entity": [{"entity_type": "user", "entity_name": "mallory"}],
+                    "ops": [{"key": "producer_byte_rate", "value": 1e9, "remove": False}],
+                }
+            ]
+        },
+        [cluster_grant(Op.ALTER_CONFIGS)],
+        per_entry("entries"),
+        ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+        quotas,
     ),
     Case(
         entity_read,
