@@ -87,12 +87,17 @@ def issue(
     *,
     hosts: tuple[str, ...] = (),
     organization: str | None = None,
+    not_valid_before: datetime.datetime | None = None,
+    not_valid_after: datetime.datetime | None = None,
 ) -> Issued:
     """A certificate for ``name`` (its common name) signed by the CA in ``directory``.
 
     ``hosts`` (names and addresses) make it a server certificate valid for them, which
     also serves as a client one (a broker is both); without hosts it is a client
-    certificate."""
+    certificate. It is valid from five minutes ago for ``VALIDITY_DAYS``, unless
+    ``not_valid_before`` or ``not_valid_after`` (timezone-aware) say otherwise: an end
+    in the past, alone, gives a certificate that expired then, valid for
+    ``VALIDITY_DAYS`` before it."""
     make_authority(directory)
     authority_key = serialization.load_pem_private_key(
         (directory / CA_KEY_FILE).read_bytes(), password=None
@@ -104,14 +109,18 @@ def issue(
     if organization:
         attributes.insert(0, x509.NameAttribute(NameOID.ORGANIZATION_NAME, organization))
     now = datetime.datetime.now(datetime.UTC)
+    valid_until = not_valid_after or now + datetime.timedelta(days=VALIDITY_DAYS)
+    valid_from = not_valid_before or min(
+        now - datetime.timedelta(minutes=5), valid_until - datetime.timedelta(days=VALIDITY_DAYS)
+    )
     builder = (
         x509.CertificateBuilder()
         .subject_name(x509.Name(attributes))
         .issuer_name(authority.subject)
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=VALIDITY_DAYS))
+        .not_valid_before(valid_from)
+        .not_valid_after(valid_until)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
     )
     if hosts:

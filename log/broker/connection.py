@@ -36,6 +36,7 @@ import trio
 from eventplatform.log.broker.broker import Broker
 from eventplatform.log.broker.context import Deferred, Handler, RequestContext
 from eventplatform.log.broker.dispatcher import known_api, unsupported_version_response
+from eventplatform.log.broker.handlers.sasl_authenticate import exchange_step
 from eventplatform.log.broker.memory_pool import MemoryPool
 from eventplatform.log.broker.regions import OwnedRegion
 from eventplatform.log.invariants import require
@@ -285,6 +286,8 @@ class Connection:
         return min(limit, UNAUTHENTICATED_FRAME_BYTES_MAX)
 
     async def _answer(self, frame: bytearray) -> Response | None:
+        if self.session.reads_bare_tokens:
+            return await self._bare_token(bytes(frame))
         header, position = decode_request_header(frame)
         api = known_api(header.api_key)
         if api is None:
@@ -303,6 +306,15 @@ class Connection:
         if isinstance(body, Deferred):
             return _Pending(api, header.api_version, header.correlation_id, body)
         return encode_response(api, header.api_version, header.correlation_id, body)
+
+    async def _bare_token(self, token: bytes) -> Response | None:
+        """One SASL token after a v0 handshake, answered bare; a failure closes the
+        connection without an answer, since v0 has no way to say why."""
+        answer, refusal = await exchange_step(self.broker, self.session, self.peer, self.id, token)
+        if refusal is not None:
+            self.session.fail()
+            return None
+        return [answer]
 
     def _unsupported(self, api_key: int, version: int, correlation_id: int) -> list[Chunk]:
         api = known_api(api_key)

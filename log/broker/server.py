@@ -19,6 +19,7 @@ waits ``ACCEPT_RETRY_DELAY_S`` and tries again; it neither spins nor stops.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
@@ -141,7 +142,11 @@ class BrokerServer:
             protocol = self.config.security_protocol(endpoint.name)
             inter_broker = endpoint.name == self.config.inter_broker_listener
             require_certificate = inter_broker and self.config.cluster_tls
-            tls = _tls_context(self.config, require_certificate) if protocol.tls else None
+            tls = (
+                _tls_context(self.config, require_certificate, sasl=protocol.sasl)
+                if protocol.tls
+                else None
+            )
             served = BoundListener(endpoint, protocol, tls)
             sockets, port = await self.network.listen(endpoint.host, endpoint.port)
             broker.listener_ports[endpoint.name] = port
@@ -331,15 +336,19 @@ class BrokerServer:
         await self._stopped.wait()
 
 
-def _tls_context(config: BrokerConfig, require_certificate: bool = False) -> ssl.SSLContext:
-    """The server context of the TLS listeners; the inter-broker listener of a cluster
-    always asks for a client certificate."""
+def _tls_context(
+    config: BrokerConfig, require_certificate: bool = False, *, sasl: bool = False
+) -> ssl.SSLContext:
+    """The server context of the TLS listeners. The inter-broker listener of a cluster
+    always asks for a client certificate; a SASL_SSL listener never does, whatever
+    ``ssl.client.auth`` says (KIP-684): its clients are who SASL says they are."""
+    client_auth = "required" if require_certificate else config.ssl_client_auth
     try:
         return server_context(
             keystore=config.ssl_keystore_location,
             key_password=config.ssl_key_password,
             truststore=config.ssl_truststore_location,
-            client_auth="required" if require_certificate else config.ssl_client_auth,
+            client_auth="none" if sasl else client_auth,
         )
     except TlsConfigError as exc:
         raise BrokerConfigError(str(exc)) from exc
@@ -380,9 +389,22 @@ async def _tls_handshake(
             reason or type(exc).__name__,
         )
         with trio.CancelScope(shield=True), trio.move_on_after(1):
+            await _send_alert(secured, stream)
             await stream.aclose()
         return None, None
     return secured, certificate_principal(secured.getpeercert())
+
+
+async def _send_alert(secured: trio.SSLStream[trio.abc.Stream], stream: trio.abc.Stream) -> None:
+    """Send the TLS alert OpenSSL wrote when it refused the handshake (an expired or
+    unknown certificate, a protocol mismatch), so the client is told why rather than
+    seeing the connection drop. trio raises before it sends what is pending, so the
+    bytes are taken from its outgoing buffer."""
+    outgoing = getattr(secured, "_outgoing", None)
+    pending = outgoing.read() if isinstance(outgoing, ssl.MemoryBIO) else b""
+    if pending:
+        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            await stream.send_all(pending)
 
 
 def raise_open_file_limit() -> None:

@@ -72,6 +72,8 @@ class Session:
     """``User:<name>``; None while a SASL listener's connection has not authenticated."""
     stage: SaslStage = SaslStage.COMPLETE
     expires_at: float | None = None
+    bare_tokens: bool = False
+    """After a SaslHandshake v0: the exchange's tokens come without Kafka's framing."""
     muted_until: float = 0.0
     """Until when the connection reads no request: a quota's throttle time."""
     _mechanism: str = ""
@@ -125,7 +127,7 @@ class Session:
     def mechanisms(self) -> tuple[str, ...]:
         return self.sasl.mechanisms if self.sasl is not None else ()
 
-    def handshake(self, mechanism: str) -> bool:
+    def handshake(self, mechanism: str, *, bare_tokens: bool = False) -> bool:
         """Choose ``mechanism``; False when it is not enabled here (the client is told the
         enabled ones and may try again)."""
         if self.sasl is None:
@@ -135,6 +137,7 @@ class Session:
         if mechanism not in self.sasl.mechanisms:
             return False
         self._mechanism = mechanism
+        self.bare_tokens = bare_tokens
         self._reauthenticating = self.principal is not None
         self.stage = SaslStage.EXCHANGE
         scram = ScramMechanism.from_sasl_name(mechanism)
@@ -163,10 +166,16 @@ class Session:
             self.principal = principal
             self._reauthenticating = False
             self.stage = SaslStage.COMPLETE
+            self.bare_tokens = False
             self._exchange = None
             reauth_s = self.sasl.reauth_ms / 1000
             self.expires_at = now + reauth_s if reauth_s else None
         return answer
+
+    @property
+    def reads_bare_tokens(self) -> bool:
+        """Whether the next frame is a bare SASL token (after a v0 handshake)."""
+        return self.bare_tokens and self.stage is SaslStage.EXCHANGE
 
     @property
     def checks_a_password(self) -> bool:

@@ -18,11 +18,12 @@ import logging
 
 import trio
 
+from eventplatform.log.broker.broker import Broker
 from eventplatform.log.broker.context import Body, RequestContext
 from eventplatform.log.protocol import ErrorCode
 from eventplatform.log.protocol.apis import SASL_AUTHENTICATE
 from eventplatform.log.protocol.schema import Versions
-from eventplatform.log.security.session import AuthenticationError
+from eventplatform.log.security.session import AuthenticationError, Session
 
 API = SASL_AUTHENTICATE
 VERSIONS = Versions.parse("0-2")
@@ -31,35 +32,45 @@ log = logging.getLogger("eventplatform.broker.security")
 
 
 async def handle(context: RequestContext, request: Body) -> Body:
-    broker = context.broker
-    session = context.session
+    answer, refusal = await exchange_step(
+        context.broker,
+        context.session,
+        context.client_host,
+        context.connection_id,
+        bytes(request["auth_bytes"]),
+    )
+    if refusal is not None:
+        return _answer(ErrorCode.SASL_AUTHENTICATION_FAILED, refusal, b"", 0)
+    lifetime_ms = context.session.session_lifetime_ms(trio.current_time())
+    return _answer(ErrorCode.NONE, None, answer, lifetime_ms)
+
+
+async def exchange_step(
+    broker: Broker, session: Session, host: str, connection_id: int, token: bytes
+) -> tuple[bytes, str | None]:
+    """One step of the exchange, whether the token came in SaslAuthenticate or, after a
+    v0 handshake, bare: the server's answer, or why it failed (after the delay)."""
     now = trio.current_time()
-    wait_s = broker.failed_authentications.refused(context.client_host, now)
+    wait_s = broker.failed_authentications.refused(host, now)
     try:
         if wait_s is not None:
             session.fail()
             raise AuthenticationError(
-                f"too many failed authentications from {context.client_host} in the last "
-                f"minute; try again in {wait_s:.0f} s"
+                f"too many failed authentications from {host} in the last minute; "
+                f"try again in {wait_s:.0f} s"
             )
-        token = bytes(request["auth_bytes"])
         if session.checks_a_password:
-            answer = await broker.off_loop(session.authenticate, token, now)
+            answer: bytes = await broker.off_loop(session.authenticate, token, now)
         else:
             await trio.lowlevel.checkpoint()
             answer = session.authenticate(token, now)
     except AuthenticationError as exc:
         if wait_s is None:
-            broker.failed_authentications.record(context.client_host, now)
-        log.info(
-            "authentication failed on connection %d from %s: %s",
-            context.connection_id,
-            context.client_host,
-            exc,
-        )
+            broker.failed_authentications.record(host, now)
+        log.info("authentication failed on connection %d from %s: %s", connection_id, host, exc)
         await trio.sleep(broker.config.connection_failed_authentication_delay_ms / 1000)
-        return _answer(ErrorCode.SASL_AUTHENTICATION_FAILED, str(exc), b"", 0)
-    return _answer(ErrorCode.NONE, None, answer, session.session_lifetime_ms(now))
+        return b"", str(exc)
+    return answer, None
 
 
 def _answer(code: ErrorCode, message: str | None, token: bytes, lifetime_ms: int) -> Body:
