@@ -120,6 +120,8 @@ class BrokerServer:
                 with self._connections_scope:
                     async with trio.open_nursery() as connections:
                         with self._accept_scope:
+                            # Once the node has joined its cluster: tools wait for this line.
+                            self._log_serving(broker)
                             task_status.started(broker.port)
                             await self._serve_listeners(listeners, connections)
                 nursery.cancel_scope.cancel()
@@ -163,13 +165,6 @@ class BrokerServer:
             )
         self.port = broker.listener_ports[self.config.inter_broker_listener]
         broker.port = self.port
-        first = self.config.bound_listeners[0]
-        log.info(
-            "serving on %s:%d (advertised %s)",
-            first.host or "0.0.0.0",
-            broker.listener_ports[first.name],
-            broker.advertised_address(first.name)[0],
-        )
         return bound
 
     async def _close(self, broker: Broker) -> None:
@@ -242,6 +237,15 @@ class BrokerServer:
                     continue
                 self._open_by_host[host] += 1
                 connections.start_soon(self._serve_connection, stream, host, served)
+
+    def _log_serving(self, broker: Broker) -> None:
+        first = self.config.bound_listeners[0]
+        log.info(
+            "serving on %s:%d (advertised %s)",
+            first.host or "0.0.0.0",
+            broker.listener_ports[first.name],
+            broker.advertised_address(first.name)[0],
+        )
 
     def _creation_rate_allows(self, host: str) -> bool:
         """Whether ``host`` is within its ``connection_creation_rate`` quota (an ``ip``
