@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PACKAGES := platform log projections spark_projections apps
 
-.PHONY: demo test lint typecheck pytest venv bench-storage bench-broker bench-projections bench-entities bench-corrections bench-producer bench-read-your-writes bench-replay bench-replay-kafka bench-collector bench-log-tail bench-replication bench bench-quick sim faults entity-race compat compat-quick compat-build clean
+.PHONY: demo test lint typecheck pytest venv bench-storage bench-broker bench-projections bench-entities bench-corrections bench-producer bench-read-your-writes bench-replay bench-replay-kafka bench-collector bench-log-tail bench-replication bench-security bench bench-quick sim faults entity-race compat compat-quick compat-build clean
 
 venv: $(STAMP)
 
@@ -80,6 +80,7 @@ bench: $(BENCH_STAMP)
 
 bench-quick: $(BENCH_STAMP)
 	$(BIN)/python -m bench.suite --quick --markdown build/bench-quick/benchmarks.md --json build/bench-quick/benchmarks.json
+	mkdir -p build/bench-quick && $(BIN)/python -m bench.security --quick --json build/bench-quick/security.json
 
 bench-replay: $(STAMP)
 	$(BIN)/python -m bench.replay --phases --rebuild-repeat 3
@@ -122,6 +123,11 @@ bench-log-tail: $(STAMP)
 
 bench-replication: $(STAMP)
 	$(BIN)/python -m bench.replication
+
+# Produce, consume and connect on one broker's PLAINTEXT, SSL, SASL_PLAINTEXT and SASL_SSL
+# listeners, in turns (about a minute; make bench-quick runs its few-second smoke run).
+bench-security: $(STAMP)
+	mkdir -p build && $(BIN)/python -m bench.security --json build/bench-security.json
 
 # librdkafka's own test suite against our broker (docs/compatibility.md). The source is
 # unpacked from ../shared/conformance/ into build/compat/ (ignored by git) and built there
