@@ -316,7 +316,7 @@ def encode_batch(
     first_timestamp = timestamps[0] if timestamps else NO_TIMESTAMP
     max_timestamp = max(timestamps) if timestamps else NO_TIMESTAMP
     base_timestamp = first_timestamp if delete_horizon_ms is None else delete_horizon_ms
-    body = b"".join(_encode_record(record, base_offset, base_timestamp) for record in records)
+    body = b"".join(encode_record(record, base_offset, base_timestamp) for record in records)
     return encode_batch_body(
         body,
         records_count=len(records),
@@ -434,7 +434,9 @@ def decode_record_set(
     return batches
 
 
-def _encode_record(record: Record, base_offset: int, base_timestamp: int) -> bytes:
+def encode_record(record: Record, base_offset: int, base_timestamp: int) -> bytes:
+    """One record's encoding in a batch of ``base_offset`` and ``base_timestamp``, its
+    length prefix included."""
     parts = [
         b"\x00",
         encode_varint(record.timestamp - base_timestamp),

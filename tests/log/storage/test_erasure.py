@@ -1,0 +1,115 @@
+"""Erasing records in place: the value and headers go, the offset, timestamp and key
+stay, every other record is untouched, and a crash at any step of the swap leaves the
+old segment or the new one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from eventplatform.log.storage import Cleaner, Compression, LogConfig, PartitionLog, Record
+from eventplatform.log.storage.cleaner import ERASED_HEADER
+from eventplatform.log.storage.record_batch import encode_batch
+
+SECRET = b"password=hunter2"
+
+
+def batch(first: int, count: int, timestamp: int, codec: Compression) -> bytes:
+    records = [
+        Record(
+            i, timestamp + i, f"host-{(first + i) % 3}".encode(), line(first + i), (("n", b"1"),)
+        )
+        for i in range(count)
+    ]
+    return encode_batch(records, base_offset=0, compression=codec)
+
+
+def line(number: int) -> bytes:
+    return SECRET if number % 7 == 3 else f"line {number}".encode()
+
+
+def write(log: PartitionLog, now_ms: int) -> list[Record]:
+    codecs = [Compression.NONE, Compression.GZIP, Compression.ZSTD, Compression.LZ4]
+    for number in range(12):
+        log.append(batch(number * 5, 5, now_ms, codecs[number % len(codecs)]))
+    return list(log.iter_records())
+
+
+def config() -> LogConfig:
+    return LogConfig.from_properties({"segment.bytes": 600})
+
+
+def test_erased_records_keep_their_place_and_lose_their_content(tmp_path: Path, clock) -> None:
+    log = PartitionLog.open(tmp_path, config(), clock_ms=clock)
+    before = write(log, clock.now_ms)
+    doomed = {r.offset for r in before if r.value == SECRET}
+    assert len(doomed) == 9 and len(log.segments) > 3
+
+    assert Cleaner().erase(log, doomed | {10_000}) == len(doomed)
+
+    after = list(log.iter_records())
+    assert [(r.offset, r.timestamp, r.key) for r in after] == [
+        (r.offset, r.timestamp, r.key) for r in before
+    ]
+    for old, new in zip(before, after, strict=True):
+        if old.offset in doomed:
+            assert (new.value, new.headers) == (None, ((ERASED_HEADER, b""),))
+        else:
+            assert new == old
+    assert all(SECRET not in path.read_bytes() for path in tmp_path.glob("*.log"))
+    log.close()
+    reopened = PartitionLog.open(tmp_path, config(), clock_ms=clock)
+    assert list(reopened.iter_records()) == after
+    appended = reopened.append(batch(60, 1, clock.now_ms, Compression.NONE))
+    assert appended.base_offset == before[-1].offset + 1
+    reopened.close()
+
+
+def test_erasing_in_the_active_segment_rolls_it_first(tmp_path: Path, clock) -> None:
+    log = PartitionLog.open(tmp_path, LogConfig(), clock_ms=clock)
+    before = write(log, clock.now_ms)
+    assert len(log.segments) == 1
+    assert Cleaner().erase(log, {before[-2].offset}) == 1
+    assert list(log.iter_records())[-2].value is None
+    assert log.append(batch(60, 1, clock.now_ms, Compression.NONE)).base_offset == 60
+    log.close()
+
+
+def test_nothing_to_erase_changes_nothing(tmp_path: Path, clock) -> None:
+    log = PartitionLog.open(tmp_path, config(), clock_ms=clock)
+    write(log, clock.now_ms)
+    files = {path.name: path.read_bytes() for path in tmp_path.glob("*.log")}
+    assert Cleaner().erase(log, {-1, 10_000}) == 0
+    assert {path.name: path.read_bytes() for path in tmp_path.glob("*.log")} == files
+    log.close()
+
+
+class SimulatedCrashError(Exception):
+    pass
+
+
+@pytest.mark.parametrize("crash_at", range(4))
+def test_a_crash_at_any_step_leaves_the_old_segment_or_the_erased_one(
+    tmp_path: Path, clock, crash, crash_at: int
+) -> None:
+    log = PartitionLog.open(tmp_path, config(), clock_ms=clock)
+    before = write(log, clock.now_ms)
+    doomed = {before[3].offset}
+    seen: list[str] = []
+
+    def maybe_crash(step: str) -> None:
+        seen.append(step)
+        if len(seen) > crash_at:
+            raise SimulatedCrashError(step)
+
+    with pytest.raises(SimulatedCrashError):
+        Cleaner(on_step=maybe_crash).erase(log, doomed)
+    crash(log)
+    reopened = PartitionLog.open(tmp_path, config(), clock_ms=clock)
+    survivors = list(reopened.iter_records())
+    assert [r.offset for r in survivors] == [r.offset for r in before], seen
+    assert survivors[3].value in (None, SECRET), seen
+    assert Cleaner().erase(reopened, doomed) in (0, 1)  # again: the job is finished
+    assert list(reopened.iter_records())[3].value is None
+    reopened.close()
