@@ -412,21 +412,22 @@ def topics_reassign(
     replicas copy the partition, then the removed ones delete it; --cancel goes back
     to the replicas before, --list shows what is moving."""
     from eventplatform.tools import reassign
-    from eventplatform.tools.cluster_status import controller_voters
+    from eventplatform.tools.cluster_status import controller_network, controller_voters
 
+    network = controller_network(data_dir)
     with _reported_errors():
         if list_:
             voters = controller_voters(data_dir=data_dir, controllers=controllers)
-            reassign.show(voters, topic, echo=click.echo)
+            reassign.show(voters, topic, echo=click.echo, network=network)
             return
         targets = _reassign_targets(topic, partition, replicas, plan, cancel=cancel)
         voters = controller_voters(data_dir=data_dir, controllers=controllers)
         if cancel:
-            reassign.cancel(voters, targets, echo=click.echo)
+            reassign.cancel(voters, targets, echo=click.echo, network=network)
             return
-        reassign.start(voters, targets, echo=click.echo)
+        reassign.start(voters, targets, echo=click.echo, network=network)
         if wait_:
-            reassign.wait(voters, targets, timeout, echo=click.echo)
+            reassign.wait(voters, targets, timeout, echo=click.echo, network=network)
 
 
 def _reassign_targets(

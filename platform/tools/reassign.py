@@ -24,6 +24,7 @@ from typing import Any
 
 import orjson
 
+from eventplatform.log.cluster.network import TCP, Network
 from eventplatform.tools.cluster_status import call_controller
 from eventplatform.tools.errors import InvalidInputError, ToolError
 
@@ -114,13 +115,13 @@ def read_plan(path: Path, *, require_replicas: bool = True) -> list[Target]:
     return parse_plan(text, require_replicas=require_replicas)
 
 
-def start(voters: Voters, targets: Sequence[Target], *, echo: Echo) -> None:
+def start(voters: Voters, targets: Sequence[Target], *, echo: Echo, network: Network = TCP) -> None:
     """Ask the controller to move every target; all or none start."""
     entries = [
         {"topic": t.topic, "partition": t.partition, "replicas": list(t.replicas)} for t in targets
     ]
-    topics = call_controller(voters, "describe", {})["topics"]
-    call_controller(voters, "reassign_partitions", {"partitions": entries})
+    topics = call_controller(voters, "describe", {}, network=network)["topics"]
+    call_controller(voters, "reassign_partitions", {"partitions": entries}, network=network)
     for target in targets:
         current = topics[target.topic]["partitions"][target.partition]["replicas"]
         if current == list(target.replicas):
@@ -129,22 +130,24 @@ def start(voters: Voters, targets: Sequence[Target], *, echo: Echo) -> None:
             echo(f"reassigning {target.label} from {current} to {list(target.replicas)}")
 
 
-def cancel(voters: Voters, targets: Sequence[Target], *, echo: Echo) -> None:
+def cancel(
+    voters: Voters, targets: Sequence[Target], *, echo: Echo, network: Network = TCP
+) -> None:
     entries = [{"topic": t.topic, "partition": t.partition} for t in targets]
-    call_controller(voters, "cancel_reassignments", {"partitions": entries})
+    call_controller(voters, "cancel_reassignments", {"partitions": entries}, network=network)
     for target in targets:
         echo(f"cancelled the reassignment of {target.label}")
 
 
-def in_progress(voters: Voters) -> list[dict[str, Any]]:
-    answer = call_controller(voters, "list_reassignments", {})
+def in_progress(voters: Voters, network: Network = TCP) -> list[dict[str, Any]]:
+    answer = call_controller(voters, "list_reassignments", {}, network=network)
     reassignments: list[dict[str, Any]] = answer["reassignments"]
     return reassignments
 
 
-def show(voters: Voters, topic: str | None, *, echo: Echo) -> None:
+def show(voters: Voters, topic: str | None, *, echo: Echo, network: Network = TCP) -> None:
     """Print the reassignments in progress (of ``topic`` only, when given)."""
-    shown = [r for r in in_progress(voters) if topic is None or r["topic"] == topic]
+    shown = [r for r in in_progress(voters, network) if topic is None or r["topic"] == topic]
     if not shown:
         echo("no reassignments in progress")
     for r in shown:
@@ -155,12 +158,19 @@ def show(voters: Voters, topic: str | None, *, echo: Echo) -> None:
         )
 
 
-def wait(voters: Voters, targets: Sequence[Target], timeout_s: float, *, echo: Echo) -> None:
+def wait(
+    voters: Voters,
+    targets: Sequence[Target],
+    timeout_s: float,
+    *,
+    echo: Echo,
+    network: Network = TCP,
+) -> None:
     """Block until none of ``targets`` is being reassigned; ToolError at the timeout."""
     labels = {target.label for target in targets}
     deadline = time.monotonic() + timeout_s
     while True:
-        moving = {f"{r['topic']}-{r['partition']}" for r in in_progress(voters)} & labels
+        moving = {f"{r['topic']}-{r['partition']}" for r in in_progress(voters, network)} & labels
         if not moving:
             break
         if time.monotonic() >= deadline:
@@ -169,7 +179,7 @@ def wait(voters: Voters, targets: Sequence[Target], timeout_s: float, *, echo: E
                 "(it goes on; --list shows it, --cancel stops it)"
             )
         time.sleep(WAIT_POLL_S)
-    describe = call_controller(voters, "describe", {})
+    describe = call_controller(voters, "describe", {}, network=network)
     for target in targets:
         topic = describe["topics"].get(target.topic)
         if topic is None or target.partition >= len(topic["partitions"]):

@@ -209,6 +209,12 @@ def test_cluster_up_secure_prints_configs_that_work(tmp_path: Path) -> None:
         }
         printed.update({"sasl.username": "alice", "sasl.password": "alice's"})
         assert produce(printed, "orders") is None
+        # The operator's tools reach the controllers over the cluster's mutual TLS.
+        status = run("cluster", "status", "--data-dir", str(directory))
+        assert status.exit_code == 0, status.output
+        assert "brokers:" in status.output
+        moving = run("topics", "reassign", "--list", "--data-dir", str(directory))
+        assert moving.exit_code == 0, moving.output
     finally:
         subprocess.run(
             [PLATFORM, "cluster", "down", "--data-dir", str(directory)],
