@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PACKAGES := platform log projections spark_projections apps
 
-.PHONY: demo test lint typecheck pytest venv bench-storage bench-broker bench-projections bench-entities bench-corrections bench-producer bench-read-your-writes bench-replay bench-replay-kafka bench-collector bench-log-tail bench-replication bench-security bench bench-quick sim faults entity-race compat compat-quick compat-build clean
+.PHONY: demo test lint typecheck pytest venv bench-storage bench-broker bench-projections bench-entities bench-corrections bench-producer bench-read-your-writes bench-replay bench-replay-kafka bench-collector bench-log-tail bench-replication bench-security bench bench-quick sim faults entity-race compat compat-secured compat-quick compat-build clean
 
 venv: $(STAMP)
 
@@ -154,6 +154,10 @@ $(COMPAT_STAMP): $(COMPAT_TARBALL)
 compat: $(STAMP) $(COMPAT_STAMP)
 	$(BIN)/python -m tests.compat.run --test-runner $(COMPAT_TEST_RUNNER) --setup single
 	$(BIN)/python -m tests.compat.run --test-runner $(COMPAT_TEST_RUNNER) --setup cluster
+
+# The admin, SSL, SASL credential and re-authentication tests over SASL_SSL with ACLs on.
+compat-secured: $(STAMP) $(COMPAT_STAMP)
+	$(BIN)/python -m tests.compat.run --test-runner $(COMPAT_TEST_RUNNER) --setup secured
 
 compat-quick: $(STAMP) $(COMPAT_STAMP)
 	$(BIN)/python -m tests.compat.run --test-runner $(COMPAT_TEST_RUNNER) --setup single --quick

@@ -32,7 +32,10 @@ from pathlib import Path
 
 import orjson
 
+from eventplatform.dev_certificates import issue, make_authority
 from eventplatform.log.replica.selector import RACK_AWARE
+from eventplatform.log.security.credentials import CREDENTIALS_FILE, CredentialStore
+from eventplatform.log.security.scram import SCRAM_MECHANISMS, credential_from_password
 from eventplatform.testing import BrokerProcess, LocalCluster
 from tests.compat.librdkafka_suite import (
     CRASHED,
@@ -67,6 +70,13 @@ writes records stamped in January 1970, which a pass landing between its produce
 consume deletes (as Kafka's would, every 5 minutes by default)."""
 SCENARIO_SETTINGS = {"default": (), "noautocreate": ("auto.create.topics.enable=false",)}
 CLUSTER_SETTINGS = (f"replica.selector.class={RACK_AWARE}",)
+SECURED_USER = "admin"
+SECURED_PASSWORD = "compat suite's super user"
+SECURED_TESTS = ("0081", "0097", "0135", "0142")
+"""What the secured setup runs: the admin, SSL, SASL credential and re-authentication
+tests, which need a SASL_SSL listener, SCRAM users and an authorizer."""
+REAUTH_MS = 10_000
+"""``connections.max.reauth.ms`` of the secured broker, for 0142's SCRAM sub-tests."""
 CLUSTER_RACK_PREFIX = "RACK"
 """Broker N is in rack RACK<N> and consumers read from a follower in their rack, the
 layout 0101 (fetch from follower) looks for."""
@@ -97,7 +107,11 @@ class Server:
 
     def start(self) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
-        if self.setup == "single":
+        if self.setup == "secured":
+            self.broker = BrokerProcess(
+                self.directory / "data", [*self.settings, *secured_settings(self.directory)]
+            ).start()
+        elif self.setup == "single":
             self.broker = BrokerProcess(self.directory / "data", self.settings).start()
         else:
             self.cluster = LocalCluster.create(
@@ -214,12 +228,48 @@ def write_kafka_tools(work: Path) -> None:
     script.chmod(0o755)
 
 
-def write_conf(path: Path, bootstrap: str) -> None:
-    path.write_text(
-        f"bootstrap.servers={bootstrap}\n"
-        f"test.timeout.multiplier={TIMEOUT_MULTIPLIER}\n"
-        "test.topic.random=true\n"
+def secured_settings(directory: Path) -> list[str]:
+    """One SASL_SSL listener, an authorizer, and the super user written into the data
+    directory before the broker starts (as ``platform users add --data-dir`` does)."""
+    certificates = directory / "certificates"
+    make_authority(certificates)
+    server = issue(certificates, "broker", hosts=("127.0.0.1", "localhost"))
+    data_dir = directory / "data"
+    data_dir.mkdir(parents=True, exist_ok=True)
+    store = CredentialStore(data_dir / CREDENTIALS_FILE)
+    store.apply(
+        [
+            (SECURED_USER, credential_from_password(mechanism, SECURED_PASSWORD))
+            for mechanism in SCRAM_MECHANISMS
+        ],
+        [],
     )
+    return [
+        "listeners=SASL_SSL://127.0.0.1:0",
+        "sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+        f"ssl.keystore.location={server.keystore}",
+        f"ssl.truststore.location={certificates / 'ca.pem'}",
+        "authorizer.class.name=StandardAuthorizer",
+        f"super.users=User:{SECURED_USER}",
+        f"connections.max.reauth.ms={REAUTH_MS}",
+    ]
+
+
+def write_conf(path: Path, bootstrap: str, *, secured_directory: Path | None = None) -> None:
+    lines = [
+        f"bootstrap.servers={bootstrap}",
+        f"test.timeout.multiplier={TIMEOUT_MULTIPLIER}",
+        "test.topic.random=true",
+    ]
+    if secured_directory is not None:
+        lines += [
+            "security.protocol=SASL_SSL",
+            "sasl.mechanisms=SCRAM-SHA-512",
+            f"sasl.username={SECURED_USER}",
+            f"sasl.password={SECURED_PASSWORD}",
+            f"ssl.ca.location={secured_directory / 'certificates' / 'ca.pem'}",
+        ]
+    path.write_text("".join(f"{line}\n" for line in lines))
 
 
 def run_setup(args: argparse.Namespace, tests: Sequence[SuiteTest], work: Path) -> list[Result]:
@@ -233,7 +283,8 @@ def run_setup(args: argparse.Namespace, tests: Sequence[SuiteTest], work: Path) 
     for scenario in dict.fromkeys(s for _, s in pairs):
         with serving(args.setup, scenario, work / "servers") as server:
             conf = work / f"test-{scenario}.conf"
-            write_conf(conf, server.bootstrap)
+            secured = server.directory if args.setup == "secured" else None
+            write_conf(conf, server.bootstrap, secured_directory=secured)
             for number, _ in (p for p in pairs if p[1] == scenario):
                 timeout_s = QUICK_TEST_TIMEOUT_S if args.quick else TEST_TIMEOUT_S
                 timeout_s = LONG_TEST_TIMEOUT_S.get(number, timeout_s)
@@ -295,7 +346,7 @@ def report(
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--test-runner", type=Path, required=True)
-    parser.add_argument("--setup", choices=("single", "cluster"), default="single")
+    parser.add_argument("--setup", choices=("single", "cluster", "secured"), default="single")
     parser.add_argument("--quick", action="store_true", help="only the quick list")
     parser.add_argument("--tests", help="comma-separated test numbers (default: all)")
     parser.add_argument("--work-dir", type=Path, default=Path("build/compat"))
@@ -307,6 +358,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.quick:
         quick = tomllib.loads(EXPECTATIONS.read_text())["quick"]["tests"]
         tests = [t for t in tests if t.number in quick]
+    if args.setup == "secured":
+        tests = [t for t in tests if t.number in SECURED_TESTS]
     work = (args.work_dir / (args.setup + ("-quick" if args.quick else ""))).resolve()
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
