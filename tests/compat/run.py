@@ -29,13 +29,18 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 import orjson
+from confluent_kafka.admin import (
+    AdminClient,
+    ScramCredentialInfo,
+    ScramMechanism,
+    UserScramCredentialUpsertion,
+)
 
-from eventplatform.dev_certificates import issue, make_authority
+from eventplatform.local_cluster import CERTIFICATES_DIRECTORY
 from eventplatform.log.replica.selector import RACK_AWARE
-from eventplatform.log.security.credentials import CREDENTIALS_FILE, CredentialStore
-from eventplatform.log.security.scram import SCRAM_MECHANISMS, credential_from_password
 from eventplatform.testing import BrokerProcess, LocalCluster
 from tests.compat.librdkafka_suite import (
     CRASHED,
@@ -73,8 +78,9 @@ CLUSTER_SETTINGS = (f"replica.selector.class={RACK_AWARE}",)
 SECURED_USER = "admin"
 SECURED_PASSWORD = "compat suite's super user"
 SECURED_TESTS = ("0081", "0097", "0135", "0142")
-"""What the secured setup runs: the admin, SSL, SASL credential and re-authentication
-tests, which need a SASL_SSL listener, SCRAM users and an authorizer."""
+"""What the secured setup runs, on a secure 3-node cluster (SASL_SSL for clients, mutual
+TLS inside, ACLs on): the admin, SSL, SASL credential and re-authentication tests."""
+ADMIN_TIMEOUT_S = 30.0
 REAUTH_MS = 10_000
 """``connections.max.reauth.ms`` of the secured broker, for 0142's SCRAM sub-tests."""
 CLUSTER_RACK_PREFIX = "RACK"
@@ -108,9 +114,14 @@ class Server:
     def start(self) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
         if self.setup == "secured":
-            self.broker = BrokerProcess(
-                self.directory / "data", [*self.settings, *secured_settings(self.directory)]
-            ).start()
+            self.cluster = LocalCluster.create(
+                self.directory,
+                CLUSTER_NODES,
+                [*self.settings, *SECURED_SETTINGS],
+                secure=True,
+            )
+            self.cluster.start()
+            create_secured_user(self.cluster)
         elif self.setup == "single":
             self.broker = BrokerProcess(self.directory / "data", self.settings).start()
         else:
@@ -127,7 +138,7 @@ class Server:
         if self.broker is not None:
             return self.broker.bootstrap
         assert self.cluster is not None
-        return self.cluster.bootstrap
+        return self.cluster.client_bootstrap if self.cluster.secure else self.cluster.bootstrap
 
     def dead(self) -> list[str]:
         """The processes that exited: "broker", or "node <id>" of the cluster."""
@@ -228,31 +239,26 @@ def write_kafka_tools(work: Path) -> None:
     script.chmod(0o755)
 
 
-def secured_settings(directory: Path) -> list[str]:
-    """One SASL_SSL listener, an authorizer, and the super user written into the data
-    directory before the broker starts (as ``platform users add --data-dir`` does)."""
-    certificates = directory / "certificates"
-    make_authority(certificates)
-    server = issue(certificates, "broker", hosts=("127.0.0.1", "localhost"))
-    data_dir = directory / "data"
-    data_dir.mkdir(parents=True, exist_ok=True)
-    store = CredentialStore(data_dir / CREDENTIALS_FILE)
-    store.apply(
-        [
-            (SECURED_USER, credential_from_password(mechanism, SECURED_PASSWORD))
-            for mechanism in SCRAM_MECHANISMS
-        ],
-        [],
-    )
-    return [
-        "listeners=SASL_SSL://127.0.0.1:0",
-        "sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
-        f"ssl.keystore.location={server.keystore}",
-        f"ssl.truststore.location={certificates / 'ca.pem'}",
-        "authorizer.class.name=StandardAuthorizer",
-        f"super.users=User:{SECURED_USER}",
-        f"connections.max.reauth.ms={REAUTH_MS}",
+SECURED_SETTINGS = (
+    "sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+    f"connections.max.reauth.ms={REAUTH_MS}",
+    f"super.users=User:CN=broker;User:CN=admin;User:{SECURED_USER}",
+)
+"""A secure cluster's settings (see LocalCluster), and the suite's SCRAM user as a
+super user: its tests create topics, ACLs and users."""
+
+
+def create_secured_user(cluster: LocalCluster) -> None:
+    """The suite's SCRAM user, made with the operator's certificate."""
+    admin = AdminClient(cluster.admin_settings())
+    upsertions: list[Any] = [
+        UserScramCredentialUpsertion(
+            SECURED_USER, ScramCredentialInfo(mechanism, 4096), SECURED_PASSWORD.encode()
+        )
+        for mechanism in (ScramMechanism.SCRAM_SHA_256, ScramMechanism.SCRAM_SHA_512)
     ]
+    for future in admin.alter_user_scram_credentials(upsertions).values():
+        future.result(ADMIN_TIMEOUT_S)
 
 
 def write_conf(path: Path, bootstrap: str, *, secured_directory: Path | None = None) -> None:
@@ -267,7 +273,7 @@ def write_conf(path: Path, bootstrap: str, *, secured_directory: Path | None = N
             "sasl.mechanisms=SCRAM-SHA-512",
             f"sasl.username={SECURED_USER}",
             f"sasl.password={SECURED_PASSWORD}",
-            f"ssl.ca.location={secured_directory / 'certificates' / 'ca.pem'}",
+            f"ssl.ca.location={secured_directory / CERTIFICATES_DIRECTORY / 'ca.pem'}",
         ]
     path.write_text("".join(f"{line}\n" for line in lines))
 
