@@ -52,7 +52,7 @@ import hashlib
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -64,11 +64,9 @@ from eventplatform.log.storage.record_batch import (
     NO_TIMESTAMP,
     BatchHeader,
     RawRecord,
-    Record,
     TimestampType,
     decode_varint,
     encode_batch_body,
-    encode_record,
     iter_raw_records,
     parse_header,
     rebase_record,
@@ -395,86 +393,6 @@ class Cleaner:
             job.clean_until,
         )
 
-    def erase(self, log: PartitionLog, offsets: Iterable[int]) -> int:
-        """Empty the records at ``offsets`` in place, on the log owner's thread; how many.
-
-        An erased record keeps its offset, timestamp and key; its value becomes null and
-        its headers one :data:`ERASED_HEADER`, so every reader (a consumer, a replay
-        reading the files, a follower fetching) sees that it was there and not what it
-        said. Each segment holding one is rewritten as compaction rewrites segments and
-        swapped in by :meth:`PartitionLog.replace_segments`, so a crash leaves the old
-        segment or the new one. The active segment is rolled first when it holds one.
-        Offsets outside the log, or of control records, are left alone. A batch that
-        inflates past ``batch_decompressed_bytes_max`` cannot be rewritten:
-        :class:`ErasureError`, before anything changes in its segment.
-        """
-        targets = sorted({o for o in offsets if log.log_start_offset <= o < log.log_end_offset})
-        if not targets:
-            return 0
-        if targets[-1] >= log.active_segment.base_offset:
-            log.roll()
-        erased = 0
-        views = _views(log)
-        try:
-            for view in views:
-                inside = [o for o in targets if view.base_offset <= o < view.next_offset]
-                if not inside:
-                    continue
-                rewritten, count = self._erase_segment(log, view, set(inside))
-                if count:
-                    log.replace_segments(rewritten, [view.segment], self.on_step)
-                    erased += count
-                else:
-                    rewritten.delete_files()
-        finally:
-            _close_views(views)
-        return erased
-
-    def _erase_segment(
-        self, log: PartitionLog, view: _SegmentView, offsets: set[int]
-    ) -> tuple[Segment, int]:
-        base = view.base_offset
-        for suffix in (".log", ".index", ".timeindex"):
-            segment_path(log.directory, base, suffix, CLEANED_SUFFIX).unlink(missing_ok=True)
-        rewritten = Segment.open(log.directory, base, log.config, state=CLEANED_SUFFIX)
-        erased = 0
-        try:
-            rewritten.make_active()
-            rewritten.next_offset = base
-            for header, data in view.iter_batches(threading.Event()):
-                out, count = data, 0
-                if not header.is_control and any(
-                    header.base_offset <= o <= header.last_offset for o in offsets
-                ):
-                    out, count = self._erase_batch(header, data, offsets)
-                rewritten.append(out, [parse_header(out)], log.clock_ms())
-                erased += count
-            rewritten.flush()
-        except BaseException:
-            rewritten.delete_files()
-            raise
-        return rewritten, erased
-
-    def _erase_batch(
-        self, header: BatchHeader, data: bytes, offsets: set[int]
-    ) -> tuple[bytes, int]:
-        kept = _Kept()
-        erased = 0
-        try:
-            for record in self._records(header, data, with_data=True):
-                offset = header.base_offset + record.offset_delta
-                timestamp = header.base_timestamp + record.timestamp_delta
-                if offset in offsets:
-                    record = _erased_record(record, header, offset, timestamp)
-                    erased += 1
-                kept.add(record, timestamp)
-        except DecompressionLimitError as exc:
-            raise ErasureError(
-                f"the batch at offset {header.base_offset} inflates past the cleaner's limit "
-                f"of {self.batch_decompressed_bytes_max} bytes: {exc}"
-            ) from exc
-        return _reencode(header, kept, header.delete_horizon_ms), erased
-
     def _build_offset_map(self, job: CompactionJob) -> tuple[OffsetMap, int]:
         """Map keys from the first dirty offset until the map is full or the bound is reached.
 
@@ -493,7 +411,7 @@ class Cleaner:
                 break
             for header, data in view.iter_batches(job.abort):
                 try:
-                    for record in self._records(header, data, with_data=False):
+                    for record in self.records_of(header, data, with_data=False):
                         offset = header.base_offset + record.offset_delta
                         if offset < first_dirty or record.key is None:
                             continue
@@ -505,7 +423,9 @@ class Cleaner:
             clean_until = max(clean_until, min(view.next_offset, bound))
         return offset_map, clean_until
 
-    def _records(self, header: BatchHeader, data: bytes, *, with_data: bool) -> Iterator[RawRecord]:
+    def records_of(
+        self, header: BatchHeader, data: bytes, *, with_data: bool
+    ) -> Iterator[RawRecord]:
         """The records of one batch read on its own (``data`` starts at the batch)."""
         return iter_raw_records(
             data,
@@ -591,7 +511,7 @@ class Cleaner:
         """Stream the batch's records and keep those the map and the horizon allow."""
         horizon = header.delete_horizon_ms
         kept = _Kept()
-        for record in self._records(header, data, with_data=True):
+        for record in self.records_of(header, data, with_data=True):
             if record.key is None:
                 continue
             offset = header.base_offset + record.offset_delta
@@ -602,24 +522,6 @@ class Cleaner:
                 continue
             kept.add(record, header.base_timestamp + record.timestamp_delta)
         return kept
-
-
-ERASED_HEADER = "eventplatform.erased"
-"""The one header an erased record keeps (its value is null)."""
-
-
-class ErasureError(Exception):
-    """A record that cannot be erased in place; nothing of its segment changed."""
-
-
-def _erased_record(
-    record: RawRecord, header: BatchHeader, offset: int, timestamp: int
-) -> RawRecord:
-    """``record`` with its value null and its headers replaced by :data:`ERASED_HEADER`;
-    its offset, timestamp and key stay."""
-    empty = Record(offset, timestamp, record.key, None, ((ERASED_HEADER, b""),))
-    data = encode_record(empty, header.base_offset, header.base_timestamp)
-    return RawRecord(record.offset_delta, record.timestamp_delta, record.key, True, data)
 
 
 def _reencode(header: BatchHeader, kept: _Kept, new_horizon: int | None) -> bytes:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from eventplatform.log.storage import Cleaner, Compression, LogConfig, PartitionLog, Record
-from eventplatform.log.storage.cleaner import ERASED_HEADER
+from eventplatform.log.storage.erasure import ERASED_HEADER, erase_records
 from eventplatform.log.storage.record_batch import encode_batch
 
 SECRET = b"password=hunter2"
@@ -46,7 +46,7 @@ def test_erased_records_keep_their_place_and_lose_their_content(tmp_path: Path, 
     doomed = {r.offset for r in before if r.value == SECRET}
     assert len(doomed) == 9 and len(log.segments) > 3
 
-    assert Cleaner().erase(log, doomed | {10_000}) == len(doomed)
+    assert erase_records(Cleaner(), log, doomed | {10_000}) == len(doomed)
 
     after = list(log.iter_records())
     assert [(r.offset, r.timestamp, r.key) for r in after] == [
@@ -70,7 +70,7 @@ def test_erasing_in_the_active_segment_rolls_it_first(tmp_path: Path, clock) -> 
     log = PartitionLog.open(tmp_path, LogConfig(), clock_ms=clock)
     before = write(log, clock.now_ms)
     assert len(log.segments) == 1
-    assert Cleaner().erase(log, {before[-2].offset}) == 1
+    assert erase_records(Cleaner(), log, {before[-2].offset}) == 1
     assert list(log.iter_records())[-2].value is None
     assert log.append(batch(60, 1, clock.now_ms, Compression.NONE)).base_offset == 60
     log.close()
@@ -80,7 +80,7 @@ def test_nothing_to_erase_changes_nothing(tmp_path: Path, clock) -> None:
     log = PartitionLog.open(tmp_path, config(), clock_ms=clock)
     write(log, clock.now_ms)
     files = {path.name: path.read_bytes() for path in tmp_path.glob("*.log")}
-    assert Cleaner().erase(log, {-1, 10_000}) == 0
+    assert erase_records(Cleaner(), log, {-1, 10_000}) == 0
     assert {path.name: path.read_bytes() for path in tmp_path.glob("*.log")} == files
     log.close()
 
@@ -104,12 +104,12 @@ def test_a_crash_at_any_step_leaves_the_old_segment_or_the_erased_one(
             raise SimulatedCrashError(step)
 
     with pytest.raises(SimulatedCrashError):
-        Cleaner(on_step=maybe_crash).erase(log, doomed)
+        erase_records(Cleaner(on_step=maybe_crash), log, doomed)
     crash(log)
     reopened = PartitionLog.open(tmp_path, config(), clock_ms=clock)
     survivors = list(reopened.iter_records())
     assert [r.offset for r in survivors] == [r.offset for r in before], seen
     assert survivors[3].value in (None, SECRET), seen
-    assert Cleaner().erase(reopened, doomed) in (0, 1)  # again: the job is finished
+    assert erase_records(Cleaner(), reopened, doomed) in (0, 1)  # again: the job is finished
     assert list(reopened.iter_records())[3].value is None
     reopened.close()
