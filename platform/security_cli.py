@@ -11,6 +11,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -18,6 +19,9 @@ from eventplatform.cli_support import client_options
 from eventplatform.client_config import ClientConfig
 from eventplatform.tools.arguments import REQUEST_TIMEOUT_S_DEFAULT, ClusterSettings
 from eventplatform.tools.errors import ToolError
+
+if TYPE_CHECKING:
+    from eventplatform.tools.security import AclTarget
 
 MECHANISM_CHOICES = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 ITERATIONS_DEFAULT = 8192
@@ -142,6 +146,25 @@ def _resource_options(command: click.decorators.FC) -> click.decorators.FC:
     return command
 
 
+def _target(
+    topic: str | None,
+    group: str | None,
+    transactional_id: str | None,
+    cluster_resource: bool,
+    prefixed: bool,
+) -> AclTarget | None:
+    """The resource the options of :func:`_resource_options` name."""
+    from eventplatform.tools.security import acl_target
+
+    return acl_target(
+        topic=topic,
+        group=group,
+        transactional_id=transactional_id,
+        cluster=cluster_resource,
+        prefixed=prefixed,
+    )
+
+
 @click.group()
 def acls() -> None:
     """Grant, list and revoke access (Kafka's ACLs)."""
@@ -174,13 +197,7 @@ def acls_add(
     from eventplatform.tools import security
 
     with _reported_errors():
-        target = security.acl_target(
-            topic=topic,
-            group=group,
-            transactional_id=transactional_id,
-            cluster=cluster_resource,
-            prefixed=prefixed,
-        )
+        target = _target(topic, group, transactional_id, cluster_resource, prefixed)
         if target is None:
             raise click.UsageError(
                 "name a resource: --topic, --group, --transactional-id or --cluster"
@@ -213,13 +230,7 @@ def acls_list(
     from eventplatform.tools import security
 
     with _reported_errors():
-        target = security.acl_target(
-            topic=topic,
-            group=group,
-            transactional_id=transactional_id,
-            cluster=cluster_resource,
-            prefixed=prefixed,
-        )
+        target = _target(topic, group, transactional_id, cluster_resource, prefixed)
         security.list_acls(_cluster(client), target, principal, echo=click.echo)
 
 
@@ -242,13 +253,7 @@ def acls_remove(
     from eventplatform.tools import security
 
     with _reported_errors():
-        target = security.acl_target(
-            topic=topic,
-            group=group,
-            transactional_id=transactional_id,
-            cluster=cluster_resource,
-            prefixed=prefixed,
-        )
+        target = _target(topic, group, transactional_id, cluster_resource, prefixed)
         security.remove_acls(
             _cluster(client),
             target,
