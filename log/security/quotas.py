@@ -128,6 +128,8 @@ class QuotaStore:
     def byte_quota(self, user: str | None, client_id: str, key: str) -> tuple[Entity, float] | None:
         """The ``key`` quota that holds for this user and client id, and what its rate is
         measured over: a default quota is each user's (or client's) own, not shared."""
+        if not self._quotas:  # the common case, on every produce and fetch
+            return None
         actual = {USER: user, CLIENT_ID: client_id}
         for entity in _precedence(user, client_id):
             value = self.get(entity, key)
