@@ -34,7 +34,7 @@ from eventplatform.log.cluster.quorum import encode_message
 from eventplatform.log.cluster.raft import Message, VoteRequest
 from eventplatform.log.protocol import encode_request
 from eventplatform.log.protocol.apis import FETCH
-from eventplatform.testing import LocalCluster
+from eventplatform.testing import LocalCluster, wait_until
 from eventplatform.tools.cluster_status import fetch_cluster_status
 
 TIMEOUT_S = 30.0
@@ -157,7 +157,9 @@ def test_a_spoofed_replica_fetch_is_refused_at_authentication(secure: LocalClust
     }
     request = bytes(encode_request(FETCH, 11, fetch, correlation_id=1, client_id="stranger"))
     assert refused_at_the_handshake(secure.nodes[1].kafka_port, request)
-    assert "TLS handshake with 127.0.0.1 on listener INTERNAL failed" in secure.tail(1, 400)
+    refusal = "TLS handshake with 127.0.0.1 on listener INTERNAL failed"
+    # the broker logs the refusal after it has closed the connection
+    assert wait_until(lambda: refusal in secure.tail(1, 400), TIMEOUT_S)
     admin = AdminClient(secure.admin_settings())
     metadata = admin.list_topics("ledger", timeout=TIMEOUT_S).topics["ledger"]
     assert all(len(p.isrs) == 3 for p in metadata.partitions.values())

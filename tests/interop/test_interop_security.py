@@ -36,13 +36,14 @@ from eventplatform.log.protocol.apis import (
     SASL_AUTHENTICATE,
     SASL_HANDSHAKE,
 )
-from eventplatform.testing import BrokerProcess
+from eventplatform.testing import BrokerProcess, wait_until
 
 LISTENERS = (
     "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0,SASL_SSL://127.0.0.1:0,SSL://127.0.0.1:0"
 )
 ADMIN_TIMEOUT_S = 30.0
 FLUSH_TIMEOUT_S = 30.0
+LOG_TIMEOUT_S = 10.0
 PASSWORD = "correct horse battery staple"
 
 
@@ -316,7 +317,9 @@ def test_a_client_certificate_is_accepted_and_a_plaintext_client_is_not(
     port = secured.process.listener_ports["SSL"]
     with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
         assert raw_request(sock, API_VERSIONS, 0, {}) is None  # not TLS: closed
-    assert "TLS handshake with 127.0.0.1 on listener SSL failed" in secured.process.log_text()
+    refusal = "TLS handshake with 127.0.0.1 on listener SSL failed"
+    # the broker logs the refusal after it has closed the connection
+    assert wait_until(lambda: refusal in secured.process.log_text(), LOG_TIMEOUT_S)
 
 
 def test_an_address_that_keeps_failing_is_refused_for_a_while(tmp_path: Path) -> None:
@@ -329,7 +332,10 @@ def test_an_address_that_keeps_failing_is_refused_for_a_while(tmp_path: Path) ->
         good = broker.client("SASL_PLAINTEXT", **sasl("PLAIN"))
         reports = produce({**good, "message.timeout.ms": 3_000}, "refused-now", [b"x"])
         assert reports and reports[0] is not None
-        assert "too many failed authentications from 127.0.0.1" in broker.process.log_text()
+        assert wait_until(
+            lambda: "too many failed authentications from 127.0.0.1" in broker.process.log_text(),
+            LOG_TIMEOUT_S,
+        )
     finally:
         broker.process.kill()
 
@@ -399,6 +405,11 @@ def test_a_session_ends_unless_renewed_on_its_connection(tmp_path: Path) -> None
             assert renewed_as_other["error_code"] == KafkaError.SASL_AUTHENTICATION_FAILED
             assert "same user" in renewed_as_other["error_message"]
             assert raw_request(sock, METADATA, 1, metadata) is None
-        assert "its SASL session expired without re-authentication" in broker.process.log_text()
+        assert wait_until(
+            lambda: (
+                "its SASL session expired without re-authentication" in broker.process.log_text()
+            ),
+            LOG_TIMEOUT_S,
+        )
     finally:
         broker.process.kill()
