@@ -14,6 +14,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable
 
+from eventplatform.log.extensions import ERASED_HEADER
 from eventplatform.log.storage.cleaner import (
     Cleaner,
     _close_views,
@@ -34,8 +35,6 @@ from eventplatform.log.storage.record_batch import (
 )
 from eventplatform.log.storage.segment import Segment
 
-ERASED_HEADER = "eventplatform.erased"
-"""The one header an erased record keeps (its value is null)."""
 
 
 class ErasureError(Exception):

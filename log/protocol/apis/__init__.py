@@ -40,7 +40,7 @@ from eventplatform.log.protocol.apis.data import (
     OFFSET_FOR_LEADER_EPOCH,
     PRODUCE,
 )
-from eventplatform.log.protocol.apis.entities import ENTITY_READ
+from eventplatform.log.protocol.apis.entities import ENTITY_READ, ERASE_RECORDS
 from eventplatform.log.protocol.apis.groups import (
     DELETE_GROUPS,
     DESCRIBE_GROUPS,
@@ -97,6 +97,7 @@ APIS: dict[int, Api] = {
         DESCRIBE_TOPIC_PARTITIONS,
         DESCRIBE_LOG_DIRS,
         ENTITY_READ,
+        ERASE_RECORDS,
     )
 }
 """Every table by API key."""
@@ -123,6 +124,7 @@ __all__ = [
     "DESCRIBE_TOPIC_PARTITIONS",
     "DESCRIBE_USER_SCRAM_CREDENTIALS",
     "ENTITY_READ",
+    "ERASE_RECORDS",
     "FETCH",
     "FIND_COORDINATOR",
     "HEARTBEAT",
