@@ -45,6 +45,7 @@ from eventplatform.log.cluster.network import TCP, Network
 from eventplatform.log.config import BrokerConfig, format_voters
 from eventplatform.log.extensions import ENTITY_VERSIONS_CONFIG
 from eventplatform.log.protocol import ErrorCode
+from eventplatform.log.replica.erasures import ErasureWork
 from eventplatform.log.replica.topics import META_FILE, Topic, TopicError, TopicRegistry
 from eventplatform.log.security.acls import ACLS_FILE, AclAuthorizer, AclStore
 from eventplatform.log.security.credentials import (
@@ -55,10 +56,11 @@ from eventplatform.log.security.credentials import (
 from eventplatform.log.security.quotas import QUOTAS_FILE, QuotaStore, Rates
 from eventplatform.log.security.session import SaslSettings, Session
 from eventplatform.log.storage import Cleaner, KafkaStorageError
-from eventplatform.log.storage.cleaner import CleaningAbortedError
+from eventplatform.log.storage.cleaner import CleaningAbortedError, CompactionJob
 from eventplatform.log.storage.files import CLEAN_SHUTDOWN_FILE, write_atomically
 from eventplatform.log.storage.partition_log import (
     DESCRIPTOR_LIMIT_ERRNOS,
+    PartitionLog,
     run_flush_jobs,
     wall_clock_ms,
 )
@@ -133,6 +135,10 @@ class Broker:
         self.port = config.listen_port
         self.producer_ids = ProducerIdAllocator(config.data_dir / PRODUCER_IDS_FILE)
         self.cleaner = Cleaner()
+        self.log_rewrites = trio.Lock()
+        """Held while a compaction or an erasure rewrites a log's segments."""
+        self.erasure_work = ErasureWork()
+        """Wakes the erasure task (:mod:`.erasing`) when a partition has erasures due."""
         self.request_memory = MemoryPool(config.queued_max_request_bytes)
         """Request bytes every connection together holds (``queued.max.request.bytes``)."""
         self.groups: GroupCoordinator | None = None
@@ -473,12 +479,15 @@ class Broker:
         segments into the log runs back here, the only thread that changes the log's
         segments, one group at a time with requests served in between. Cancelling the
         wait stops the worker at its next batch."""
-        log_ = partition.log
-        job = self.cleaner.prepare_compaction(
-            log_, upper_bound_offset=partition.high_watermark, only_if_needed=True
-        )
-        if job is None:
-            return
+        async with self.log_rewrites:  # an erasure never runs between read and install
+            log_ = partition.log
+            job = self.cleaner.prepare_compaction(
+                log_, upper_bound_offset=partition.high_watermark, only_if_needed=True
+            )
+            if job is not None:
+                await self._run_compaction(log_, job)
+
+    async def _run_compaction(self, log_: PartitionLog, job: CompactionJob) -> None:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_abort_when_cancelled, job.abort)
             try:

@@ -42,6 +42,7 @@ from eventplatform.log.broker.connection import (
 from eventplatform.log.broker.context import Handler
 from eventplatform.log.broker.descriptors import descriptors_in_use, open_files_limit
 from eventplatform.log.broker.dispatcher import HANDLER_MODULES, build_handlers
+from eventplatform.log.broker.erasing import run_erasures
 from eventplatform.log.cluster.network import TCP, Network, TlsNetwork
 from eventplatform.log.cluster.node import BrokerMember, ControllerNode
 from eventplatform.log.config import BrokerConfig, BrokerConfigError
@@ -176,6 +177,7 @@ class BrokerServer:
     async def _start_services(self, nursery: trio.Nursery, broker: Broker) -> None:
         nursery.start_soon(broker.run_background)
         nursery.start_soon(broker.run_flusher)
+        nursery.start_soon(run_erasures, broker)
         if "controller" in self.config.process_roles:
             self.controller = ControllerNode(self.config, broker.network)
             await nursery.start(self.controller.run)

@@ -166,6 +166,19 @@ class SoloNode:
                     ErrorCode.KAFKA_STORAGE_ERROR, f"cannot write the quotas: {exc}"
                 ) from exc
 
+    async def erase(self, topic: str, partition: int, offsets: list[int]) -> None:
+        """The only replica: its ledger takes the erasure, and the broker's erasure task
+        carries it out. Not written down: the answer waits until it is done, and a
+        request not answered is sent again."""
+        held = self.broker.topics.partition(topic, partition)
+        if held is None:
+            raise TopicError(
+                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no partition {topic}-{partition}"
+            )
+        if held.erasures.commit(offsets):
+            self.broker.erasure_work.wake()
+        await trio.lowlevel.checkpoint()
+
     async def controlled_shutdown(self) -> None:
         """Nobody to hand leaderships to."""
         await trio.lowlevel.checkpoint()

@@ -73,6 +73,7 @@ from eventplatform.log.cluster.metadata import (
     AddPartitions,
     CreateTopic,
     DeleteTopic,
+    Erasure,
     FenceBroker,
     MetadataError,
     MetadataImage,
@@ -374,6 +375,20 @@ class Controller:
             await self._commit([change])
             return self.image.security_version
 
+    async def erase(self, erasure: Erasure) -> int:
+        """Commit an erasure of records of a partition; the erasure version that has it."""
+        async with self._deciding:
+            self._require_active()
+            topic = self.image.topics.get(erasure.topic)
+            if topic is None:
+                raise RpcError(UNKNOWN_TOPIC, f"topic {erasure.topic} does not exist")
+            if not 0 <= erasure.partition < len(topic.partitions):
+                raise RpcError(
+                    UNKNOWN_TOPIC, f"topic {erasure.topic} has no partition {erasure.partition}"
+                )
+            await self._commit([erasure])
+            return self.image.erasure_version
+
     async def allocate_producer_ids(self, broker: int, epoch: int) -> ProducerIds:
         """The next block of producer ids, for ``broker`` alone."""
         async with self._deciding:
@@ -578,6 +593,7 @@ class Controller:
             "scram_change": self._rpc_scram_change,
             "acl_change": self._rpc_acl_change,
             "quota_change": self._rpc_quota_change,
+            "erasure": self._rpc_erasure,
         }
 
     async def _rpc_reassign_partitions(self, params: Params) -> Params:
@@ -626,6 +642,12 @@ class Controller:
             version = await self.change_acls(change)
             await self.wait_propagated()
             return {"security_version": version}
+
+    async def _rpc_erasure(self, params: Params) -> Params:
+        with _refusals():
+            erasure = decode_document({"type": "erasure", **params})
+            assert isinstance(erasure, Erasure)
+            return {"erasure_version": await self.erase(erasure)}
 
     async def _rpc_allocate_producer_ids(self, params: Params) -> Params:
         with _refusals():

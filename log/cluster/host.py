@@ -14,6 +14,7 @@ import trio
 
 from eventplatform.log.cluster.network import Network
 from eventplatform.log.config import BrokerConfig
+from eventplatform.log.replica.erasures import ErasureWork
 from eventplatform.log.replica.topics import TopicRegistry
 from eventplatform.log.security.acls import AclStore
 from eventplatform.log.security.credentials import CredentialStore
@@ -43,6 +44,7 @@ class BrokerHost(Protocol):
     credentials: CredentialStore
     acls: AclStore
     quotas: QuotaStore
+    erasure_work: ErasureWork
 
     @property
     def groups(self) -> GroupHooks | None: ...

@@ -142,5 +142,10 @@ class Membership(Protocol):
     async def alter_quotas(self, changes: list[QuotaChange]) -> None:
         """Set and remove client quotas, all or none; return once this node enforces them."""
 
+    async def erase(self, topic: str, partition: int, offsets: list[int]) -> None:
+        """Commit an erasure of the records at ``offsets``, for every replica; return once
+        this node's replica has taken it in (its reads stop before each until erased).
+        Raises TopicError."""
+
     async def controlled_shutdown(self) -> None:
         """Hand this node's leaderships to other replicas before it stops."""

@@ -210,6 +210,15 @@ class QuotaChangeRecord:
     changes: tuple[QuotaEntry, ...] = ()
 
 
+@dataclass(frozen=True)
+class Erasure:
+    """Records of one partition to erase on every replica, by offset."""
+
+    topic: str
+    partition: int
+    offsets: tuple[int, ...]
+
+
 MetadataRecord = (
     RegisterBroker
     | FenceBroker
@@ -223,6 +232,7 @@ MetadataRecord = (
     | ScramChange
     | AclChange
     | QuotaChangeRecord
+    | Erasure
 )
 RECORD_TYPES: dict[str, type[Any]] = {
     "register_broker": RegisterBroker,
@@ -237,6 +247,7 @@ RECORD_TYPES: dict[str, type[Any]] = {
     "scram_change": ScramChange,
     "acl_change": AclChange,
     "quota_change": QuotaChangeRecord,
+    "erasure": Erasure,
 }
 TYPE_NAMES = {record_type: name for name, record_type in RECORD_TYPES.items()}
 
@@ -263,7 +274,7 @@ def decode_document(document: Any) -> MetadataRecord:
         record_type = RECORD_TYPES[document.pop("type")]
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise MetadataError(f"not a metadata record: {str(document)[:80]}") from exc
-    if record_type in (ScramChange, AclChange, QuotaChangeRecord):
+    if record_type in (ScramChange, AclChange, QuotaChangeRecord, Erasure):
         try:
             decoded: MetadataRecord = _from_json(record_type, document)
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
@@ -342,6 +353,8 @@ class TopicState:
     topic_id: str
     partitions: list[PartitionState]
     configs: dict[str, str]
+    erasures: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    """The offsets erased in each partition (sorted), for every replica to apply."""
 
 
 @dataclass
@@ -359,6 +372,8 @@ class MetadataImage:
     """Every quota set (entries with a value)."""
     security_version: int = 0
     """Counts the committed credential and ACL changes, so a broker knows when to reload."""
+    erasure_version: int = 0
+    """Counts the committed erasures, so a broker knows when to look for new ones."""
 
     def apply(self, record: MetadataRecord) -> None:
         """Apply the next committed record; raises MetadataError on a contradiction."""
@@ -393,6 +408,8 @@ class MetadataImage:
             self._change_acls(record)
         elif isinstance(record, QuotaChangeRecord):
             self._change_quotas(record)
+        elif isinstance(record, Erasure):
+            self._erase(record)
         elif isinstance(record, ProducerIds):
             if record.start != self.next_producer_id or record.size <= 0:
                 raise MetadataError(
@@ -446,6 +463,15 @@ class MetadataImage:
                 quotas[(change.entity, change.key)] = change
         self.quotas = sorted(quotas.values(), key=repr)
         self.security_version += 1
+
+    def _erase(self, record: Erasure) -> None:
+        topic = self._topic(record.topic)
+        self.partition(record.topic, record.partition)
+        if any(offset < 0 for offset in record.offsets):
+            raise MetadataError(f"{record.topic}-{record.partition}: a negative offset to erase")
+        erased = topic.erasures.get(record.partition, ())
+        topic.erasures[record.partition] = tuple(sorted(set(erased) | set(record.offsets)))
+        self.erasure_version += 1
 
     def _create(self, record: CreateTopic) -> None:
         if record.name in self.topics:

@@ -291,6 +291,14 @@ class BrokerMember:
         enforces the same quotas."""
         await self._change_security("quota_change", dataclasses.asdict(quota_change(changes)))
 
+    async def erase(self, topic: str, partition: int, offsets: list[int]) -> None:
+        """Through the active controller, into the cluster's metadata: every replica
+        erases the records, this one before it serves them again."""
+        params = {"topic": topic, "partition": partition, "offsets": offsets}
+        result = await self._forward("erasure", params)
+        version = int(result["erasure_version"])
+        await self._until(lambda: self.replicas.image.erasure_version >= version)
+
     async def _change_security(self, method: str, params: dict[str, Any]) -> None:
         result = await self._forward(method, params)
         version = int(result["security_version"])

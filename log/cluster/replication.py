@@ -138,6 +138,7 @@ class ReplicaManager:
                     partition = topic.partitions[number]
                     if partition is not None:
                         partition.log.take_offline(exc)
+            self._take_erasures(topic, state, image.erasure_version)
         for name in [name for name in registry.topics if name not in image.topics]:
             self._delete_topic(name)
         for leader, fetcher in list(self.fetchers.items()):
@@ -148,6 +149,16 @@ class ReplicaManager:
             self.broker.groups.leadership_changed()
         self.applied.set()
         self.applied = trio.Event()
+
+    def _take_erasures(self, topic: Topic, state: TopicState, version: int) -> None:
+        """Note the erasures committed for the partitions held here: reads stop before
+        each until the broker's erasure task has done it (:mod:`..replica.erasures`)."""
+        for number, partition in enumerate(topic.partitions):
+            if partition is None or partition.erasures.version == version:
+                continue
+            partition.erasures.version = version
+            if partition.erasures.commit(state.erasures.get(number, ())):
+                self.broker.erasure_work.wake()
 
     def _ensure_topic(self, name: str, state: TopicState) -> Topic | None:
         registry = self.broker.topics
@@ -591,7 +602,9 @@ class ReplicaFetcher:
         error = answer["error_code"]
         if error == ErrorCode.NONE:
             try:
-                partition.append_replicated(answer["records"] or b"", answer["high_watermark"])
+                records = answer["records"] or b""
+                if partition.append_replicated(records, answer["high_watermark"]):
+                    self.manager.broker.erasure_work.wake()  # records it must erase came
             except StorageError as exc:
                 log.error(
                     "%s-%d: cannot append what leader %d sent: %s",

@@ -32,6 +32,7 @@ from eventplatform.log.cluster.frames import (
     TextMap,
     Tuple,
 )
+from eventplatform.log.protocol.apis.entities import ERASE_OFFSETS_MAX
 from eventplatform.log.security.scram import USER_CHARS_MAX
 
 HOST_CHARS_MAX = 255
@@ -134,6 +135,11 @@ REQUESTS: dict[str, Table] = {
         Field("deleted", ListOf(Tuple(Text(USER_CHARS_MAX), Text(NAME_CHARS_MAX)))),
     ),
     "acl_change": (Field("added", ListOf(ACL)), Field("removed", ListOf(ACL))),
+    "erasure": (
+        Field("topic", TOPIC),
+        Field("partition", PARTITION),
+        Field("offsets", ListOf(OFFSET, ERASE_OFFSETS_MAX)),
+    ),
     "quota_change": (
         Field(
             "changes",

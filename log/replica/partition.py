@@ -46,6 +46,7 @@ from eventplatform.log.replica.entity_versions import (
     batch_conditions,
     record_keys,
 )
+from eventplatform.log.replica.erasures import ErasureLedger
 from eventplatform.log.replica.isr import LeaderReplicas
 from eventplatform.log.replica.producer_state import ProducerStates, Verdict, iter_headers
 from eventplatform.log.replica.version_table import VersionTable
@@ -134,6 +135,7 @@ class Partition:
             remove_entity_files(directory)
         self._entity_versions()
         self._waiters: set[trio.Event] = set()
+        self.erasures = ErasureLedger()
         # replication (cluster mode); a partition of a broker on its own leads alone
         self.clustered = False
         self.node_id = NO_LEADER
@@ -169,6 +171,16 @@ class Partition:
     @property
     def last_stable_offset(self) -> int:
         return self.high_watermark
+
+    @property
+    def readable_end(self) -> int:
+        """Where reads of consumers stop: the high watermark, or before the first record
+        an erasure committed for this partition has not yet emptied here."""
+        return self._readable(self.high_watermark)
+
+    def _readable(self, end: int) -> int:
+        bound = self.erasures.read_bound()
+        return end if bound is None else min(end, bound)
 
     @property
     def log_start_offset(self) -> int:
@@ -293,11 +305,15 @@ class Partition:
         self._wake_replicated()
         self._wake()
 
-    def append_replicated(self, record_set: bytes, leader_high_watermark: int) -> None:
+    def append_replicated(self, record_set: bytes, leader_high_watermark: int) -> bool:
         """Append batches fetched from the leader, with its offsets and epochs; a storage
-        error (of the log or of the epoch checkpoint) raises KafkaStorageError."""
+        error (of the log or of the epoch checkpoint) raises KafkaStorageError. True if
+        they hold records a committed erasure names (now pending here)."""
+        erasures_due = False
         if record_set:
+            first = self.log.log_end_offset
             appended = self.log.append_as_follower(record_set)
+            erasures_due = self.erasures.appended(first, self.log.log_end_offset)
             try:
                 for header in split_batches(record_set, check_crc=False):
                     self._note_epoch(header)
@@ -308,6 +324,7 @@ class Partition:
         self.follower_high_watermark = min(leader_high_watermark, self.log.log_end_offset)
         self._wake_replicated()
         self._wake()
+        return erasures_due
 
     def truncate_to(self, offset: int) -> None:
         """Drop every record at or after ``offset`` (a follower whose log diverged)."""
@@ -641,8 +658,8 @@ class Partition:
         high watermark once every such batch is in. Nothing when the topic keeps no
         entity versions. Each batch is read where the index says it lies, and checked to
         be the batch it names; one that is not (which would be a bug) is found through
-        the offset index instead."""
-        bound = self.high_watermark
+        the offset index instead. Reads stop where consumers' do (:attr:`readable_end`)."""
+        bound = self.readable_end
         if self._entity_versions() is None:
             return [], bound
         assert self.entity_index is not None
@@ -683,11 +700,11 @@ class Partition:
 
     def read(self, offset: int, max_bytes: int) -> SegmentSlice | None:
         """Whole batches from ``offset`` below the high watermark; raises when out of range."""
-        return self.log.read(offset, max_bytes, max_offset=self.high_watermark)
+        return self.log.read(offset, max_bytes, max_offset=self.readable_end)
 
     def read_for_replica(self, offset: int, max_bytes: int) -> SegmentSlice | None:
         """Whole batches from ``offset`` up to the log end, for a follower."""
-        return self.log.read(offset, max_bytes, max_offset=self.log.log_end_offset)
+        return self.log.read(offset, max_bytes, max_offset=self._readable(self.log.log_end_offset))
 
     def add_waiter(self, event: trio.Event) -> None:
         """Set ``event`` at the next append (fetch long polling)."""

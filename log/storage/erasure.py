@@ -36,7 +36,6 @@ from eventplatform.log.storage.record_batch import (
 from eventplatform.log.storage.segment import Segment
 
 
-
 class ErasureError(Exception):
     """A record that cannot be erased in place; nothing of its segment changed."""
 
@@ -60,15 +59,19 @@ def erase_records(cleaner: Cleaner, log: PartitionLog, offsets: Iterable[int]) -
     said. Each segment holding one is rewritten as compaction rewrites segments and
     swapped in by :meth:`PartitionLog.replace_segments`, so a crash leaves the old
     segment or the new one. The active segment is rolled first when it holds one.
-    Offsets outside the log, or of control records, are left alone. A batch that
+    Offsets outside the log, of control records or of records erased before are left
+    alone (a segment holding only those is not rewritten). A batch that
     inflates past ``batch_decompressed_bytes_max`` cannot be rewritten:
     :class:`ErasureError`, before anything changes in its segment.
     """
     targets = sorted({o for o in offsets if log.log_start_offset <= o < log.log_end_offset})
     if not targets:
         return 0
-    if targets[-1] >= log.active_segment.base_offset:
+    active = [o for o in targets if o >= log.active_segment.base_offset]
+    if active and not _all_erased(log, active):
         log.roll()
+    elif active:
+        targets = [o for o in targets if o < log.active_segment.base_offset]
     erased = 0
     views = _views(log)
     try:
@@ -85,6 +88,20 @@ def erase_records(cleaner: Cleaner, log: PartitionLog, offsets: Iterable[int]) -
     finally:
         _close_views(views)
     return erased
+
+
+def _all_erased(log: PartitionLog, offsets: list[int]) -> bool:
+    """Whether every record at ``offsets`` (sorted) is erased already, or is a control
+    record: then the active segment need not be rolled for them."""
+    wanted = set(offsets)
+    for record in log.iter_records(offsets[0], offsets[-1] + 1):
+        if record.offset in wanted and not _is_erased(record):
+            return False
+    return True
+
+
+def _is_erased(record: Record) -> bool:
+    return record.value is None and record.headers == ((ERASED_HEADER, b""),)
 
 
 def _erase_segment(
@@ -123,8 +140,10 @@ def _erase_batch(
             offset = header.base_offset + record.offset_delta
             timestamp = header.base_timestamp + record.timestamp_delta
             if offset in offsets:
-                record = _erased_record(record, header, offset, timestamp)
-                erased += 1
+                emptied = _erased_record(record, header, offset, timestamp)
+                if emptied.data != record.data:  # not erased before
+                    record = emptied
+                    erased += 1
             kept.add(record, timestamp)
     except DecompressionLimitError as exc:
         raise ErasureError(

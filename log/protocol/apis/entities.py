@@ -10,8 +10,8 @@ every batch of the key below it.
 EraseRecords (v0, flexible) asks the leader of one partition to erase the records at
 ``offsets`` (all below the high watermark, at most ``ERASE_OFFSETS_MAX``) on every
 replica. It answers once the erasure is committed to the cluster's metadata and done
-on the leader's own log; ``erased`` counts the offsets that held a record still to erase
-(offsets below the log start, of control records or already erased count nothing).
+on the leader's own log; ``erased`` counts the offsets the log held (those below the
+log start are gone already).
 See ``eventplatform.log.extensions``.
 """
 

@@ -23,6 +23,7 @@ import trio
 from eventplatform.log.broker.broker import Broker
 from eventplatform.log.broker.context import RequestContext
 from eventplatform.log.broker.dispatcher import HANDLER_MODULES
+from eventplatform.log.broker.erasing import run_erasures
 from eventplatform.log.broker.handlers import (
     alter_client_quotas,
     alter_configs,
@@ -43,6 +44,7 @@ from eventplatform.log.broker.handlers import (
     describe_topic_partitions,
     describe_user_scram_credentials,
     entity_read,
+    erase_records,
     fetch,
     find_coordinator,
     heartbeat,
@@ -164,6 +166,12 @@ def log_start(broker: Broker) -> int:
     partition = broker.topics.partition(TOPIC, 0)
     assert partition is not None
     return partition.log.log_start_offset
+
+
+def first_value(broker: Broker) -> bytes | None:
+    partition = broker.topics.partition(TOPIC, 0)
+    assert partition is not None
+    return next(partition.log.iter_records()).value
 
 
 def topic_names(broker: Broker) -> list[str]:
@@ -606,6 +614,15 @@ CASES = [
         top,
         ErrorCode.TOPIC_AUTHORIZATION_FAILED,
     ),
+    Case(
+        erase_records,
+        0,
+        {"topic": TOPIC, "partition": 0, "offsets": [0], "timeout_ms": 10_000},
+        [topic_grant(Op.DELETE)],
+        top,
+        ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+        first_value,
+    ),
 ]
 
 
@@ -625,6 +642,7 @@ async def broker(tmp_path: Path, nursery: trio.Nursery) -> AsyncIterator[Broker]
     opened.groups.offsets_topic.ensure_created()
     await nursery.start(opened.groups.run)
     await opened.groups.wait_loaded()
+    nursery.start_soon(run_erasures, opened)
     yield opened
     opened.groups.close()
     opened.close()

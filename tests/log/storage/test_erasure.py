@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from eventplatform.log.extensions import ERASED_HEADER
 from eventplatform.log.storage import Cleaner, Compression, LogConfig, PartitionLog, Record
-from eventplatform.log.storage.erasure import ERASED_HEADER, erase_records
+from eventplatform.log.storage.erasure import erase_records
 from eventplatform.log.storage.record_batch import encode_batch
 
 SECRET = b"password=hunter2"
@@ -81,6 +82,18 @@ def test_nothing_to_erase_changes_nothing(tmp_path: Path, clock) -> None:
     write(log, clock.now_ms)
     files = {path.name: path.read_bytes() for path in tmp_path.glob("*.log")}
     assert erase_records(Cleaner(), log, {-1, 10_000}) == 0
+    assert {path.name: path.read_bytes() for path in tmp_path.glob("*.log")} == files
+    log.close()
+
+
+def test_erasing_again_rewrites_no_segment(tmp_path: Path, clock) -> None:
+    """Every replica applies every erasure again when it starts: records erased before
+    count nothing, and a segment holding only those is left as it is."""
+    log = PartitionLog.open(tmp_path, config(), clock_ms=clock)
+    doomed = {r.offset for r in write(log, clock.now_ms) if r.value == SECRET}
+    assert erase_records(Cleaner(), log, doomed) == len(doomed)
+    files = {path.name: path.read_bytes() for path in tmp_path.glob("*.log")}
+    assert erase_records(Cleaner(), log, doomed) == 0
     assert {path.name: path.read_bytes() for path in tmp_path.glob("*.log")} == files
     log.close()
 
