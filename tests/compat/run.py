@@ -55,6 +55,7 @@ from tests.compat.librdkafka_suite import (
     runs,
     verdicts,
 )
+from tests.compat.ssl_files import SslFiles, write_ssl_files
 
 HERE = Path(__file__).resolve().parent
 EXPECTATIONS = HERE / "expectations.toml"
@@ -180,11 +181,13 @@ def run_number(
     bootstrap: str,
     log_path: Path,
     timeout_s: float,
+    environment: dict[str, str] | None = None,
 ) -> list[Result]:
     """One runner invocation: the results of ``number``'s tests of ``scenario``."""
     library = test_runner.parent.parent
     env = {
         **os.environ,
+        **(environment or {}),
         "TESTS": number,
         "RDKAFKA_TEST_CONF": str(conf),
         "TEST_KAFKA_VERSION": KAFKA_VERSION,
@@ -261,7 +264,13 @@ def create_secured_user(cluster: LocalCluster) -> None:
         future.result(ADMIN_TIMEOUT_S)
 
 
-def write_conf(path: Path, bootstrap: str, *, secured_directory: Path | None = None) -> None:
+def write_conf(
+    path: Path,
+    bootstrap: str,
+    *,
+    secured_directory: Path | None = None,
+    ssl: SslFiles | None = None,
+) -> None:
     lines = [
         f"bootstrap.servers={bootstrap}",
         f"test.timeout.multiplier={TIMEOUT_MULTIPLIER}",
@@ -275,6 +284,8 @@ def write_conf(path: Path, bootstrap: str, *, secured_directory: Path | None = N
             f"sasl.password={SECURED_PASSWORD}",
             f"ssl.ca.location={secured_directory / CERTIFICATES_DIRECTORY / 'ca.pem'}",
         ]
+    if ssl is not None:
+        lines += [f"{name}={value}" for name, value in ssl.settings.items()]
     path.write_text("".join(f"{line}\n" for line in lines))
 
 
@@ -290,7 +301,10 @@ def run_setup(args: argparse.Namespace, tests: Sequence[SuiteTest], work: Path) 
         with serving(args.setup, scenario, work / "servers") as server:
             conf = work / f"test-{scenario}.conf"
             secured = server.directory if args.setup == "secured" else None
-            write_conf(conf, server.bootstrap, secured_directory=secured)
+            ssl = None
+            if secured is not None:  # 0097's client certificate, in every form it loads
+                ssl = write_ssl_files(secured / CERTIFICATES_DIRECTORY, work / "ssl")
+            write_conf(conf, server.bootstrap, secured_directory=secured, ssl=ssl)
             for number, _ in (p for p in pairs if p[1] == scenario):
                 timeout_s = QUICK_TEST_TIMEOUT_S if args.quick else TEST_TIMEOUT_S
                 timeout_s = LONG_TEST_TIMEOUT_S.get(number, timeout_s)
@@ -306,6 +320,7 @@ def run_setup(args: argparse.Namespace, tests: Sequence[SuiteTest], work: Path) 
                     server.bootstrap,
                     log,
                     timeout_s,
+                    None if ssl is None else ssl.environment,
                 )
                 dead = server.dead()
                 if dead:

@@ -10,7 +10,11 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.serialization import pkcs12
 
+from eventplatform.dev_certificates import make_authority
 from tests.compat.librdkafka_suite import (
     FAILED,
     PASSED,
@@ -26,6 +30,7 @@ from tests.compat.librdkafka_suite import (
     runs,
     verdicts,
 )
+from tests.compat.ssl_files import KEY_PASSWORD, write_ssl_files
 
 HERE = Path(__file__).resolve().parent
 EXPECTATIONS = HERE / "expectations.toml"
@@ -191,3 +196,27 @@ def test_the_kafka_topics_stand_in_translates_to_platform_topics() -> None:
     assert deleted == [platform, "topics", "delete", "t", "--bootstrap", "h:1"]
     with pytest.raises(SystemExit):
         command(["--bootstrap-server", "h:1", "--describe", "--topic", "t"])
+
+
+def test_the_ssl_files_hold_one_client_identity_in_every_form(tmp_path: Path) -> None:
+    """0097 loads the client's certificate, key and CA as PEM, DER and PKCS#12; each file
+    must open (with the password where it has one) and name the same certificate."""
+    make_authority(tmp_path / "ca")
+    files = write_ssl_files(tmp_path / "ca", tmp_path / "ssl")
+    paths = {
+        name: Path(value) for name, value in files.environment.items() if name != "SSL_password"
+    }
+    password = files.environment["SSL_password"].encode()
+    assert password == KEY_PASSWORD.encode()
+    pem = x509.load_pem_x509_certificate(paths["SSL_pub_pem"].read_bytes())
+    assert x509.load_der_x509_certificate(paths["SSL_pub_der"].read_bytes()) == pem
+    bundle = pkcs12.load_pkcs12(paths["SSL_pkcs"].read_bytes(), password)
+    assert bundle.cert is not None and bundle.cert.certificate == pem
+    with pytest.raises(TypeError):  # the PEM key is protected
+        serialization.load_pem_private_key(paths["SSL_priv_pem"].read_bytes(), None)
+    key = serialization.load_pem_private_key(paths["SSL_priv_pem"].read_bytes(), password)
+    der_key = serialization.load_der_private_key(paths["SSL_priv_der"].read_bytes(), None)
+    assert key.public_key() == der_key.public_key() == pem.public_key()
+    ca = x509.load_der_x509_certificate(paths["SSL_ca_der"].read_bytes())
+    assert pem.issuer == ca.subject
+    assert files.settings["ssl.key.location"] == str(paths["SSL_priv_pem"])
