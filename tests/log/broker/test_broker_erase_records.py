@@ -123,7 +123,11 @@ async def test_a_partition_serves_nothing_past_an_erasure_it_has_not_done(
 async def test_a_compaction_never_brings_an_erased_record_back(tmp_path: Path, wire: Any) -> None:
     """The erasure waits for a compaction in progress, and a compaction prepares its
     pass after any erasure before it: the two never interleave."""
-    configs = {"cleanup.policy": "compact", "segment.bytes": "500", "min.cleanable.dirty.ratio": "0"}
+    configs = {
+        "cleanup.policy": "compact",
+        "segment.bytes": "500",
+        "min.cleanable.dirty.ratio": "0",
+    }
     async with wire.open_broker(tmp_path) as running:
         client = await running.connect()
         await client.create_topic(TOPIC, configs=configs)
