@@ -663,6 +663,7 @@ def _register_subcommands() -> None:
     from eventplatform.apps_cli import apps
     from eventplatform.cluster_cli import cluster
     from eventplatform.db_cli import db
+    from eventplatform.erase_cli import erase
     from eventplatform.projections_cli import projections
     from eventplatform.query_cli import query
     from eventplatform.replay_cli import replay
@@ -672,6 +673,7 @@ def _register_subcommands() -> None:
     main.add_command(apps)
     main.add_command(cluster)
     main.add_command(db)
+    main.add_command(erase)
     main.add_command(projections)
     main.add_command(query)
     main.add_command(replay)

@@ -5,7 +5,10 @@ one :class:`~.premerge.BatchDelta` each: their rows pre-merged per table and
 row key, ready for one upsert per table. Between runs stand the records that
 need a step of their own: a correction to apply, or a poison record (it does
 not decode, or its handler raised). Records of types the projection does not
-read are skipped. The plan also says where each partition's checkpoint moves.
+read are skipped, and so are records the log erased (no event, and no poison
+either): the plan lists those, so the store remembers that they contributed
+nothing. The plan also says where each partition's checkpoint moves, past
+every record it skipped.
 """
 
 from __future__ import annotations
@@ -13,13 +16,14 @@ from __future__ import annotations
 import gc
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from eventplatform.events.codec import header_type, parse
 from eventplatform.events.corrections import Correction
 from eventplatform.events.errors import EventError
 from eventplatform.events.model import Envelope, Position
+from eventplatform.events.wire import is_erased
 from eventplatform.projections.errors import HandlerError
 from eventplatform.projections.model import Projection
 from eventplatform.projections.premerge import BatchDelta, Premerger
@@ -52,6 +56,8 @@ class BatchPlan:
     steps: list[Step | BatchDelta]
     moves: dict[tuple[str, int], tuple[int | None, int]]
     stop_at: Step | None = None
+    erased: list[Position] = field(default_factory=list)
+    """The records the log erased that the plan passes, in log order per partition."""
 
     @property
     def events(self) -> int:
@@ -78,6 +84,7 @@ def plan_batch(
     stop = projection.on_error == "stop"
     steps: list[Step | BatchDelta] = []
     moves: dict[tuple[str, int], tuple[int | None, int]] = {}
+    erased: list[Position] = []
     delta = premerger.delta()
     add = premerger.adder(delta)
     for record in records:
@@ -87,6 +94,10 @@ def plan_batch(
         if start == -1 or (start is not None and position.offset < start):
             continue
         step: Step | None = None
+        if record.value is None and is_erased(record.headers, None):
+            erased.append(position)
+            moves[partition] = (start, position.offset + 1)
+            continue
         event_type = header_type(record.headers) or _value_type(record.value)
         if event_type is None or projection.handles(event_type):
             try:
@@ -110,7 +121,7 @@ def plan_batch(
         if step is not None:
             if stop and step.kind == "poison":
                 _close(steps, delta)
-                return BatchPlan(steps, moves, stop_at=step)
+                return BatchPlan(steps, moves, stop_at=step, erased=erased)
             if delta:
                 steps.append(delta)
                 delta = premerger.delta()
@@ -118,7 +129,7 @@ def plan_batch(
             steps.append(step)
         moves[partition] = (start, position.offset + 1)
     _close(steps, delta)
-    return BatchPlan(steps, moves)
+    return BatchPlan(steps, moves, erased=erased)
 
 
 def _value_type(value: bytes | None) -> str | None:

@@ -8,11 +8,16 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 
-from eventplatform.events import Position
+from eventplatform.events.erasure import ErasedRecord
+from eventplatform.events.model import Position
 from eventplatform.projections.model import Contribution
 
-EventReader = Callable[[Sequence[Position]], dict[Position, bytes]]
-"""Reads the record values at some log positions (a correction's history)."""
+LogValue = bytes | ErasedRecord
+"""What a position of the log holds: a record's value, or what is left of an erased record."""
+EventReader = Callable[[Sequence[Position]], dict[Position, LogValue]]
+"""Reads the record values at some log positions (a correction's history). A position
+holding no record, or a record without a value, is left out; an erased record is
+an :class:`~eventplatform.events.ErasedRecord`."""
 
 RECENT_VALUES_BYTES_DEFAULT = 64 * 1024 * 1024
 RECENT_VALUE_OVERHEAD_BYTES = 200
@@ -25,7 +30,9 @@ class RecentValues:
 
     Corrections mostly amend recent events: their originals, and the other events of
     rows they make recompute, are then found here instead of read back from the log.
-    A record's value at a position never changes while its topic lives; a runner
+    A record's value at a position never changes while its topic lives, but for an
+    erasure: a value remembered from before one is what the runner applied, which
+    is what a correction lagging behind the erasure must take back. A runner
     forgets them all when partitions are taken from it.
     """
 
@@ -54,9 +61,9 @@ class RecentValues:
         self._order.clear()
         self._bytes = 0
 
-    def __call__(self, positions: Sequence[Position]) -> dict[Position, bytes]:
+    def __call__(self, positions: Sequence[Position]) -> dict[Position, LogValue]:
         values = self._values
-        found: dict[Position, bytes] = {}
+        found: dict[Position, LogValue] = {}
         missing = []
         for position in positions:
             value = values.get(position)
@@ -106,9 +113,9 @@ class CachedReader:
 
     def __init__(self, reader: EventReader) -> None:
         self._reader = reader
-        self._values: dict[Position, bytes | None] = {}
+        self._values: dict[Position, LogValue | None] = {}
 
-    def __call__(self, positions: Sequence[Position]) -> dict[Position, bytes]:
+    def __call__(self, positions: Sequence[Position]) -> dict[Position, LogValue]:
         missing = [position for position in positions if position not in self._values]
         if missing:
             found = self._reader(missing)

@@ -25,6 +25,31 @@ The corrections of a run are applied as one, in log order:
 
 The result equals a fold of the corrected history, whatever was applied
 before, and the same corrections applied one at a time.
+
+Erased links. A link read from the log may be a record the log erased. It holds
+nothing: the chain ends there, at a stand-in root for the erased record
+(:meth:`~eventplatform.events.ErasedRecord.stand_in`, with the id the correction
+names, which can no longer be checked), as a rebuild from the log, which never
+folds the erased record, sees it. A retraction of it changes nothing, and a
+replacement of it contributes the replacement. What the stand-in held before the
+run is what the projection recorded:
+
+* the outcome of its latest correction, or nothing if the projection met the
+  record already erased (:meth:`~.store.StoreTransaction.record_erased`) or
+  parked it as poison: exact;
+* nothing recorded means the projection applied the record before it was
+  erased, and no correction of it since (the platform appends the retraction
+  and waits for the runners to apply it before it erases, so only a runner that
+  lagged behind meets this). Unless the runner still remembers the record's
+  value (:class:`~.caches.RecentValues`, which then reads as the event itself),
+  its contribution cannot be read back and so cannot be taken out of the tables.
+  The correction is then poison (:class:`ErasedOriginalError`), parked or
+  stopped at as the projection says, rather than leaving tables that no fold of
+  the log gives without a word: a rebuild from the log (``platform replay``)
+  computes them without the erased record.
+
+A row recomputed from its events leaves out an erased record no correction
+replaced: it contributes nothing, as in a rebuild.
 """
 
 from __future__ import annotations
@@ -35,6 +60,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from eventplatform.events import Correction, Envelope, EventError, Position
+from eventplatform.events.erasure import ErasedRecord, is_stand_in
 from eventplatform.projections.errors import HandlerError
 from eventplatform.projections.fold import link_problem as link_problem
 from eventplatform.projections.fold import replacement_event
@@ -47,6 +73,15 @@ RowRef = tuple[str, tuple[Any, ...]]
 
 class InvalidCorrectionError(HandlerError):
     """A correction names an event that is not where it says, or not before it."""
+
+
+class ErasedOriginalError(HandlerError):
+    """A correction reaches a record the log erased after the projection applied it,
+    uncorrected: what the record contributed cannot be read back to be taken out."""
+
+
+_UNKNOWN: Any = object()
+"""The content before the run of a stand-in root whose record may have been applied."""
 
 
 def apply_correction(transaction: StoreTransaction, correction: Envelope[Correction]) -> None:
@@ -118,13 +153,25 @@ class _Run:
         """Each root's content before the run, read in one pass."""
         corrected, recorded = self.transaction.contents(list(roots.values()))
         parked = self.transaction.parked_positions([p for p in roots if p not in recorded])
-        for position in roots:
-            self.content[position] = None if position in parked else corrected[position]
+        for position, root in roots.items():
+            if position in parked:
+                self.content[position] = None
+            elif is_stand_in(root) and position not in recorded:
+                self.content[position] = _UNKNOWN
+            else:
+                self.content[position] = corrected[position]
 
     def correct(self, root: Envelope[Any], correction: Envelope[Correction]) -> None:
         """Work out one correction (raises HandlerError or EventError, changing nothing)."""
         assert root.position is not None
         previous = self.content[root.position]
+        if previous is _UNKNOWN:
+            raise ErasedOriginalError(
+                f"{_at(correction)}: names {root.position}, which the log erased after "
+                f"{self.projection.name} applied it, uncorrected: what it contributed cannot "
+                "be read back to be taken out; rebuild the projection from the log "
+                "(platform replay) to leave it out"
+            )
         new = replacement_event(correction.event, self.transaction.store.catalog)
         removed = self.transaction.contributions_of(root, previous)
         added = self.transaction.contributions_of(root, new)
@@ -175,7 +222,8 @@ def _rows(contributions: Sequence[Contribution]) -> set[RowRef]:
 
 
 def find_root(transaction: StoreTransaction, correction: Envelope[Correction]) -> Envelope[Any]:
-    """The first event of the correction's chain, read back from the log."""
+    """The first event of the correction's chain, read back from the log; or the stand-in
+    root of the first link the log erased."""
     current: Envelope[Any] = correction
     for _ in range(CHAIN_LENGTH_MAX):
         if not isinstance(current.event, Correction):
@@ -187,6 +235,8 @@ def find_root(transaction: StoreTransaction, correction: Envelope[Correction]) -
         if problem is not None:
             raise InvalidCorrectionError(f"{here}: names {position}, {problem}")
         found = transaction.read_envelopes([position]).get(position)
+        if isinstance(found, ErasedRecord):
+            return found.stand_in(target.event_id)
         if found is None or found.event_id != target.event_id:
             raise InvalidCorrectionError(
                 f"{here}: names event {target.event_id} at {position}, which holds "

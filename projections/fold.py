@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from typing import Any
 
+from eventplatform.events.erasure import ErasedRecord
 from eventplatform.events.history import corrected_history as corrected_history
 from eventplatform.events.history import replacement_content as replacement_content
 from eventplatform.events.history import replacement_event as replacement_event
@@ -120,8 +121,11 @@ def link_problem(here: Position, target: Position) -> str | None:
     return None
 
 
-def fold(projection: Projection, envelopes: Iterable[Envelope[Any]]) -> dict[str, TableStates]:
-    """The projection's tables computed in memory from a history (corrections applied)."""
+def fold(
+    projection: Projection, envelopes: Iterable[Envelope[Any] | ErasedRecord]
+) -> dict[str, TableStates]:
+    """The projection's tables computed in memory from a history (corrections applied; the
+    records the log erased, where they lie, hold nothing: see :func:`corrected_history`)."""
     tables: dict[str, TableStates] = {name: {} for name in projection.plans}
     for envelope in corrected_history(envelopes, projection.catalog()):
         assert envelope.position is not None, "a folded event needs its log position"

@@ -15,6 +15,9 @@ import confluent_kafka
 
 from eventplatform.client_config import KafkaConnection, kafka_settings
 from eventplatform.events import Position
+from eventplatform.events.erasure import ErasedRecord
+from eventplatform.events.wire import is_erased
+from eventplatform.projections.caches import LogValue
 from eventplatform.projections.errors import ProjectionError
 
 READ_TIMEOUT_S = 30.0
@@ -95,8 +98,9 @@ class KafkaEventReader:
         self._consumer.unassign()
         return stamps
 
-    def __call__(self, positions: Sequence[Position]) -> dict[Position, bytes]:
-        """The values at ``positions`` (those the log no longer or never held are left out).
+    def __call__(self, positions: Sequence[Position]) -> dict[Position, LogValue]:
+        """The values at ``positions`` (those the log no longer or never held, and records
+        without a value, are left out); an erased record is an ErasedRecord.
 
         Every partition is read at once, so their fetches overlap; within one, a gap
         wider than ``SCAN_GAP_RECORDS`` is crossed with a seek.
@@ -112,7 +116,7 @@ class KafkaEventReader:
                 pending = [offset for offset in sorted(set(offsets)) if low <= offset < high]
                 if pending:
                     scans[(topic, partition)] = _Scan(topic, partition, pending)
-        found: dict[Position, bytes] = {}
+        found: dict[Position, LogValue] = {}
         if not scans:
             return found
         consumer = self._consumer
@@ -131,7 +135,7 @@ class KafkaEventReader:
                     scan = scans.get((message.topic(), message.partition()))  # type: ignore[arg-type]
                     if scan is None or scan.finished():
                         continue
-                    jump = scan.take(message.offset(), message.value(), found)
+                    jump = scan.take(message, found)
                     if scan.finished():
                         unfinished -= 1  # (pausing it would slow the next read's fetches)
                     elif jump:
@@ -171,16 +175,22 @@ class _Scan:
         """Where reading goes on: the next offset wanted."""
         return confluent_kafka.TopicPartition(self.topic, self.partition, self.pending[self.index])
 
-    def take(self, offset: int | None, value: bytes | None, found: dict[Position, bytes]) -> bool:
+    def take(self, message: Any, found: dict[Position, LogValue]) -> bool:
         """Note a consumed record; whether the next wanted offset is worth a seek."""
-        if offset is None or value is None:
+        offset: int | None = message.offset()
+        if offset is None:
             return False
         pending = self.pending
         index = self.index
         while index < len(pending) and pending[index] < offset:
             index += 1  # compacted away or a control record: nothing to read
         if index < len(pending) and pending[index] == offset:
-            found[Position(self.topic, self.partition, offset)] = value
+            position = Position(self.topic, self.partition, offset)
+            value: bytes | None = message.value()
+            if value is not None:
+                found[position] = value
+            elif is_erased(message.headers(), None):
+                found[position] = ErasedRecord.of(position, message.key(), message.timestamp()[1])
             index += 1
         self.index = index
         return index < len(pending) and pending[index] - offset > SCAN_GAP_RECORDS

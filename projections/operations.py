@@ -20,6 +20,7 @@ from sqlalchemy.pool import NullPool
 
 from eventplatform.client_config import KafkaConnection
 from eventplatform.events import EventError, EventRef, Position
+from eventplatform.events.erasure import ErasedRecord
 from eventplatform.projections import schema
 from eventplatform.projections.apps import App, find_projection
 from eventplatform.projections.batch import Record, plan_batch
@@ -268,7 +269,14 @@ def _retry_one(
         with store.transaction(reader) as transaction:
             transaction.resolve(letter_id)
         return True
-    record = Record(position, reader([position]).get(position), None)
+    value = reader([position]).get(position)
+    if isinstance(value, ErasedRecord):
+        # Erased since it was parked: it holds nothing, as the parked event did.
+        with store.transaction(reader) as transaction:
+            transaction.record_erased([position])
+            transaction.resolve(letter_id)
+        return True
+    record = Record(position, value, None)
     plan = plan_batch(
         store.projection, [record], {(position.topic, position.partition): None}, store.premerger
     )

@@ -11,6 +11,10 @@ the group after each transaction, so ``platform groups describe`` shows lag.
 Revocation needs no special care: confluent-kafka calls the rebalance
 callbacks from inside ``consume``, between batches, so a revoked partition
 never has a batch in flight.
+
+A record the log erased is no event: the batch skips it, its offset moves the
+checkpoint like any other, and the same transaction records that it contributed
+nothing, for corrections that reach it later (see :mod:`.corrections`).
 """
 
 from __future__ import annotations
@@ -287,6 +291,7 @@ class ProjectionRunner:
     def _commit(self, plan: BatchPlan) -> None:
         with self.store.transaction(self._reader, self._kept_connection()) as transaction:
             transaction.advance(plan.moves)
+            transaction.record_erased(plan.erased)
             self._run_steps(transaction, plan.steps)
         for partition, (_, next_offset) in plan.moves.items():
             self.expected[partition] = next_offset

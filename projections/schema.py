@@ -16,7 +16,8 @@
   hash collision only makes a recomputation read more events.
 * ``ep_corrected_events``: per corrected event (the root of a correction
   chain), the current replacement or the retraction, and the offset of the
-  correction that set it.
+  correction that set it. A record the log had erased when the projection met
+  it is there too, as retracted at its own offset, with an empty event id.
 * ``ep_dead_letters``: poison events, with the error, for ``projections retry``.
 * ``ep_projections``: the projection registry: tables, topics, status, last error.
 

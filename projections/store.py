@@ -17,7 +17,13 @@ store
 4. applies corrections: invertible tables get the negated old contribution
    and the new one; the others have the affected rows recomputed from their
    events, read back from the log;
-5. parks poison events in ``ep_dead_letters``.
+5. parks poison events in ``ep_dead_letters``;
+6. remembers the records the log had erased when the batch met them, as
+   corrected events that hold nothing (see :meth:`StoreTransaction.record_erased`).
+
+An erased record read back from the log holds nothing: a correction's stand-in
+root takes its place (:mod:`eventplatform.events.erasure`), and in a row's
+recomputation it contributes what its recorded correction says, else nothing.
 
 On PostgreSQL the writes whose results are not needed at once wait in a
 :class:`~.writes.WriteQueue` until the next read or the commit, and go as
@@ -33,6 +39,7 @@ from __future__ import annotations
 
 import functools
 import traceback
+import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -52,6 +59,7 @@ from sqlalchemy import (
 from eventplatform.events import Correction, Envelope, Event, Position
 from eventplatform.events.codec import envelope_of, parse
 from eventplatform.events.corrections import ReplacementEvent
+from eventplatform.events.erasure import ErasedRecord, is_stand_in
 from eventplatform.projections import schema
 from eventplatform.projections.amending import FILL_EVENTS, RowSearch, stored_forms
 from eventplatform.projections.caches import CachedReader, EventReader, OriginalContributions
@@ -109,6 +117,10 @@ RowRef = tuple[str, tuple[Any, ...]]
 
 KEYS_PER_STATEMENT = 500
 OPAQUE = OpaqueEvent()
+ERASED_EVENT_ID = ""
+"""The event id of a corrected-events row recorded for an erased record: it has none."""
+_NO_ID = uuid.UUID(int=0)
+"""The id of a stand-in root no correction named (it holds nothing)."""
 
 
 class ProjectionStore:
@@ -513,13 +525,19 @@ class StoreTransaction:
         """Read the records at ``positions`` now, in one pass; later reads find them."""
         self.reader(positions)
 
-    def read_envelopes(self, positions: Sequence[Position]) -> dict[Position, Envelope[Any]]:
-        """The raw (uncorrected) events at ``positions``, read back from the log."""
+    def read_envelopes(
+        self, positions: Sequence[Position]
+    ) -> dict[Position, Envelope[Any] | ErasedRecord]:
+        """The raw (uncorrected) events at ``positions``, read back from the log, and what
+        is left of the erased records there."""
         values = self.reader(positions)
-        envelopes = {}
+        envelopes: dict[Position, Envelope[Any] | ErasedRecord] = {}
         for position in positions:
             value = values.get(position)
             if value is None:
+                continue
+            if isinstance(value, ErasedRecord):
+                envelopes[position] = value
                 continue
             raw = parse(value)
             if raw["type"] == Correction.event_type or raw["type"] in self.projection.handlers:
@@ -549,7 +567,7 @@ class StoreTransaction:
             assert root.position is not None
             row = corrected.get(root.position)
             if row is None:
-                result[root.position] = root.event
+                result[root.position] = None if is_stand_in(root) else root.event
             elif _retracted(row):
                 result[root.position] = None
             else:
@@ -650,13 +668,30 @@ class StoreTransaction:
                     found[position] = kept
             elif _retracted(row):
                 found[position] = []  # a retracted event contributes nothing: no need to read it
-        roots = self.read_envelopes([p for p in positions if p not in found])
+        roots = self._current_roots(
+            self.read_envelopes([p for p in positions if p not in found]), corrected
+        )
         contents = self._contents(roots.values(), corrected)
         for position, root in roots.items():
             contributions = found[position] = self.contributions_of(root, contents[position])
-            if position not in corrected:
+            if position not in corrected and not is_stand_in(root):
                 originals.put(position, contributions)
         return found
+
+    @staticmethod
+    def _current_roots(
+        read: dict[Position, Envelope[Any] | ErasedRecord], corrected: dict[Position, Any]
+    ) -> dict[Position, Envelope[Any]]:
+        """The roots read back for a recomputation: an erased record stands in as the root
+        its recorded correction names (as the root of nothing, when there is none)."""
+        roots: dict[Position, Envelope[Any]] = {}
+        for position, found in read.items():
+            if isinstance(found, ErasedRecord):
+                row = corrected.get(position)
+                event_id = row["event_id"] if row is not None and row["event_id"] else None
+                found = found.stand_in(uuid.UUID(event_id) if event_id else _NO_ID)
+            roots[position] = found
+        return roots
 
     def fill_vacant(
         self,
@@ -814,10 +849,38 @@ class StoreTransaction:
             index_elements=["projection", "topic", "partition", "offset"],
             set_={
                 name: statement.excluded[name]
-                for name in ("correction_offset", "replacement", "retracted")
+                for name in ("event_id", "correction_offset", "replacement", "retracted")
             },
         )
         self.connection.execute(statement, rows)
+
+    def record_erased(self, positions: Sequence[Position]) -> None:
+        """Remember that the records at ``positions`` were erased when the projection met
+        them, so contributed nothing: each becomes a corrected event that holds nothing
+        (retracted, with no event id, set at its own offset), unless one is recorded.
+
+        A correction that reaches such a record later then knows what it held
+        before. Without this row, an erased root that has no correction recorded may
+        have been applied before the erasure, and what it contributed cannot be read
+        back (see :mod:`~eventplatform.projections.corrections`).
+        """
+        if not positions:
+            return
+        rows = [
+            {
+                "projection": self.projection.name,
+                "topic": position.topic,
+                "partition": position.partition,
+                "offset": position.offset,
+                "event_id": ERASED_EVENT_ID,
+                "correction_offset": position.offset,
+                "replacement": None,
+                "retracted": True,
+            }
+            for position in positions
+        ]
+        statement = upsert_insert(schema.corrected_events, self.store.postgresql)
+        self.connection.execute(statement.on_conflict_do_nothing(), rows)
 
 
 def _retracted(corrected_row: Any) -> bool:

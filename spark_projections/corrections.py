@@ -13,6 +13,13 @@ if that retracts it, and they skip the corrections themselves: a fold of
 the corrected history. A root before the range (a replay on top of live
 state) was applied already; its corrections go through the runner's own
 correction path when the result is swapped in.
+
+A link may be a record the log erased. It holds nothing, and the chain ends
+there: the erased record is a root that held nothing, as in the runner
+(:mod:`eventplatform.projections.corrections`). A replacement of it is read at
+its position as the stand-in root's envelope (``Resolution.stand_ins``: the id
+the correction names, the record's key and its timestamp), and a retraction of
+it changes nothing.
 """
 
 from __future__ import annotations
@@ -21,7 +28,10 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 from eventplatform.events.corrections import Correction
+from eventplatform.events.erasure import ErasedRecord
 from eventplatform.events.model import Envelope, Position
 from eventplatform.projections.fold import link_problem
 
@@ -48,6 +58,11 @@ class Resolution:
     """The corrections' record values (a dead letter keeps its record)."""
     chains: dict[PositionKey, list[tuple[PositionKey, Replacement]]] = field(default_factory=dict)
     """Per root in the range: its valid corrections in log order, with their content."""
+    stand_ins: dict[PositionKey, bytes] = field(default_factory=dict)
+    """Per erased record in the range that a correction names: the record value its
+    replacements are read into (an envelope with the stand-in root's id, key and time)."""
+    erased: list[Position] = field(default_factory=list)
+    """Every erased record of the range, in log order."""
 
 
 def key_of(position: Position) -> PositionKey:
@@ -58,21 +73,28 @@ def resolve(
     corrections: Iterable[Envelope[Correction]],
     starts: Mapping[tuple[str, int], int],
     ids_at: Callable[[list[Position]], Mapping[Position, str | None]],
+    erased: Iterable[ErasedRecord] = (),
 ) -> Resolution:
     """Resolve ``corrections`` (any order) of a range starting at ``starts`` per partition.
 
     ``ids_at(positions)`` gives the event id held at each position that is
     not a correction of the range (None, or absent, where there is none).
+    ``erased`` are the range's records the log erased.
     """
     ordered = sorted(corrections, key=lambda envelope: _at(envelope))
     by_position = {_at(envelope): envelope for envelope in ordered}
-    result = Resolution(corrections={key_of(position) for position in by_position})
+    erased_at = {record.position: record for record in erased}
+    result = Resolution(
+        corrections={key_of(position) for position in by_position}, erased=sorted(erased_at)
+    )
 
     def before(position: Position) -> bool:
         return position.offset < starts.get((position.topic, position.partition), 0)
 
     targets = {envelope.event.of.position for envelope in ordered}
-    ids = ids_at(sorted(p for p in targets if p not in by_position and not before(p)))
+    ids = ids_at(
+        sorted(p for p in targets if p not in by_position and p not in erased_at and not before(p))
+    )
     root_of: dict[Position, tuple[Position, str] | _Before | None] = {}
     for envelope in ordered:
         here = _at(envelope)
@@ -83,6 +105,10 @@ def resolve(
         root: tuple[Position, str] | _Before | None = None
         if problem is None and before(target.position):
             root = BEFORE  # the runner's own path resolves it against the log
+        elif problem is None and target.position in erased_at:
+            root = (target.position, str(target.event_id))  # held nothing: no id to check
+            stand_in = erased_at[target.position].stand_in(target.event_id)
+            result.stand_ins[key_of(target.position)] = stand_in_value(stand_in)
         elif problem is None:
             held = by_position.get(target.position)
             held_id = str(held.event_id) if held is not None else ids.get(target.position)
@@ -110,6 +136,23 @@ def resolve(
 
 class _Before:
     """The chain leads before the range."""
+
+
+def stand_in_value(stand_in: Envelope[Any]) -> bytes:
+    """A record value holding the stand-in root's envelope, with no payload: the
+    executors read a replacement into it (type, version and data)."""
+    return orjson.dumps(
+        {
+            "id": str(stand_in.event_id),
+            "type": stand_in.event_type,
+            "version": stand_in.event.event_version,
+            "occurred_at": stand_in.occurred_at.isoformat(),
+            "key": stand_in.key,
+            "correlation_id": None,
+            "causation_id": None,
+            "data": {},
+        }
+    )
 
 
 BEFORE = _Before()

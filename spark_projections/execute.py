@@ -10,7 +10,9 @@ A replay is a grouped aggregation in two steps, both on the executors:
    Tables of declarative merges give pre-merged row states; tables with a
    ``SetAdd`` or ``Fold`` column give their contributions, to be folded per
    key in log order. Corrected events arrive here already rewritten to their
-   effective content (or dropped, if retracted) by the driver's plan.
+   effective content (or dropped, if retracted) by the driver's plan; an erased
+   record is skipped by the planner, unless a correction replaced it, when it
+   arrives as its replacement in the envelope of its stand-in root.
 2. Spark groups the partials by table and row key and :func:`combine` merges
    them; :func:`write_partition` then merges each row into the target
    tables with the streaming store's statements (one transaction per chunk
@@ -26,7 +28,7 @@ from __future__ import annotations
 import math
 import pickle
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import Any
 
@@ -34,7 +36,9 @@ import orjson
 
 from eventplatform.events import Position
 from eventplatform.events.codec import TYPE_HEADER, VERSION_HEADER
+from eventplatform.events.wire import ERASED_HEADER
 from eventplatform.projections.batch import Record, Step, plan_batch, young_collections_rare
+from eventplatform.projections.caches import LogValue
 from eventplatform.projections.database import create_store_engine
 from eventplatform.projections.fold import merge_states
 from eventplatform.projections.model import Contribution, Projection
@@ -47,6 +51,8 @@ from eventplatform.spark_projections.offsets import OffsetRange, ReadOptions
 STATE, CONTRIBUTIONS, POISON, COUNT = "state", "contributions", "poison", "count"
 TOUCHED = "touched"
 WRITE_CHUNK_ROWS = 5_000
+_REPLACED_HEADERS = (TYPE_HEADER, VERSION_HEADER, ERASED_HEADER)
+"""Headers a replacement does not keep: it names its own type, and holds an event."""
 
 
 class _Everything(dict[Any, Any]):
@@ -83,6 +89,9 @@ class PartialsJob:
     corrections: frozenset[tuple[str, int, int]]
     touch: Touch | None = None
     """Backfill only: also emit the keys of the rows the windows touch."""
+    stand_ins: Mapping[tuple[str, int, int], bytes] = field(default_factory=dict)
+    """Erased records that corrections name: the value their replacements are read into
+    (see :attr:`~.corrections.Resolution.stand_ins`)."""
 
 
 Partial = tuple[str, str, str, bytes]
@@ -139,18 +148,19 @@ def _records(batches: Iterable[Any], job: PartialsJob, touching: list[Record]) -
             where = (position.topic, position.partition, position.offset)
             if where in corrections:
                 continue  # its effect is in the replacements
+            value = record.value if record.value is not None else job.stand_ins.get(where)
             if touch is not None and where in touch.versions:
                 touching.append(record)
                 for version in touch.versions[where]:
                     if version is not None:
                         touching.append(
-                            Record(position, *_replaced(record.value, record.headers, version))
+                            Record(position, *_replaced(value, record.headers, version))
                         )
             if where in replacements:
                 replacement = replacements[where]
                 if replacement is None:
                     continue
-                record = Record(position, *_replaced(record.value, record.headers, replacement))
+                record = Record(position, *_replaced(value, record.headers, replacement))
             if touch is not None and touch.covers(*where):
                 touching.append(record)
             yield record
@@ -227,7 +237,7 @@ def _replaced(
     event_type, version, data = replacement
     raw = orjson.loads(value or b"{}")
     raw.update(type=event_type, version=version, data=data)
-    kept = [(k, v) for k, v in headers or () if k not in (TYPE_HEADER, VERSION_HEADER)]
+    kept = [(k, v) for k, v in headers or () if k not in _REPLACED_HEADERS]
     return orjson.dumps(raw), [
         *kept,
         (TYPE_HEADER, event_type.encode()),
@@ -361,5 +371,5 @@ def _write(
     return len(pending)
 
 
-def _no_reads(positions: Any) -> dict[Position, bytes]:
+def _no_reads(positions: Any) -> dict[Position, LogValue]:
     raise ReplayError("a replay's writers do not read the log")

@@ -8,6 +8,10 @@ start, without a group and without commits, so it works against any
 Kafka-compatible cluster. Both skip control records and aborted transactional
 data as a read-committed consumer does, drop records outside the chunk, and
 produce the same Arrow batches (:mod:`eventplatform.spark_projections.columns`).
+A record the log erased stays a row, as a consumer sees it: its offset,
+timestamp and key, a null value and the one header ``eventplatform.erased``.
+Readers of events skip it (:func:`eventplatform.events.is_erased`), and its
+offset counts as read like any other.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from eventplatform.events.wire import is_erased
 from eventplatform.log.storage.errors import StorageError
 from eventplatform.log.storage.reader import PartitionReader
 from eventplatform.log.storage.record_batch import decode_batch
@@ -43,7 +48,10 @@ FETCH_QUEUE_BACKOFF_MS = 10
 _LOG_APPEND_TIME = 2  # confluent_kafka.TIMESTAMP_LOG_APPEND_TIME
 
 if TYPE_CHECKING:
+    from eventplatform.events.erasure import ErasedRecord
     from eventplatform.events.model import Position
+
+    LogValue = bytes | ErasedRecord
 
 
 def read_chunk(options: ReadOptions, chunk: OffsetRange) -> Iterator[pa.RecordBatch]:
@@ -171,14 +179,16 @@ def _consume_range(consumer: Any, options: ReadOptions, chunk: OffsetRange) -> I
 
 def read_values(
     options: Mapping[str, str] | ReadOptions, positions: Sequence[Position]
-) -> dict[Position, bytes]:
+) -> dict[Position, LogValue]:
     """The raw values at ``positions``, through the options' read path.
 
     A position holding no value (a tombstone, or an offset compaction
-    removed) is absent from the result. A position outside its partition's
-    ``[log start, high watermark)`` raises OffsetRangeError. Only the options'
-    path, ``dataDir``, ``bootstrap.servers`` and ``kafka.*`` settings matter
-    here; ``topics`` may be left out.
+    removed) is absent from the result. A record the log erased holds no value
+    either, but is there as an :class:`~eventplatform.events.ErasedRecord` (its
+    key and timestamp), which a correction that names it needs. A position
+    outside its partition's ``[log start, high watermark)`` raises
+    OffsetRangeError. Only the options' path, ``dataDir``, ``bootstrap.servers``
+    and ``kafka.*`` settings matter here; ``topics`` may be left out.
     """
     from eventplatform.events.model import Position
 
@@ -194,16 +204,29 @@ def read_values(
     for position in positions:
         wanted[(position.topic, position.partition)].append(position.offset)
     _check_positions(parsed, wanted)
-    found: dict[Position, bytes] = {}
+    found: dict[Position, LogValue] = {}
     for (topic, partition), offsets in sorted(wanted.items()):
         ordered = sorted(set(offsets))
         if parsed.read_path == "direct":
             values = _direct_values(parsed, topic, partition, ordered)
         else:
             values = _kafka_values(parsed, topic, partition, ordered)
-        for offset, value in values.items():
-            found[Position(topic, partition, offset)] = value
+        for offset, (value, erased) in values.items():
+            position = Position(topic, partition, offset)
+            found[position] = value if value is not None else _erased(position, erased)
     return found
+
+
+Kept = tuple[bytes | None, tuple[bytes | None, int] | None]
+"""What ``_direct_values`` and ``_kafka_values`` give for an offset: its value, or None and
+the key and timestamp (ms) of an erased record."""
+
+
+def _erased(position: Position, kept: tuple[bytes | None, int] | None) -> LogValue:
+    from eventplatform.events.erasure import ErasedRecord
+
+    assert kept is not None, "an offset without a value is read only when it was erased"
+    return ErasedRecord.of(position, *kept)
 
 
 def _check_positions(options: ReadOptions, wanted: Mapping[tuple[str, int], list[int]]) -> None:
@@ -226,9 +249,9 @@ def _check_positions(options: ReadOptions, wanted: Mapping[tuple[str, int], list
 
 def _direct_values(
     options: ReadOptions, topic: str, partition: int, offsets: Sequence[int]
-) -> dict[int, bytes]:
+) -> dict[int, Kept]:
     reader = _partition_reader(options, topic, partition)
-    values: dict[int, bytes] = {}
+    values: dict[int, Kept] = {}
     covered = -1  # offsets below this were decoded already
     try:
         for offset in offsets:
@@ -236,8 +259,12 @@ def _direct_values(
                 continue
             for batch in reader.iter_visible_batches(offset, offset + 1):
                 for record in decode_batch(batch.data, check_crc=False).records:
-                    if record.value is not None and record.offset in offsets:
-                        values[record.offset] = record.value
+                    if record.offset not in offsets:
+                        continue
+                    if record.value is not None:
+                        values[record.offset] = (record.value, None)
+                    elif is_erased(record.headers, None):
+                        values[record.offset] = (None, (record.key, record.timestamp))
                 covered = max(covered, batch.header.next_offset)
     except StorageError as exc:
         raise ReplayError(f"{topic}/{partition}: {exc}") from exc
@@ -246,8 +273,8 @@ def _direct_values(
 
 def _kafka_values(
     options: ReadOptions, topic: str, partition: int, offsets: Sequence[int]
-) -> dict[int, bytes]:
-    values: dict[int, bytes] = {}
+) -> dict[int, Kept]:
+    values: dict[int, Kept] = {}
     consumer = _consumer(options)
     try:
         index = 0
@@ -261,8 +288,13 @@ def _kafka_values(
             run = OffsetRange(topic, partition, offsets[index], offsets[run_end - 1] + 1)
             wanted = set(offsets[index:run_end])
             for message in _consume_range(consumer, options, run):
-                if message.offset() in wanted and message.value() is not None:
-                    values[message.offset()] = message.value()
+                if message.offset() not in wanted:
+                    continue
+                if message.value() is not None:
+                    values[message.offset()] = (message.value(), None)
+                elif is_erased(message.headers(), None):
+                    kept = (message.key(), message.timestamp()[1])
+                    values[message.offset()] = (None, kept)
             index = run_end
     finally:
         consumer.close()

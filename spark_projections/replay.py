@@ -38,6 +38,7 @@ from eventplatform.events import Correction, Envelope, EventError, Position
 from eventplatform.events.codec import parse
 from eventplatform.projections import schema
 from eventplatform.projections.batch import Record, plan_batch
+from eventplatform.projections.caches import LogValue
 from eventplatform.projections.corrections import apply_correction
 from eventplatform.projections.database import absolute_database_url, create_store_engine
 from eventplatform.projections.errors import HandlerError
@@ -347,6 +348,7 @@ def _catch_up(
     projection = transaction.store.projection
     expected: dict[TopicPartition, int | None] = {(r.topic, r.partition): r.start for r in behind}
     plan = plan_batch(projection, records, expected, transaction.store.premerger)
+    transaction.record_erased(plan.erased)
     for step in plan.steps:
         if isinstance(step, BatchDelta):
             transaction.apply_delta(step)
@@ -386,7 +388,8 @@ def resolve_corrections(
     catalog = projection.decoding_catalog()
     corrections: list[Envelope[Correction]] = []
     values: dict[Position, bytes] = {}
-    for position, value in source.corrections(spark, Correction.event_type):
+    scan = source.scan(spark, Correction.event_type)
+    for position, value in scan.corrections:
         try:
             if parse(value)["type"] != Correction.event_type:
                 continue
@@ -397,7 +400,7 @@ def resolve_corrections(
             corrections.append(cast(Envelope[Correction], envelope))
             values[position] = value
     starts = {(r.topic, r.partition): r.start for r in ranges}
-    resolution = resolve(corrections, starts, source.event_ids)
+    resolution = resolve(corrections, starts, source.event_ids, scan.erased)
     resolution.values = values
     return resolution
 
@@ -429,6 +432,7 @@ def run_job(
         resolution.replacements,
         frozenset(resolution.corrections),
         touch,
+        resolution.stand_ins,
     )
     renames = dict(zip(projection.plans, bound.plans, strict=True))
     write = execute.WriteJob(database_url, bound, renames)
@@ -498,7 +502,7 @@ def stop_reason(
 def log_reader(options: Mapping[str, str]) -> Any:
     """Reads records back for corrections of earlier events, on the replay's read path."""
 
-    def read(positions: Sequence[Position]) -> dict[Position, bytes]:
+    def read(positions: Sequence[Position]) -> dict[Position, LogValue]:
         from eventplatform.spark_projections.read_paths import read_values
 
         return read_values(options, list(positions))
@@ -538,8 +542,10 @@ def record_bookkeeping(
     """Corrected events and dead letters, as the runner would have left them.
 
     The corrected-event records in ``corrected_from`` are replaced by the
-    resolution's; the parked dead letters in ``parked`` by ``poison`` and the
-    resolution's invalid corrections that lie in ``parked``.
+    resolution's, and the range's erased records that no correction names are
+    recorded as holding nothing (:meth:`~.store.StoreTransaction.record_erased`);
+    the parked dead letters in ``parked`` by ``poison`` and the resolution's
+    invalid corrections that lie in ``parked``.
     """
     connection = transaction.connection
     corrected, dead = schema.corrected_events, schema.dead_letters
@@ -563,6 +569,7 @@ def record_bookkeeping(
             OpaqueEvent(), uuid.UUID(root_id), datetime.now(UTC), "-", None, None, root_position
         )
         transaction.record_correction(root, correction)
+    transaction.record_erased([p for p in resolution.erased if in_windows(corrected_from, p)])
     for position, error, event_type, value in poison:
         if in_windows(parked, position):
             transaction.park(position, ReplayError(error), value, event_type)

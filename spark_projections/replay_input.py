@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from eventplatform.events import Position
+from eventplatform.events import ErasedRecord, Position
 from eventplatform.spark_projections.offsets import (
     OffsetRange,
     ReadOptions,
@@ -62,17 +62,34 @@ class ReplayInput:
     def corrections(self, spark: Any, correction_type: str) -> list[tuple[Position, bytes]]:
         """Every record whose ``event-type`` header names ``correction_type``, or that has
         no such header (its value then says what it is), with its value, in log order."""
+        return self.scan(spark, correction_type).corrections
+
+    def scan(self, spark: Any, correction_type: str) -> Scan:
+        """The records :meth:`corrections` gives, and the records the log erased (which
+        carry no ``event-type`` header either), in one pass."""
         found = self.rdd(spark).mapPartitions(scan_for(self.options, correction_type)).collect()
-        return sorted((Position(*where), value) for where, value in found)
+        corrections: list[tuple[Position, bytes]] = []
+        erased: list[ErasedRecord] = []
+        for where, value, kept in sorted(found, key=lambda item: item[0]):
+            position = Position(*where)
+            if value is not None:
+                corrections.append((position, value))
+            elif kept is not None:
+                erased.append(ErasedRecord.of(position, *kept))
+        return Scan(corrections, erased)
 
     def event_ids(self, positions: Sequence[Position]) -> dict[Position, str | None]:
         """The envelope id held at each of ``positions`` that the input covers (absent where
-        there is none: outside the input, no record, or no envelope id)."""
+        there is none: outside the input, no record, an erased record, or no envelope id)."""
         from eventplatform.spark_projections.columns import envelope_id
         from eventplatform.spark_projections.read_paths import read_values
 
         covered = [p for p in positions if self.covers(p)]
-        ids = {p: envelope_id(value) for p, value in read_values(self.options, covered).items()}
+        ids = {
+            p: envelope_id(value)
+            for p, value in read_values(self.options, covered).items()
+            if isinstance(value, bytes)
+        }
         return {p: identifier for p, identifier in ids.items() if identifier is not None}
 
     def covers(self, position: Position) -> bool:
@@ -83,14 +100,30 @@ class ReplayInput:
         )
 
 
+@dataclass(frozen=True)
+class Scan:
+    """What the driver reads of a replay's input before the premerge (:meth:`ReplayInput.scan`)."""
+
+    corrections: list[tuple[Position, bytes]]
+    """The records that may be corrections, with their values, in log order."""
+    erased: list[ErasedRecord]
+    """The records the log erased, in log order."""
+
+
+ScanItem = tuple[tuple[str, int, int], bytes | None, tuple[bytes | None, int] | None]
+"""(topic, partition, offset) and either the value of a record that may be a correction,
+or None and an erased record's key and timestamp (ms)."""
+
+
 def scan_for(
     options: ReadOptions, event_type: str
-) -> Callable[[Iterator[OffsetRange]], Iterator[tuple[tuple[str, int, int], bytes]]]:
-    """The ``mapPartitions`` function of :meth:`ReplayInput.corrections`."""
+) -> Callable[[Iterator[OffsetRange]], Iterator[ScanItem]]:
+    """The ``mapPartitions`` function of :meth:`ReplayInput.scan`."""
 
-    def run(chunks: Iterator[OffsetRange]) -> Iterator[tuple[tuple[str, int, int], bytes]]:
+    def run(chunks: Iterator[OffsetRange]) -> Iterator[ScanItem]:
         import pyarrow.compute as pc
 
+        from eventplatform.events.wire import is_erased
         from eventplatform.spark_projections.read_paths import read_chunk
 
         for chunk in chunks:
@@ -100,8 +133,15 @@ def scan_for(
                 found = batch.filter(wanted)
                 offsets = found.column("offset").to_pylist()
                 values = found.column("value").to_pylist()
-                for offset, value in zip(offsets, values, strict=True):
+                for row, (offset, value) in enumerate(zip(offsets, values, strict=True)):
+                    where = (chunk.topic, chunk.partition, offset)
                     if value is not None:
-                        yield (chunk.topic, chunk.partition, offset), value
+                        yield where, value, None
+                        continue
+                    headers = found.column("headers")[row].as_py()
+                    if is_erased([(h["key"], h["value"]) for h in headers or ()], None):
+                        key = found.column("key")[row].as_py()
+                        microseconds = found.column("timestamp")[row].value
+                        yield where, None, (key, microseconds // 1000)
 
     return run

@@ -9,7 +9,11 @@
 
 Columns (``SCHEMA``): topic, partition, offset, timestamp, timestamp_type,
 key, value, headers (array of key/value structs), event_type, event_version,
-event_id. Options, offsets and planning live in
+event_id. A record the log erased is a row too, as a consumer sees it: its
+offset, timestamp and key, a null value, null event columns and the one header
+``eventplatform.erased``; a job reading events skips it
+(:func:`eventplatform.events.is_erased`, or ``event_type`` null and the header).
+Options, offsets and planning live in
 :mod:`~eventplatform.spark_projections.offsets`; the two read paths in
 :mod:`~eventplatform.spark_projections.read_paths`. This module only adapts
 them to Spark's Python Data Source API (Spark 4.0): one input partition per

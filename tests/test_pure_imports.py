@@ -26,6 +26,7 @@ PURE_IMPORTS = [
     "import eventplatform.events.corrections",
     "import eventplatform.events.compatibility",
     "import eventplatform.events.deciders",
+    "import eventplatform.events.erasure",
     "from eventplatform.events import Correction, Envelope, Event, EventCatalog, Position, encode",
     "from eventplatform.events import TYPE_HEADER, EventError, uuid7",
     "import eventplatform.projections.model",

@@ -6,6 +6,9 @@ platform imports this module only when it builds ``platform apps``.
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import TYPE_CHECKING
+
 import click
 
 from eventplatform.apps.log_aggregation import APP_NAME
@@ -22,6 +25,13 @@ from eventplatform.cli_support import (
     window_options,
 )
 from eventplatform.events import ClientConfig
+
+if TYPE_CHECKING:
+    from eventplatform.apps.log_aggregation.redaction import Redaction
+
+APPLY_TIMEOUT_S_DEFAULT = 120.0
+"""As :data:`.redaction.APPLY_TIMEOUT_S_DEFAULT`, which this module does not import for
+``--help``'s sake."""
 
 
 @click.group(name=APP_NAME)
@@ -66,7 +76,6 @@ def logs_tail(
     """Follow log files (through rotations) and append their lines, until stopped."""
     import hashlib
     import threading
-    from pathlib import Path
 
     from eventplatform.apps.log_aggregation.retention import ensure_topic
     from eventplatform.apps.log_aggregation.tail import FileTail, TailSource, follow
@@ -205,7 +214,28 @@ def logs_syslog(
 @click.argument("text")
 @click.option("--reason", required=True, help="Why (never the secret itself).")
 @click.option("--service", default=None, help="Only lines of this service.")
-@click.option("--dry-run", is_flag=True, help="Only count the lines it would retract.")
+@click.option("--dry-run", is_flag=True, help="Only count the lines it would retract and erase.")
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=APPLY_TIMEOUT_S_DEFAULT,
+    show_default=True,
+    metavar="SECONDS",
+    help="How long the logs.lines runner may take to apply the retraction.",
+)
+@click.option(
+    "--keep-log",
+    is_flag=True,
+    help="Only retract the lines from the tables; leave them in the log (a cluster "
+    "without erasure, or no runner running).",
+)
+@click.option(
+    "--pending-dir",
+    default=".eventplatform/redactions",
+    show_default=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Where the positions of lines retracted but not yet erased wait for the next run.",
+)
 def logs_redact(
     database: str | None,
     client: ClientConfig,
@@ -213,17 +243,52 @@ def logs_redact(
     reason: str,
     service: str | None,
     dry_run: bool,
+    timeout: float,
+    keep_log: bool,
+    pending_dir: Path,
 ) -> None:
-    """Retract every recent line whose message holds TEXT, from every projection."""
-    from eventplatform.apps.log_aggregation.redaction import redact
+    """Retract every recent line whose message holds TEXT from every table, then erase
+    those lines from the log.
+
+    It waits for the logs.lines runner to apply the retraction, since the runner reads
+    the lines from the log to take them out, and erases them after. A run that fails in
+    between leaves the lines' positions in --pending-dir; the next run erases them."""
+    from eventplatform.apps.log_aggregation.redaction import RedactionError, redact
 
     if not text:
         raise click.BadParameter("give the text the lines hold", param_hint="TEXT")
     with reported_errors():
-        done = redact(
-            database_url_of(database), client, text, reason, service=service, dry_run=dry_run
+        try:
+            done = redact(
+                database_url_of(database),
+                client,
+                text,
+                reason,
+                service=service,
+                dry_run=dry_run,
+                erase=not keep_log,
+                apply_timeout_s=timeout,
+                pending=pending_dir,
+            )
+        except RedactionError as exc:
+            raise click.ClickException(str(exc)) from exc
+    click.echo(_redacted(done, dry_run))
+
+
+def _redacted(done: Redaction, dry_run: bool) -> str:
+    if done.erased is None:
+        verb = "would retract" if dry_run else "retracted"
+        return f"{verb} {done.lines} lines from the tables; the log keeps them"
+    earlier = f" ({done.earlier} left by an earlier run)" if done.earlier else ""
+    if dry_run:
+        return (
+            f"would retract {done.lines} lines from the tables and erase {done.erased} "
+            f"records from the log{earlier}"
         )
-    click.echo(f"{'would retract' if dry_run else 'retracted'} {done.lines} lines")
+    return (
+        f"retracted {done.lines} lines from the tables and erased {done.erased} records "
+        f"from the log{earlier}"
+    )
 
 
 @commands.command("prune")

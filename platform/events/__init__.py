@@ -12,11 +12,11 @@ with EventProducer("127.0.0.1:9092") as producer:
 
 The package is the pure model (``model``, ``codec``, ``corrections``,
 ``compatibility``, ``deciders``, ``history``, ``partitioner``, ``errors``, ``ids``,
-``wire``) and its adapters to the log
+``wire``, ``erasure``) and its adapters to the log
 (``producer``, ``registry``: librdkafka; ``batching``: trio; ``entities``, ``log_client``:
-the entity store over the log's own wire client). The adapters connect, TLS and SASL
-included, as :mod:`eventplatform.client_config` resolves (``ClientConfig``,
-``load_client_config``; docs/security.md). Each name below is
+the entity store and ``erase_events`` over the log's own wire client). The adapters
+connect, TLS and SASL included, as :mod:`eventplatform.client_config` resolves
+(``ClientConfig``, ``load_client_config``; docs/security.md). Each name below is
 imported from its module on first use, so importing the model alone loads no
 client.
 """
@@ -58,6 +58,7 @@ if TYPE_CHECKING:
         Repository,
         VersionConflictError,
     )
+    from eventplatform.events.erasure import ErasedRecord
     from eventplatform.events.errors import (
         AppendError,
         DecodeError,
@@ -71,14 +72,19 @@ if TYPE_CHECKING:
     )
     from eventplatform.events.history import EntityHistory, corrected_history
     from eventplatform.events.ids import uuid7
+    from eventplatform.events.log_client import LogClientError, erase_events
     from eventplatform.events.model import Envelope, Event, EventRef, Position, upcaster
     from eventplatform.events.producer import EventProducer
     from eventplatform.events.registry import SchemaRegistry
     from eventplatform.events.snapshots import MemorySnapshots, Snapshot, SnapshotStore
     from eventplatform.events.sql_snapshots import SqlSnapshots
+    from eventplatform.events.wire import ERASED_HEADER, is_erased
 
 _EXPORTS: dict[str, str] = {
     "CORRECTION_TYPE": "eventplatform.events.corrections",
+    "ERASED_HEADER": "eventplatform.events.wire",
+    "ErasedRecord": "eventplatform.events.erasure",
+    "is_erased": "eventplatform.events.wire",
     "TYPE_HEADER": "eventplatform.events.codec",
     "VERSION_HEADER": "eventplatform.events.codec",
     "AppendError": "eventplatform.events.errors",
@@ -94,6 +100,8 @@ _EXPORTS: dict[str, str] = {
     "Decision": "eventplatform.events.deciders",
     "decide_on": "eventplatform.events.deciders",
     "EntityHistory": "eventplatform.events.history",
+    "LogClientError": "eventplatform.events.log_client",
+    "erase_events": "eventplatform.events.log_client",
     "corrected_history": "eventplatform.events.history",
     "EntityStore": "eventplatform.events.entities",
     "EntityStoreError": "eventplatform.events.entities",
@@ -133,6 +141,7 @@ _EXPORTS: dict[str, str] = {
 __all__ = [
     "BATCH_EVENTS_DEFAULT",
     "CORRECTION_TYPE",
+    "ERASED_HEADER",
     "QUEUE_EVENTS_DEFAULT",
     "TYPE_HEADER",
     "VERSION_HEADER",
@@ -152,6 +161,7 @@ __all__ = [
     "EntityStore",
     "EntityStoreError",
     "Envelope",
+    "ErasedRecord",
     "Event",
     "EventCatalog",
     "EventDefinitionError",
@@ -161,6 +171,7 @@ __all__ = [
     "EventValidationError",
     "IncompatibleSchemaError",
     "KafkaConnection",
+    "LogClientError",
     "MemorySnapshots",
     "Position",
     "RegistryError",
@@ -175,6 +186,8 @@ __all__ = [
     "corrected_history",
     "decide_on",
     "encode",
+    "erase_events",
+    "is_erased",
     "kafka_settings",
     "load_client_config",
     "serve_datagrams",

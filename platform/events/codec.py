@@ -11,7 +11,9 @@ A record carrying an event has
 * timestamp: ``occurred_at`` in milliseconds (CreateTime).
 
 Decoding goes through an :class:`EventCatalog`, which upcasts old payloads
-to the latest version of their class before validating them.
+to the latest version of their class before validating them. A record the log
+erased (null value, the one header ``eventplatform.erased``) decodes to nothing
+(:meth:`EventCatalog.decode_record`).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from eventplatform.events.model import Appendable, Envelope, Event, Position, _u
 from eventplatform.events.wire import TYPE_HEADER as TYPE_HEADER
 from eventplatform.events.wire import UUID_TEXT_LENGTH as UUID_TEXT_LENGTH
 from eventplatform.events.wire import VERSION_HEADER as VERSION_HEADER
+from eventplatform.events.wire import is_erased
 
 EVENT_CLASSES_CACHED = 256
 """Event classes whose encoding parts are kept."""
@@ -366,6 +369,16 @@ class EventCatalog:
         raw = parse(value)
         event = self.event(raw["type"], raw["version"], raw["data"])
         return envelope_of(raw, event, position)
+
+    def decode_record(
+        self, value: bytes | None, headers: Headers | None, position: Position | None = None
+    ) -> Envelope[Event] | None:
+        """The envelope in a consumed record, or None if the log erased the record
+        (:func:`~.wire.is_erased`): it holds no event, and is no malformed one either.
+        Raises :class:`~.errors.EventError` subclasses as :meth:`decode` does."""
+        if is_erased(headers, value):
+            return None
+        return self.decode(value, position, header_type(headers))
 
     def _decode_current(
         self, value: bytes, position: Position | None, event_type: str

@@ -33,8 +33,9 @@ a command against it. A command carries an id; the events it causes carry that i
 their causation id, so a retried command that already took effect is recognised in the
 history and answered with the events it appended the first time, never applied twice.
 The events of one decision are appended together, at the version the history had (the
-number of its events): the log refuses them if another decision got there first, and
-the caller decides again on the new history (see ``docs/entities.md``).
+number of its records, erased ones included): the log refuses them if another decision
+got there first, and the caller decides again on the new history (see
+``docs/entities.md``).
 
 This module is pure: no client, no clock, no I/O.
 """
@@ -126,13 +127,20 @@ def decide_on(
     effect before (a retry after a lost answer): those events are its answer again, and
     nothing new is decided."""
     if isinstance(history, EntityHistory):
-        envelopes, folded, first = history.envelopes, history.corrected, history.first_version
+        envelopes, folded = history.envelopes, history.corrected
     else:
-        envelopes, folded, first = history, history, 0
+        envelopes, folded = history, history
     earlier = [i for i, e in enumerate(envelopes) if e.causation_id == command.command_id]
     current = decider.fold((e.event for e in folded), state)
     if earlier:
         events = [envelopes[i].event for i in earlier]
-        return Decision(events, first + earlier[0], current, repeated=True)
+        return Decision(events, _version_before(history, earlier[0]), current, repeated=True)
     events = list(decider.decide(command, current))
-    return Decision(events, first + len(envelopes), decider.fold(events, current))
+    version = history.version if isinstance(history, EntityHistory) else len(history)
+    return Decision(events, version, decider.fold(events, current))
+
+
+def _version_before(history: EntityHistory | Sequence[Envelope[Any]], index: int) -> int:
+    if isinstance(history, EntityHistory):
+        return history.version_before(index)
+    return index

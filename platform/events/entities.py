@@ -44,6 +44,7 @@ from eventplatform.events.deciders import (
     Decision,
     decide_on,
 )
+from eventplatform.events.erasure import ERASED_HEADER, ErasedRecord
 from eventplatform.events.errors import AppendError, EventError
 from eventplatform.events.history import EntityHistory
 from eventplatform.events.log_client import REQUEST_TIMEOUT_S_DEFAULT, LogClient
@@ -55,7 +56,9 @@ from eventplatform.log.extensions import ENTITY_VERSIONS_CONFIG, EXPECTED_VERSIO
 from eventplatform.log.protocol import ErrorCode
 from eventplatform.log.storage.errors import CorruptRecordError
 from eventplatform.log.storage.record_batch import (
+    BatchHeader,
     Record,
+    decode_batch,
     encode_batch,
     keyed_records,
     named_headers,
@@ -68,6 +71,7 @@ READ_BYTES = 1 << 20
 READ_PAGES_MAX = 100_000
 """Pages one load may take (1 MB each: 100 GB), so a load always ends."""
 _TYPE_HEADER = TYPE_HEADER.encode()
+_ERASED_HEADER = ERASED_HEADER.encode()
 APPEND_EVENTS_MAX = 10_000
 """Events one append may carry: one decision is one batch."""
 ATTEMPTS_DEFAULT = 5
@@ -143,6 +147,7 @@ class EntityStore:
         raw_key = key.encode()
         partition = self.partition_of(topic, key)
         envelopes: list[Envelope[Any]] = []
+        erased: list[ErasedRecord] = []
         offset = from_offset
         for _ in range(READ_PAGES_MAX):
             answer = self.client.entity_read(topic, partition, raw_key, offset, READ_BYTES)
@@ -156,7 +161,9 @@ class EntityStore:
                     f"{topic}-{partition} starts at offset {body['log_start_offset']}: the "
                     f"history of {key!r} may have lost its first events"
                 )
-            envelopes.extend(self._decode_entity(topic, partition, raw_key, offset, body))
+            page, page_erased = self._decode_entity(topic, partition, raw_key, offset, body)
+            envelopes.extend(page)
+            erased.extend(page_erased)
             if body["next_offset"] >= body["high_watermark"]:
                 return EntityHistory.of(
                     topic,
@@ -166,37 +173,46 @@ class EntityStore:
                     self.catalog,
                     first_version=first_version,
                     from_offset=from_offset,
+                    erased=erased,
                 )
             offset = body["next_offset"]
         raise EntityStoreError(f"{topic}/{key}: more than {READ_PAGES_MAX} pages of events")
 
     def _decode_entity(
         self, topic: str, partition: int, key: bytes, from_offset: int, body: dict[str, Any]
-    ) -> list[Envelope[Any]]:
+    ) -> tuple[list[Envelope[Any]], list[ErasedRecord]]:
         """The events of ``key`` at ``from_offset`` or after in an EntityRead answer's
         batches (which may hold other keys' records too), reading of each record only
-        what an event needs: its key, its value and its type header."""
+        what an event needs: its key, its value and its type header; and the records of
+        ``key`` there that the log erased."""
         data = bytes(body["records"] or b"")
         records: list[tuple[bytes | None, int, str | None]] = []  # value, offset, type
+        erased: list[ErasedRecord] = []
         try:
             for header in split_batches(data, check_crc=True):
                 base = header.base_offset
+                erased_offsets = set()
                 for _, delta, record_key, record, at, end in keyed_records(data, header.position):
                     if record_key != key or base + delta < from_offset:
                         continue
                     value, at = record_value(record, at, end)
+                    if value is None and named_headers(record, at, end, _ERASED_HEADER):
+                        erased_offsets.add(base + delta)
+                        continue
                     types = [
                         t for t in named_headers(record, at, end, _TYPE_HEADER) if t is not None
                     ]
                     event_type = types[0].decode("utf-8", "replace") if types else None
                     records.append((value, base + delta, event_type))
+                if erased_offsets:
+                    erased.extend(_erased_records(topic, partition, data, header, erased_offsets))
         except CorruptRecordError as exc:
             raise EntityStoreError(f"{topic}-{partition}: a batch does not read: {exc}") from exc
         found: list[Envelope[Any]] = []
         for value, offset, event_type in records:
             position = Position(topic, partition, offset)
             found.append(self.catalog.decode(value, position, event_type))
-        return found
+        return found, erased
 
     # ------------------------------------------------------------ append
 
@@ -271,6 +287,19 @@ class EntityStore:
                     f"{answer.message}"
                 )
             self._topics_ready.add(topic)
+
+
+def _erased_records(
+    topic: str, partition: int, data: bytes, header: BatchHeader, offsets: set[int]
+) -> list[ErasedRecord]:
+    """The erased records at ``offsets`` in the batch ``header`` heads, with their
+    timestamps (decoded in full: erased records are few)."""
+    batch = decode_batch(data, header.position, check_crc=False)
+    return [
+        ErasedRecord.of(Position(topic, partition, record.offset), record.key, record.timestamp)
+        for record in batch.records
+        if record.offset in offsets
+    ]
 
 
 class Repository(Generic[C, S]):
@@ -395,7 +424,7 @@ class Repository(Generic[C, S]):
                 continue
             known = seen.get(cause)
             if known is None:
-                seen[cause] = CommandMark(cause, position.offset, history.first_version + number, 1)
+                seen[cause] = CommandMark(cause, position.offset, history.version_before(number), 1)
             else:
                 seen[cause] = replace(known, count=known.count + 1)
         marks.extend(seen.values())

@@ -3,13 +3,14 @@ cannot do.
 
 librdkafka batches records as it sees fit, so the events of one decision could travel
 in two batches and be half appended. This client sends a decision's events as one
-batch, which the log appends or refuses whole, and reads one entity through this log's
-own EntityRead API. It speaks the Kafka protocol with the log's own codec, to the
-leader of each partition, as the metadata names it, over connections secured as the
-client config says (:mod:`eventplatform.client_config`,
-:mod:`eventplatform.events.log_connection`).
+batch, which the log appends or refuses whole, reads one entity through this log's own
+EntityRead API, and erases records through its EraseRecords API (:func:`erase_events`).
+It speaks the Kafka protocol with the log's own codec, to the leader of each partition,
+as the metadata names it, over connections secured as the client config says
+(:mod:`eventplatform.client_config`, :mod:`eventplatform.events.log_connection`).
 
-Bounds: a request waits at most ``request_timeout_s`` for its answer, an answer is at
+Bounds: a request waits at most ``request_timeout_s`` for its answer (an erasure
+``request_timeout_s`` more than the ``timeout_ms`` it gives the broker), an answer is at
 most ``log_connection.RESPONSE_BYTES_MAX``, and a request that meets a leader change, a
 partition not ready yet or a dropped connection is sent again after a metadata refresh, at most
 ``attempts`` times in all, ``RETRY_BACKOFF_S`` apart (doubling, up to
@@ -22,6 +23,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,8 +34,10 @@ from eventplatform.events.log_connection import (
     open_connection,
     round_trip,
 )
+from eventplatform.events.model import EventRef, Position
 from eventplatform.log.protocol import Api, ErrorCode, ProtocolError
-from eventplatform.log.protocol.apis import ENTITY_READ, METADATA, PRODUCE
+from eventplatform.log.protocol.apis import ENTITY_READ, ERASE_RECORDS, METADATA, PRODUCE
+from eventplatform.log.protocol.apis.entities import ERASE_OFFSETS_MAX
 
 REQUEST_TIMEOUT_S_DEFAULT = 10.0
 ATTEMPTS_DEFAULT = 8
@@ -42,8 +46,11 @@ RETRY_BACKOFF_MAX_S = 1.0
 METADATA_VERSION = 12
 PRODUCE_VERSION = 9
 ENTITY_READ_VERSION = 0
+ERASE_RECORDS_VERSION = 0
 ACKS_ALL = -1
 CORRELATION_ID_MASK = 0x7FFFFFFF
+ERASE_TIMEOUT_S_DEFAULT = 60.0
+"""How long :func:`erase_events` lets one request wait for its erasure on the leader."""
 NO_TOPIC_ID = bytes(16)
 
 RETRIABLE = frozenset(
@@ -166,6 +173,47 @@ class LogClient:
             topic, partition, ENTITY_READ, ENTITY_READ_VERSION, body, lambda response: response
         )
 
+    def erase_records(
+        self, topic: str, partition: int, offsets: Iterable[int], *, timeout_ms: int
+    ) -> Answer:
+        """Erase the records at ``offsets`` of one partition, on every replica.
+
+        Each erased record keeps its offset, timestamp and key; its value becomes null
+        and its headers the one ``eventplatform.erased``. The offsets go to the leader
+        :data:`ERASE_OFFSETS_MAX` to a request, in order, each request waiting at most
+        ``timeout_ms`` for its erasure to be done on the leader. The answer's
+        ``body["erased"]`` sums the requests' counts of offsets the log held. An error
+        answer (not allowed, offsets past the high watermark, an unknown partition)
+        raises LogClientError with the broker's message; the requests before it have
+        erased their offsets, and erasing an offset again changes nothing.
+        """
+        wanted = sorted(set(offsets))
+        erased = 0
+        for first in range(0, len(wanted), ERASE_OFFSETS_MAX):
+            body = {
+                "topic": topic,
+                "partition": partition,
+                "current_leader_epoch": -1,
+                "offsets": wanted[first : first + ERASE_OFFSETS_MAX],
+                "timeout_ms": timeout_ms,
+            }
+            answer = self._partition_request(
+                topic,
+                partition,
+                ERASE_RECORDS,
+                ERASE_RECORDS_VERSION,
+                body,
+                lambda response: response,
+                wait_s=timeout_ms / 1000,
+            )
+            if answer.error is not ErrorCode.NONE:
+                reason = answer.message or answer.error.name.lower().replace("_", " ")
+                raise LogClientError(
+                    f"{topic}-{partition}: {reason} ({answer.error.name})", answer.error
+                )
+            erased += answer.body["erased"]
+        return Answer(ErrorCode.NONE, None, {"erased": erased})
+
     def _partition_request(
         self,
         topic: str,
@@ -174,6 +222,8 @@ class LogClient:
         version: int,
         body: dict[str, Any],
         answer_of: Any,
+        *,
+        wait_s: float = 0.0,
     ) -> Answer:
         backoff = RETRY_BACKOFF_S
         last = "no attempt"
@@ -184,7 +234,9 @@ class LogClient:
                     backoff = min(backoff * 2, RETRY_BACKOFF_MAX_S)
                 try:
                     leader = self._leader(topic, partition)
-                    response = self._request(self._brokers[leader], api, version, body)
+                    response = self._request(
+                        self._brokers[leader], api, version, body, wait_s=wait_s
+                    )
                 except _UnreachableError as exc:
                     last = str(exc)
                     self._leaders.clear()
@@ -249,10 +301,19 @@ class LogClient:
     # ------------------------------------------------------------ the wire
 
     def _request(
-        self, address: tuple[str, int], api: Api, version: int, body: dict[str, Any]
+        self,
+        address: tuple[str, int],
+        api: Api,
+        version: int,
+        body: dict[str, Any],
+        *,
+        wait_s: float = 0.0,
     ) -> dict[str, Any]:
+        """One round trip; the answer may take ``wait_s`` more than ``request_timeout_s``
+        (a request that waits on the broker, as an erasure does)."""
         self._correlation = (self._correlation + 1) & CORRELATION_ID_MASK
         sock = self._socket(address)
+        sock.settimeout(self.request_timeout_s + wait_s)
         try:
             response = round_trip(
                 sock,
@@ -288,6 +349,36 @@ class LogClient:
         sock = self._sockets.pop(address, None)
         if sock is not None:
             sock.close()
+
+
+def erase_events(
+    bootstrap: KafkaConnection,
+    refs: Iterable[EventRef | Position],
+    *,
+    timeout_s: float = ERASE_TIMEOUT_S_DEFAULT,
+) -> dict[tuple[str, int], int]:
+    """Erase the records of ``refs`` from the log, on every replica; per ``(topic,
+    partition)``, how many of them the log held.
+
+    An erased event keeps its position, timestamp and key, and nothing else: readers
+    skip it from then on. Retract an event from the projections before erasing it,
+    since a correction is applied by reading the event it corrects. Needs DELETE on
+    the topics, and a log that speaks EraseRecords (this platform's broker, not Apache
+    Kafka). Raises LogClientError; the partitions before the failing one are erased,
+    and erasing them again changes nothing.
+    """
+    wanted: dict[tuple[str, int], set[int]] = {}
+    for ref in refs:
+        position = ref.position if isinstance(ref, EventRef) else ref
+        wanted.setdefault((position.topic, position.partition), set()).add(position.offset)
+    erased: dict[tuple[str, int], int] = {}
+    with LogClient(bootstrap, client_id="eventplatform-erase") as client:
+        for (topic, partition), offsets in sorted(wanted.items()):
+            answer = client.erase_records(
+                topic, partition, offsets, timeout_ms=int(timeout_s * 1000)
+            )
+            erased[topic, partition] = int(answer.body["erased"])
+    return erased
 
 
 def _address(entry: str) -> tuple[str, int]:

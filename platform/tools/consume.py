@@ -16,6 +16,11 @@ separator is given. JSON output is one object per record with ``topic``,
 and ``headers`` (a list of ``[name, value]`` pairs, since names repeat).
 Bytes that are valid UTF-8 appear as strings; other bytes as
 ``{"base64": "..."}``; absent ones as null.
+
+A record the log erased (its value null, its one header ``eventplatform.erased``)
+prints as ``<erased: partition P offset N>`` in place of its value in text
+output, and with ``"erased": true`` in JSON, so it is told apart from an empty
+value or a tombstone.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ from confluent_kafka import (
     TopicPartition,
 )
 
+from eventplatform.events.wire import is_erased
 from eventplatform.tools.arguments import ClusterSettings
 from eventplatform.tools.errors import InvalidInputError, KafkaRequestError
 from eventplatform.tools.kafka_clients import (
@@ -133,8 +139,9 @@ def format_record(
     record: ConsumedRecord, output_format: OutputFormat, key_separator: bytes | None = None
 ) -> bytes:
     """One output line for ``record``, newline included."""
+    erased = is_erased(record.headers, record.value)
     if output_format is OutputFormat.JSON:
-        document = {
+        document: dict[str, Any] = {
             "topic": record.topic,
             "partition": record.partition,
             "offset": record.offset,
@@ -143,8 +150,13 @@ def format_record(
             "value": bytes_for_json(record.value),
             "headers": [[name, bytes_for_json(value)] for name, value in record.headers],
         }
+        if erased:
+            document["erased"] = True
         return orjson.dumps(document) + b"\n"
-    value = record.value or b""
+    if erased:
+        value = f"<erased: partition {record.partition} offset {record.offset}>".encode()
+    else:
+        value = record.value or b""
     if key_separator is None:
         return value + b"\n"
     return (record.key or b"") + key_separator + value + b"\n"

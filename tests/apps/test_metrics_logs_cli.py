@@ -100,10 +100,15 @@ def test_logs_stdin_then_redact_and_prune(tmp_path: Path) -> None:
         apply(url, broker.bootstrap, "logs.lines", LOGS_TOPIC, logs)
         assert scalar(url, "SELECT COUNT(*) FROM logs_recent") == 41
 
-        redacted = invoke(
-            "apps", "logs", "redact", "token=", "--reason", "a token", "--database", url, *common
+        pending = ["--pending-dir", str(tmp_path / "redactions")]
+        with running_projections(["logs.lines"], [logs], url, broker.bootstrap):
+            redacted = invoke(
+                "apps", "logs", "redact", "token=", "--reason", "a token", "--database", url,
+                *pending, *common,
+            )  # fmt: skip
+        assert redacted.strip() == (
+            "retracted 1 lines from the tables and erased 1 records from the log"
         )
-        assert redacted.strip() == "retracted 1 lines"
         apply(url, broker.bootstrap, "logs.lines", LOGS_TOPIC, logs)
         assert scalar(url, "SELECT COUNT(*) FROM logs_recent") == 40
         assert scalar(url, "SELECT COUNT(*) FROM logs_errors") == 0

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from confluent_kafka import Producer
 
+from eventplatform.events import ERASED_HEADER
 from eventplatform.events.partitioner import partition_for_key
 
 if TYPE_CHECKING:
@@ -334,3 +335,24 @@ def test_conflicting_start_options_are_refused(
     platform: Platform, arguments: list[str], message: str
 ) -> None:
     assert message in platform.fails("consume", "any-topic", *arguments)
+
+
+def test_an_erased_record_prints_as_a_marker_with_its_offset(
+    platform: Platform, broker: BrokerProcess, unique_name: str
+) -> None:
+    producer = Producer({"bootstrap.servers": broker.bootstrap})
+    producer.produce(unique_name, key=b"k", value=b"kept", partition=0)
+    producer.produce(unique_name, key=b"k", value=None, headers=[(ERASED_HEADER, b"")], partition=0)
+    producer.produce(unique_name, key=b"k", value=None, partition=0)  # a tombstone
+    assert producer.flush(10) == 0
+    read = ["consume", unique_name, "--from-beginning", "--max-messages", "3", "--timeout", WAIT_S]
+
+    text = platform.ok(*read).stdout
+    keyed = platform.ok(*read, "--key-separator", "=").stdout
+    records = json_records(platform.ok(*read, "--format", "json").stdout)
+
+    assert text.splitlines() == ["kept", "<erased: partition 0 offset 1>", ""]
+    assert keyed.splitlines() == ["k=kept", "k=<erased: partition 0 offset 1>", "k="]
+    assert [record.get("erased", False) for record in records] == [False, True, False]
+    assert records[1]["value"] is None
+    assert records[1]["headers"] == [[ERASED_HEADER, ""]]

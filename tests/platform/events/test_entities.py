@@ -11,15 +11,19 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from bank.events import TOPIC, Deposited, Opened, Withdrawn
 from bank.model import BANK, Account, Deposit, Open, Withdraw, account_of
+from confluent_kafka import Producer
 
 from eventplatform.events import (
+    ERASED_HEADER,
     CommandRejectedError,
     ConcurrencyError,
     Correction,
     EntityStore,
     EntityStoreError,
     EventProducer,
+    EventRef,
     MemorySnapshots,
+    Position,
     Repository,
     VersionConflictError,
 )
@@ -253,3 +257,35 @@ def test_a_correction_of_an_event_before_the_snapshot_sets_the_snapshot_aside(
     assert state.balance == 54 and history.first_version == 0, "folded from the log"
     with pytest.raises(CommandRejectedError):
         bank.handle(Withdraw(account, 55))
+
+
+def test_an_erased_record_counts_in_its_entitys_version_and_holds_no_event(
+    store: EntityStore, account: str, broker: BrokerProcess
+) -> None:
+    bank = repository(store)
+    bank.handle(Open(account))
+    bank.handle(Deposit(account, 30))
+    partition = store.partition_of(TOPIC, account)
+    producer = Producer({"bootstrap.servers": broker.bootstrap})
+    delivered: list[Any] = []
+    producer.produce(
+        TOPIC,
+        key=account.encode(),
+        value=None,
+        headers=[(ERASED_HEADER, b"")],
+        partition=partition,
+        on_delivery=lambda error, message: delivered.append(message),
+    )
+    assert producer.flush(10) == 0
+    erased_at = Position(TOPIC, partition, delivered[0].offset())
+
+    state, history = bank.load(account)
+    assert (state.balance, history.version) == (30, 3)
+    assert [record.position for record in history.erased] == [erased_at]
+    assert bank.handle(Deposit(account, 5)).expected_version == 3, "the log counts it too"
+
+    with EventProducer(broker.bootstrap) as events:
+        named = EventRef(uuid.uuid4(), account, erased_at)
+        events.append([Correction(of=named, replacement=Deposited(account_id=account, amount=4))])
+    state, history = bank.load(account)
+    assert (state.balance, history.version) == (39, 5), "the replacement stands in for it"

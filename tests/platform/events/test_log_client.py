@@ -1,6 +1,6 @@
-"""The entity store's wire client: its bounds (attempts, answer size, time) against a
-port nobody listens on and a server that answers nonsense, and its requests against the
-real broker."""
+"""The log's own wire client: its bounds (attempts, answer size, time) against a port
+nobody listens on and a server that answers nonsense, and its requests (produce,
+EntityRead, EraseRecords) against the real broker."""
 
 from __future__ import annotations
 
@@ -9,13 +9,20 @@ import struct
 import threading
 import time
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
 
+from eventplatform.events import Position, erase_events
 from eventplatform.events.log_client import LogClient, LogClientError
+from eventplatform.log.extensions import ERASED_HEADER
 from eventplatform.log.protocol import ErrorCode
+from eventplatform.log.protocol.apis.entities import ERASE_OFFSETS_MAX
 from eventplatform.log.storage.record_batch import Record, encode_batch
 from eventplatform.testing import BrokerProcess
+
+if TYPE_CHECKING:
+    from conftest import Log
 
 
 def closed_port() -> int:
@@ -91,3 +98,98 @@ def test_produce_and_entity_read_against_the_broker(
         with pytest.raises(LogClientError, match="has 1 partitions: no partition 3"):
             client.entity_read(unique_name, 3, b"k", 0, 1 << 20)
         assert time.monotonic() - started < 1, "not retried: it cannot get better"
+
+
+def _produce(bootstrap: str, topic: str, records: list[tuple[int, bytes, bytes]]) -> None:
+    """``(partition, key, value)`` records, each with a header and timestamp 1000 + its
+    index, appended in order."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
+    for index, (partition, key, value) in enumerate(records):
+        producer.produce(
+            topic,
+            value,
+            key,
+            partition=partition,
+            headers=[("source", b"test")],
+            timestamp=1_000 + index,
+        )
+    assert producer.flush(30) == 0
+
+
+def test_erase_records_empties_the_records_named_and_leaves_their_neighbours(
+    broker: BrokerProcess, log: Log, unique_name: str
+) -> None:
+    topic = log.create_topic(unique_name)
+    _produce(
+        broker.bootstrap, topic, [(0, f"k{n}".encode(), f"secret {n}".encode()) for n in range(5)]
+    )
+
+    with LogClient(broker.bootstrap) as client:
+        answer = client.erase_records(topic, 0, [3, 1, 3], timeout_ms=10_000)
+
+    assert (answer.error, answer.body["erased"]) == (ErrorCode.NONE, 2)
+    records = log.records(topic)
+    assert [record.offset() for record in records] == [0, 1, 2, 3, 4]
+    for record in records:
+        offset = record.offset()
+        assert record.key() == f"k{offset}".encode()
+        assert record.timestamp()[1] == 1_000 + offset
+        if offset in (1, 3):
+            assert record.value() is None
+            assert record.headers() == [(ERASED_HEADER, b"")]
+        else:
+            assert record.value() == f"secret {offset}".encode()
+            assert record.headers() == [("source", b"test")]
+
+
+def test_erase_records_sends_more_offsets_than_one_request_takes_in_several(
+    broker: BrokerProcess, log: Log, unique_name: str
+) -> None:
+    count = ERASE_OFFSETS_MAX + 50
+    topic = log.create_topic(unique_name)
+    _produce(broker.bootstrap, topic, [(0, b"k", b"v")] * count)
+
+    with LogClient(broker.bootstrap) as client:
+        answer = client.erase_records(topic, 0, range(count), timeout_ms=60_000)
+
+    assert answer.body["erased"] == count
+    records = log.records(topic)
+    assert len(records) == count
+    assert all(record.value() is None for record in records)
+
+
+def test_erase_records_refusals_raise_the_brokers_reason_at_once(
+    broker: BrokerProcess, log: Log, unique_name: str
+) -> None:
+    topic = log.create_topic(unique_name)
+    _produce(broker.bootstrap, topic, [(0, b"k", b"v")] * 3)
+    with LogClient(broker.bootstrap) as client:
+        started = time.monotonic()
+        with pytest.raises(LogClientError, match=r"high watermark.*OFFSET_OUT_OF_RANGE") as past:
+            client.erase_records(topic, 0, [1, 3], timeout_ms=10_000)
+        assert past.value.error is ErrorCode.OFFSET_OUT_OF_RANGE
+        assert time.monotonic() - started < 1, "not retried: it cannot get better"
+    assert [record.value() for record in log.records(topic)] == [b"v"] * 3, "nothing erased"
+
+
+def test_erase_events_erases_the_events_named_in_each_of_their_partitions(
+    broker: BrokerProcess, log: Log, unique_name: str
+) -> None:
+    topic = log.create_topic(unique_name, partitions=2)
+    _produce(broker.bootstrap, topic, [(n % 2, b"k", f"v{n}".encode()) for n in range(6)])
+    refs = [Position(topic, 0, 0), Position(topic, 1, 2), Position(topic, 1, 0)]
+
+    erased = erase_events(broker.bootstrap, refs)
+
+    assert erased == {(topic, 0): 1, (topic, 1): 2}
+    left = {(r.partition(), r.offset()): r.value() for r in log.records(topic)}
+    assert left == {
+        (0, 0): None,
+        (0, 1): b"v2",
+        (0, 2): b"v4",
+        (1, 0): None,
+        (1, 1): b"v3",
+        (1, 2): None,
+    }
