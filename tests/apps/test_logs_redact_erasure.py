@@ -5,8 +5,6 @@ fails saying the log is not erased yet, and the next run erases what it left."""
 
 from __future__ import annotations
 
-import time
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -15,8 +13,6 @@ from pathlib import Path
 import logs_reference as reference
 import pytest
 from click.testing import CliRunner, Result
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message, TopicPartition
-from sqlalchemy import inspect, text
 
 from eventplatform.apps.log_aggregation import app
 from eventplatform.apps.log_aggregation.events import TOPIC, LogLine
@@ -24,8 +20,7 @@ from eventplatform.apps.log_aggregation.projections import lines as lines_projec
 from eventplatform.apps.log_aggregation.retention import ensure_topic
 from eventplatform.cli import main
 from eventplatform.events import EventProducer
-from eventplatform.log.extensions import ERASED_HEADER
-from eventplatform.projections import create_store_engine, migrate
+from eventplatform.projections import migrate
 from eventplatform.runtime import running_projections, wait_caught_up
 from eventplatform.testing import fresh_database, running_broker
 
@@ -101,61 +96,6 @@ def sqlite_setup(tmp_path: Path) -> Iterator[Setup]:
         yield setup(broker.bootstrap, url, tmp_path / "redactions")
 
 
-def log_records(bootstrap: str) -> list[Message]:
-    """Every record of the ``logs`` topic, read by a plain consumer from offset 0."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"reader-{uuid.uuid4().hex[:8]}",
-            "enable.auto.commit": False,
-        }
-    )
-    try:
-        partitions = consumer.list_topics(TOPIC, timeout=READ_TIMEOUT_S).topics[TOPIC].partitions
-        ends = {
-            p: consumer.get_watermark_offsets(TopicPartition(TOPIC, p), READ_TIMEOUT_S)[1]
-            for p in partitions
-        }
-        consumer.assign([TopicPartition(TOPIC, p, OFFSET_BEGINNING) for p in partitions])
-        found: list[Message] = []
-        deadline = time.monotonic() + READ_TIMEOUT_S
-        while len(found) < sum(ends.values()):
-            assert time.monotonic() < deadline, f"read {len(found)} of {sum(ends.values())}"
-            for message in consumer.consume(100, timeout=0.5):
-                if message.error() is not None:
-                    raise KafkaException(message.error())
-                found.append(message)
-    finally:
-        consumer.close()
-    return found
-
-
-def holding(records: list[Message], secret: str) -> list[Message]:
-    return [r for r in records if secret.encode() in (r.value() or b"")]
-
-
-def erased(records: list[Message]) -> list[Message]:
-    return [r for r in records if r.value() is None and r.headers() == [(ERASED_HEADER, b"")]]
-
-
-def tables_holding(url: str, secret: str) -> list[str]:
-    """The tables of the database (the platform's and the app's) with a row whose text
-    holds ``secret``."""
-    engine = create_store_engine(url)
-    found = []
-    try:
-        names = inspect(engine).get_table_names()
-        with engine.connect() as connection:
-            for name in names:
-                rows = connection.execute(text(f'SELECT * FROM "{name}"'))
-                if any(secret in str(tuple(row)) or WORD in str(tuple(row)) for row in rows):
-                    found.append(name)
-    finally:
-        engine.dispose()
-    assert "logs_recent" in names and "ep_checkpoints" in names
-    return found
-
-
 @pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
 def test_redact_takes_the_lines_out_of_every_table_and_then_out_of_the_log(
     kind: str, tmp_path: Path
@@ -165,8 +105,8 @@ def test_redact_takes_the_lines_out_of_every_table_and_then_out_of_the_log(
         fresh_database(kind, tmp_path) as url,
     ):
         ready = setup(broker.bootstrap, url, tmp_path / "redactions")
-        assert tables_holding(url, SECRET) != []
-        assert len(holding(log_records(broker.bootstrap), SECRET)) == LEAKING
+        assert reference.tables_holding(url, SECRET, WORD) != []
+        assert len(reference.holding(reference.log_records(broker.bootstrap), SECRET)) == LEAKING
 
         with running_projections([NAME], [app], url, broker.bootstrap):
             done = ready.redact()
@@ -176,11 +116,11 @@ def test_redact_takes_the_lines_out_of_every_table_and_then_out_of_the_log(
         assert done.output == (
             f"retracted {LEAKING} lines from the tables and erased {LEAKING} records from the log\n"
         )
-        records = log_records(broker.bootstrap)
-        assert holding(records, SECRET) == []
-        assert len(erased(records)) == LEAKING
+        records = reference.log_records(broker.bootstrap)
+        assert reference.holding(records, SECRET) == []
+        assert len(reference.erased(records)) == LEAKING
         assert len(records) == len(LINES) + 1 + LEAKING, "the decision and one retraction a line"
-        assert tables_holding(url, SECRET) == []
+        assert reference.tables_holding(url, SECRET, WORD) == []
         assert reference.search(url, SECRET) == []
         clean = [line for line in LINES if SECRET not in line.message]
         assert reference.read_views(url) == reference.expected(clean)
@@ -199,7 +139,7 @@ def test_a_dry_run_and_keep_log_leave_the_log_as_it_was(sqlite_setup: Setup) -> 
     sqlite_setup.apply()
 
     assert reference.search(sqlite_setup.url, SECRET) == []
-    assert len(holding(log_records(sqlite_setup.bootstrap), SECRET)) == LEAKING
+    assert len(reference.holding(reference.log_records(sqlite_setup.bootstrap), SECRET)) == LEAKING
 
 
 def test_a_run_the_runner_did_not_apply_in_time_is_erased_by_the_next_run(
@@ -212,7 +152,7 @@ def test_a_run_the_runner_did_not_apply_in_time_is_erased_by_the_next_run(
     assert f"the log still holds {LEAKING} redacted line(s)" in failed.output
     assert "run this command again" in failed.output
     assert len(list(sqlite_setup.pending.glob("*.pending"))) == 1
-    assert len(holding(log_records(sqlite_setup.bootstrap), SECRET)) == LEAKING
+    assert len(reference.holding(reference.log_records(sqlite_setup.bootstrap), SECRET)) == LEAKING
 
     sqlite_setup.apply()  # the runner applies the retraction: the lines leave the tables
     assert reference.search(sqlite_setup.url, SECRET) == []
@@ -223,8 +163,8 @@ def test_a_run_the_runner_did_not_apply_in_time_is_erased_by_the_next_run(
         f"retracted 0 lines from the tables and erased {LEAKING} records from the log "
         f"({LEAKING} left by an earlier run)\n"
     )
-    records = log_records(sqlite_setup.bootstrap)
-    assert holding(records, SECRET) == [] and len(erased(records)) == LEAKING
+    records = reference.log_records(sqlite_setup.bootstrap)
+    assert reference.holding(records, SECRET) == [] and len(reference.erased(records)) == LEAKING
     assert list(sqlite_setup.pending.iterdir()) == []
 
 
@@ -243,7 +183,7 @@ def test_a_next_run_waits_for_the_retraction_pending_before_it_and_appends_none_
         f"retracted {LEAKING} lines from the tables and erased {LEAKING} records from the log "
         f"({LEAKING} left by an earlier run)\n"
     )
-    records = log_records(sqlite_setup.bootstrap)
-    assert holding(records, SECRET) == [] and len(erased(records)) == LEAKING
+    records = reference.log_records(sqlite_setup.bootstrap)
+    assert reference.holding(records, SECRET) == [] and len(reference.erased(records)) == LEAKING
     assert len(records) == len(LINES) + 1 + LEAKING, "the first run's retraction only"
-    assert tables_holding(sqlite_setup.url, SECRET) == []
+    assert reference.tables_holding(sqlite_setup.url, SECRET) == []

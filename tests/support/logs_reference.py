@@ -8,17 +8,21 @@ tests of its own); :func:`read_views` reads the database in the same shapes.
 from __future__ import annotations
 
 import json
+import time
+import uuid
 from collections import Counter
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
 from activity_dataset import as_utc, number
-from sqlalchemy import text
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message, TopicPartition
+from sqlalchemy import inspect, text
 
 from eventplatform.apps.log_aggregation import app
-from eventplatform.apps.log_aggregation.events import LogLine
+from eventplatform.apps.log_aggregation.events import TOPIC, LogLine
 from eventplatform.apps.log_aggregation.fingerprint import fingerprint, template
+from eventplatform.log.extensions import ERASED_HEADER
 from eventplatform.projections.database import create_store_engine
 from eventplatform.projections.query import find_named_query, named_parameters, run_named_query
 
@@ -103,3 +107,61 @@ def named(url: str, name: str, **given: str) -> list[tuple[Any, ...]]:
 def search(url: str, phrase: str) -> list[tuple[Any, ...]]:
     """The ``logs.search`` named query's rows for ``phrase`` (newest first)."""
     return named(url, "logs.search", q=phrase, limit="1000")
+
+
+READ_TIMEOUT_S = 60.0
+
+
+def log_records(bootstrap: str) -> list[Message]:
+    """Every record of the ``logs`` topic, read by a plain consumer from offset 0."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"reader-{uuid.uuid4().hex[:8]}",
+            "enable.auto.commit": False,
+        }
+    )
+    try:
+        partitions = consumer.list_topics(TOPIC, timeout=READ_TIMEOUT_S).topics[TOPIC].partitions
+        ends = {
+            p: consumer.get_watermark_offsets(TopicPartition(TOPIC, p), READ_TIMEOUT_S)[1]
+            for p in partitions
+        }
+        consumer.assign([TopicPartition(TOPIC, p, OFFSET_BEGINNING) for p in partitions])
+        found: list[Message] = []
+        deadline = time.monotonic() + READ_TIMEOUT_S
+        while len(found) < sum(ends.values()):
+            assert time.monotonic() < deadline, f"read {len(found)} of {sum(ends.values())}"
+            for message in consumer.consume(100, timeout=0.5):
+                if message.error() is not None:
+                    raise KafkaException(message.error())
+                found.append(message)
+    finally:
+        consumer.close()
+    return found
+
+
+def holding(records: list[Message], secret: str) -> list[Message]:
+    return [r for r in records if secret.encode() in (r.value() or b"")]
+
+
+def erased(records: list[Message]) -> list[Message]:
+    return [r for r in records if r.value() is None and r.headers() == [(ERASED_HEADER, b"")]]
+
+
+def tables_holding(url: str, *texts: str) -> list[str]:
+    """The tables of the database (the platform's and the app's, a search index's own
+    tables included) with a row that holds one of ``texts``."""
+    engine = create_store_engine(url)
+    found = []
+    try:
+        names = inspect(engine).get_table_names()
+        with engine.connect() as connection:
+            for name in names:
+                rows = connection.execute(text(f'SELECT * FROM "{name}"'))
+                if any(piece in str(tuple(row)) for row in rows for piece in texts):
+                    found.append(name)
+    finally:
+        engine.dispose()
+    assert "logs_recent" in names and "ep_checkpoints" in names
+    return found
