@@ -36,6 +36,18 @@ _NO_SUCH_PARTITION = frozenset(
 )
 
 
+_LEADER_GONE = frozenset(
+    {
+        confluent_kafka.KafkaError._DESTROY_BROKER,
+        confluent_kafka.KafkaError._TRANSPORT,
+        confluent_kafka.KafkaError._ALL_BROKERS_DOWN,
+        confluent_kafka.KafkaError.NOT_LEADER_FOR_PARTITION,
+        confluent_kafka.KafkaError.LEADER_NOT_AVAILABLE,
+    }
+)
+"""Failures of a request to a partition's leader that died; another try finds the next."""
+
+
 class LogReadError(ProjectionError):
     """Records a correction needs could not be read back from the log."""
 
@@ -55,14 +67,33 @@ def log_ends(
             if described is None or described.error is not None:
                 continue
             for partition in described.partitions:
-                watermarks = consumer.get_watermark_offsets(
-                    confluent_kafka.TopicPartition(topic, partition), timeout=READ_TIMEOUT_S
-                )
+                watermarks = _watermarks(consumer, confluent_kafka.TopicPartition(topic, partition))
                 if watermarks is not None:
                     ends[(topic, partition)] = (watermarks[0], watermarks[1])
         return ends
     finally:
         consumer.close()
+
+
+def _watermarks(
+    consumer: confluent_kafka.Consumer, partition: confluent_kafka.TopicPartition
+) -> tuple[int, int] | None:
+    """A partition's low and high watermarks, asked again (within READ_TIMEOUT_S) while
+    the answer is a failure a leader's death explains: librdkafka destroys its handle of
+    a broker the cluster has fenced, failing the request that waited on it."""
+    deadline = time.monotonic() + READ_TIMEOUT_S
+    while True:
+        try:
+            found: tuple[int, int] | None = consumer.get_watermark_offsets(
+                partition, timeout=max(deadline - time.monotonic(), POLL_S)
+            )
+            return found
+        except confluent_kafka.KafkaException as exc:
+            error = exc.args[0]
+            transient = error.retriable() or error.code() in _LEADER_GONE
+            if not transient or time.monotonic() >= deadline:
+                raise
+        time.sleep(POLL_S)
 
 
 class KafkaEventReader:

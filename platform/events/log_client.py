@@ -49,6 +49,9 @@ ENTITY_READ_VERSION = 0
 ERASE_RECORDS_VERSION = 0
 ACKS_ALL = -1
 CORRELATION_ID_MASK = 0x7FFFFFFF
+ERASE_ATTEMPTS = 40
+"""Tries of each erasure request: with the backoff capped at RETRY_BACKOFF_MAX_S, about
+35 s of retrying, to outlast the election of a new leader when one dies meanwhile."""
 ERASE_TIMEOUT_S_DEFAULT = 60.0
 """How long :func:`erase_events` lets one request wait for its erasure on the leader."""
 NO_TOPIC_ID = bytes(16)
@@ -372,7 +375,7 @@ def erase_events(
         position = ref.position if isinstance(ref, EventRef) else ref
         wanted.setdefault((position.topic, position.partition), set()).add(position.offset)
     erased: dict[tuple[str, int], int] = {}
-    with LogClient(bootstrap, client_id="eventplatform-erase") as client:
+    with LogClient(bootstrap, client_id="eventplatform-erase", attempts=ERASE_ATTEMPTS) as client:
         for (topic, partition), offsets in sorted(wanted.items()):
             answer = client.erase_records(
                 topic, partition, offsets, timeout_ms=int(timeout_s * 1000)

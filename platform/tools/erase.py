@@ -107,7 +107,7 @@ def erase_records(
     partition it does not have and offsets past a partition's end; and for the broker's
     refusals (KafkaRequestError), after which the partitions printed before are erased.
     """
-    from eventplatform.events.log_client import LogClient, LogClientError
+    from eventplatform.events.log_client import ERASE_ATTEMPTS, LogClient, LogClientError
 
     admin = admin_client(cluster)
     partitions = topic_partition_ids(admin, cluster, topic)
@@ -124,7 +124,10 @@ def erase_records(
     connection = cluster.bootstrap if cluster.client is None else cluster.client
     total = 0
     with LogClient(
-        connection, client_id="eventplatform-cli", request_timeout_s=cluster.request_timeout_s
+        connection,
+        client_id="eventplatform-cli",
+        request_timeout_s=cluster.request_timeout_s,
+        attempts=ERASE_ATTEMPTS,
     ) as client:
         for index, offsets in wanted.items():
             try:
