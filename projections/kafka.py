@@ -41,11 +41,13 @@ _LEADER_GONE = frozenset(
         confluent_kafka.KafkaError._DESTROY_BROKER,
         confluent_kafka.KafkaError._TRANSPORT,
         confluent_kafka.KafkaError._ALL_BROKERS_DOWN,
+        confluent_kafka.KafkaError._UNKNOWN_PARTITION,  # no leader known for a moment
         confluent_kafka.KafkaError.NOT_LEADER_FOR_PARTITION,
         confluent_kafka.KafkaError.LEADER_NOT_AVAILABLE,
     }
 )
-"""Failures of a request to a partition's leader that died; another try finds the next."""
+"""Failures of a request to a partition's leader that died; another try finds the next.
+(log_ends asks only for partitions the metadata lists, so an unknown one is leaderless.)"""
 
 
 class LogReadError(ProjectionError):

@@ -6,13 +6,16 @@ follower fetching all see that it was there and not what it said. Each segment t
 holds one is rewritten the way compaction rewrites segments (the batches re-encoded by
 the cleaner's own encoder, with their offsets, producer fields and codec) and swapped
 in by :meth:`PartitionLog.replace_segments`, so a crash leaves the old segment or the
-new one. It runs on the log owner's thread.
+new one. Like a compaction pass, it is prepared and installed on the log owner's thread
+and the rewriting runs on any (:class:`ErasureJob`).
 """
 
 from __future__ import annotations
 
+import os
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 
 from eventplatform.log.extensions import ERASED_HEADER
 from eventplatform.log.storage.cleaner import (
@@ -23,6 +26,7 @@ from eventplatform.log.storage.cleaner import (
     _SegmentView,
     _views,
 )
+from eventplatform.log.storage.config import LogConfig
 from eventplatform.log.storage.errors import DecompressionLimitError
 from eventplatform.log.storage.files import CLEANED_SUFFIX, segment_path
 from eventplatform.log.storage.partition_log import PartitionLog
@@ -50,8 +54,33 @@ def _erased_record(
     return RawRecord(record.offset_delta, record.timestamp_delta, record.key, True, data)
 
 
+@dataclass
+class ErasureJob:
+    """One erasure of a partition's records: prepared on the log owner's thread
+    (:func:`prepare_erasure`), its segments rewritten on any thread
+    (:func:`run_erasure`), swapped in on the owner's thread (:func:`install_erasure`).
+    The job owns its duplicated descriptors and its ``.cleaned`` segments until they
+    are swapped in or discarded."""
+
+    views: list[tuple[_SegmentView, frozenset[int]]]
+    """Each segment holding targets, and the targets it holds."""
+    config: LogConfig
+    clock_ms: Callable[[], int]
+    truncations: int
+    rewritten: list[tuple[Segment, _SegmentView, int]] = field(default_factory=list)
+    """Each rewritten segment, the segment it replaces and how many records it erased."""
+
+    def discard(self) -> None:
+        for rewritten, _, _ in self.rewritten:
+            rewritten.delete_files()
+        self.rewritten.clear()
+
+
 def erase_records(cleaner: Cleaner, log: PartitionLog, offsets: Iterable[int]) -> int:
-    """Empty the records at ``offsets`` in place, on the log owner's thread; how many.
+    """Empty the records at ``offsets`` in place, all on the calling thread (the log
+    owner's); how many. The three steps it takes are :func:`prepare_erasure`,
+    :func:`run_erasure` and :func:`install_erasure`, which an owner that serves others
+    (the broker) runs apart, the middle one in a worker thread.
 
     An erased record keeps its offset, timestamp and key; its value becomes null and
     its headers one :data:`ERASED_HEADER`, so every reader (a consumer, a replay
@@ -60,33 +89,83 @@ def erase_records(cleaner: Cleaner, log: PartitionLog, offsets: Iterable[int]) -
     swapped in by :meth:`PartitionLog.replace_segments`, so a crash leaves the old
     segment or the new one. The active segment is rolled first when it holds one.
     Offsets outside the log, of control records or of records erased before are left
-    alone (a segment holding only those is not rewritten). A batch that
-    inflates past ``batch_decompressed_bytes_max`` cannot be rewritten:
-    :class:`ErasureError`, before anything changes in its segment.
+    alone (a segment holding only those is not rewritten). A batch that inflates past
+    ``batch_decompressed_bytes_max`` cannot be rewritten: :class:`ErasureError`,
+    before anything changes.
     """
+    job = prepare_erasure(log, offsets)
+    if job is None:
+        return 0
+    run_erasure(cleaner, job)
+    erased = install_erasure(cleaner, log, job)
+    assert erased is not None, "nothing else changed the log meanwhile"
+    return erased
+
+
+def prepare_erasure(log: PartitionLog, offsets: Iterable[int]) -> ErasureJob | None:
+    """On the log owner's thread: the segments to rewrite; None when no offset lies in
+    the log. Rolls the active segment when it holds a record still to erase."""
     targets = sorted({o for o in offsets if log.log_start_offset <= o < log.log_end_offset})
     if not targets:
-        return 0
+        return None
     active = [o for o in targets if o >= log.active_segment.base_offset]
     if active and not _all_erased(log, active):
         log.roll()
     elif active:
         targets = [o for o in targets if o < log.active_segment.base_offset]
-    erased = 0
-    views = _views(log)
+    chosen = []
+    for view in _views(log):
+        inside = frozenset(o for o in targets if view.base_offset <= o < view.next_offset)
+        if inside:
+            chosen.append((view, inside))
+        else:
+            os.close(view.descriptor)
+    if not chosen:
+        return None
+    return ErasureJob(chosen, log.config, log.clock_ms, log.truncations)
+
+
+def run_erasure(cleaner: Cleaner, job: ErasureJob) -> None:
+    """Write the rewritten segments; any thread. It reads the segments only through the
+    job's duplicated descriptors and writes only its own ``.cleaned`` files."""
     try:
-        for view in views:
-            inside = [o for o in targets if view.base_offset <= o < view.next_offset]
-            if not inside:
-                continue
-            rewritten, count = _erase_segment(cleaner, log, view, set(inside))
+        for view, inside in job.views:
+            rewritten, count = _erase_segment(cleaner, job, view, inside)
             if count:
-                log.replace_segments(rewritten, [view.segment], cleaner.on_step)
-                erased += count
+                job.rewritten.append((rewritten, view, count))
             else:
                 rewritten.delete_files()
+    except BaseException:
+        job.discard()
+        raise
     finally:
-        _close_views(views)
+        _close_views([view for view, _ in job.views])
+
+
+def install_erasure(cleaner: Cleaner, log: PartitionLog, job: ErasureJob) -> int | None:
+    """On the log owner's thread: swap the rewritten segments in; how many records they
+    erased. None when the log changed meanwhile (closed, truncated, or a segment the
+    job read is gone or grew): nothing is swapped in, and the erasure is to be prepared
+    again."""
+    segments = set() if log.closed else set(map(id, log.segments))
+    if log.truncations != job.truncations or not all(
+        id(view.segment) in segments and view.segment.size_bytes == view.size_bytes
+        for _, view, _ in job.rewritten
+    ):
+        job.discard()
+        return None
+    erased = 0
+    while job.rewritten:
+        rewritten, view, count = job.rewritten.pop(0)
+        try:
+            log.replace_segments(rewritten, [view.segment], cleaner.on_step)
+        except BaseException:
+            # From the .swap rename on, the swap is committed: recovery completes it.
+            if rewritten.state == CLEANED_SUFFIX:
+                rewritten.delete_files()
+            job.discard()
+            raise
+        erased += count
     return erased
 
 
@@ -105,12 +184,13 @@ def _is_erased(record: Record) -> bool:
 
 
 def _erase_segment(
-    cleaner: Cleaner, log: PartitionLog, view: _SegmentView, offsets: set[int]
+    cleaner: Cleaner, job: ErasureJob, view: _SegmentView, offsets: frozenset[int]
 ) -> tuple[Segment, int]:
     base = view.base_offset
+    directory = view.path.parent
     for suffix in (".log", ".index", ".timeindex"):
-        segment_path(log.directory, base, suffix, CLEANED_SUFFIX).unlink(missing_ok=True)
-    rewritten = Segment.open(log.directory, base, log.config, state=CLEANED_SUFFIX)
+        segment_path(directory, base, suffix, CLEANED_SUFFIX).unlink(missing_ok=True)
+    rewritten = Segment.open(directory, base, job.config, state=CLEANED_SUFFIX)
     erased = 0
     try:
         rewritten.make_active()
@@ -121,7 +201,7 @@ def _erase_segment(
                 header.base_offset <= o <= header.last_offset for o in offsets
             ):
                 out, count = _erase_batch(cleaner, header, data, offsets)
-            rewritten.append(out, [parse_header(out)], log.clock_ms())
+            rewritten.append(out, [parse_header(out)], job.clock_ms())
             erased += count
         rewritten.flush()
     except BaseException:
@@ -131,7 +211,7 @@ def _erase_segment(
 
 
 def _erase_batch(
-    cleaner: Cleaner, header: BatchHeader, data: bytes, offsets: set[int]
+    cleaner: Cleaner, header: BatchHeader, data: bytes, offsets: frozenset[int]
 ) -> tuple[bytes, int]:
     kept = _Kept()
     erased = 0

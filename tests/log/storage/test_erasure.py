@@ -10,7 +10,12 @@ import pytest
 
 from eventplatform.log.extensions import ERASED_HEADER
 from eventplatform.log.storage import Cleaner, Compression, LogConfig, PartitionLog, Record
-from eventplatform.log.storage.erasure import erase_records
+from eventplatform.log.storage.erasure import (
+    erase_records,
+    install_erasure,
+    prepare_erasure,
+    run_erasure,
+)
 from eventplatform.log.storage.record_batch import encode_batch
 
 SECRET = b"password=hunter2"
@@ -95,6 +100,41 @@ def test_erasing_again_rewrites_no_segment(tmp_path: Path, clock) -> None:
     files = {path.name: path.read_bytes() for path in tmp_path.glob("*.log")}
     assert erase_records(Cleaner(), log, doomed) == 0
     assert {path.name: path.read_bytes() for path in tmp_path.glob("*.log")} == files
+    log.close()
+
+
+def test_appends_go_on_while_the_segments_are_rewritten(tmp_path: Path, clock) -> None:
+    """The owner prepares and installs; the rewriting reads only its own descriptors,
+    so records appended between the steps stay, and the erasure lands."""
+    log = PartitionLog.open(tmp_path, config(), clock_ms=clock)
+    doomed = {r.offset for r in write(log, clock.now_ms) if r.value == SECRET}
+    job = prepare_erasure(log, doomed)
+    assert job is not None
+    run_erasure(Cleaner(), job)
+    appended = log.append(batch(60, 3, clock.now_ms, Compression.NONE))
+    assert install_erasure(Cleaner(), log, job) == len(doomed)
+    after = list(log.iter_records())
+    assert [r.offset for r in after if r.value is None] == sorted(doomed)
+    assert [r.value for r in after[-3:]] == [line(n) for n in range(60, 63)]
+    assert after[-1].offset == appended.base_offset + 2
+    log.close()
+
+
+def test_an_erasure_whose_log_was_truncated_meanwhile_swaps_nothing_in(
+    tmp_path: Path, clock
+) -> None:
+    log = PartitionLog.open(tmp_path, config(), clock_ms=clock)
+    before = write(log, clock.now_ms)
+    doomed = {r.offset for r in before if r.value == SECRET}
+    job = prepare_erasure(log, doomed)
+    assert job is not None
+    run_erasure(Cleaner(), job)
+    log.truncate_to(before[-5].offset)  # the last batch goes
+    assert install_erasure(Cleaner(), log, job) is None
+    assert [r.value for r in log.iter_records()] == [r.value for r in before[:-5]]
+    assert not list(tmp_path.glob("*.cleaned"))
+    left = {o for o in doomed if o < before[-5].offset}
+    assert erase_records(Cleaner(), log, doomed) == len(left)  # prepared again, it lands
     log.close()
 
 
