@@ -13,9 +13,10 @@ from typing import Any
 
 import orjson
 
-from eventplatform.log.cluster.metadata import MetadataImage, image_document, reassignments
+from eventplatform.log.cluster.metadata import MetadataImage, image_document
 from eventplatform.log.cluster.quorum import QuorumServer
 from eventplatform.log.cluster.raft import LEADER_CHANGE
+from eventplatform.log.cluster.reassignment import reassignments
 from eventplatform.log.cluster.rpc import Params
 
 HEARTBEAT_ENTRIES_MAX = 5_000

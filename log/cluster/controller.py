@@ -87,7 +87,6 @@ from eventplatform.log.cluster.metadata import (
     TopicConfigs,
     UnfenceBroker,
     assign_replicas,
-    cancel_reassignment,
     check_replica_assignment,
     decode,
     decode_document,
@@ -98,13 +97,16 @@ from eventplatform.log.cluster.metadata import (
     fence_changes,
     is_internal_topic,
     place_replicas,
-    reassignment_completions,
-    reassignments,
     scram_key,
-    start_reassignment,
 )
 from eventplatform.log.cluster.quorum import QuorumServer
 from eventplatform.log.cluster.raft import LEADER_CHANGE, Entry, NotLeaderError
+from eventplatform.log.cluster.reassignment import (
+    cancel_reassignment,
+    reassignment_completions,
+    reassignments,
+    start_reassignment,
+)
 from eventplatform.log.cluster.rpc import INVALID_REQUEST, NOT_CONTROLLER, Method, Params, RpcError
 
 log = logging.getLogger(__name__)

@@ -16,10 +16,12 @@ from eventplatform.log.cluster.metadata import (
     PartitionState,
     RegisterBroker,
     UnfenceBroker,
-    cancel_reassignment,
-    complete_reassignment,
     decode,
     encode,
+)
+from eventplatform.log.cluster.reassignment import (
+    cancel_reassignment,
+    complete_reassignment,
     reassignment_completions,
     reassignments,
     start_reassignment,
