@@ -37,13 +37,16 @@ from eventplatform.log.broker.descriptors import (
     check_new_partitions,
     partitions_held_here,
 )
+from eventplatform.log.broker.group_configs import GROUP_CONFIGS_FILE, GroupConfigStore
 from eventplatform.log.broker.memory_pool import MemoryPool
+from eventplatform.log.broker.sharing import ShareService
 from eventplatform.log.broker.solo import SoloNode
 from eventplatform.log.cluster.membership import Membership
 from eventplatform.log.cluster.metadata import MetadataError, check_replica_assignment
 from eventplatform.log.cluster.network import TCP, Network
 from eventplatform.log.config import BrokerConfig, format_voters
 from eventplatform.log.extensions import ENTITY_VERSIONS_CONFIG
+from eventplatform.log.groups.share_group import ShareGroupSettings
 from eventplatform.log.protocol import ErrorCode
 from eventplatform.log.replica.erasures import ErasureWork
 from eventplatform.log.replica.topics import META_FILE, Topic, TopicError, TopicRegistry
@@ -162,6 +165,12 @@ class Broker:
         self.acls = AclStore(None if config.clustered else config.data_dir / ACLS_FILE)
         self.quotas = QuotaStore(None if config.clustered else config.data_dir / QUOTAS_FILE)
         """Client quotas (AlterClientQuotas): a file of a broker on its own."""
+        self.group_configs = GroupConfigStore(
+            None if config.clustered else config.data_dir / GROUP_CONFIGS_FILE
+        )
+        """Group configs (IncrementalAlterConfigs on a group): a file of a broker on its own."""
+        self.shares = ShareService(self)
+        """The share-partitions this broker leads, and its share sessions."""
         self.rates = Rates()
         self.authorizer = (
             AclAuthorizer(self.acls, config.super_users, config.allow_everyone_if_no_acl_found)
@@ -358,6 +367,22 @@ class Broker:
     async def set_topic_configs(self, name: str, configs: dict[str, str]) -> None:
         self.topics.check_configs(name, configs)
         await self.membership.set_topic_configs(name, configs)
+
+    def share_group_settings(self, group_id: str) -> ShareGroupSettings:
+        """A share group's coordinator settings: its group configs."""
+        configs = self.group_configs
+        return ShareGroupSettings(
+            session_timeout_ms=configs.get_int(group_id, "share.session.timeout.ms"),
+            heartbeat_interval_ms=configs.get_int(group_id, "share.heartbeat.interval.ms"),
+        )
+
+    def partition_counts(self) -> dict[str, int]:
+        """Every client topic's partition count (what share groups are assigned from)."""
+        return {
+            name: len(topic.partitions)
+            for name, topic in self.topics.topics.items()
+            if not topic.internal
+        }
 
     async def off_loop(self, work: Callable[..., T], *arguments: Any) -> T:
         """``work(*arguments)`` (an fsync, creating files) through the broker's

@@ -10,24 +10,28 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from enum import IntEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from eventplatform.log.broker.broker import Broker
 from eventplatform.log.config import LOG_KEYS, BrokerConfig
 from eventplatform.log.protocol import ErrorCode
 from eventplatform.log.replica.topics import TopicError
 from eventplatform.log.storage import LogConfig
 
+if TYPE_CHECKING:
+    from eventplatform.log.broker.broker import Broker
+
 
 class ResourceType(IntEnum):
     TOPIC = 2
     BROKER = 4
+    GROUP = 32
 
 
 class ConfigSource(IntEnum):
     DYNAMIC_TOPIC_CONFIG = 1
     STATIC_BROKER_CONFIG = 4
     DEFAULT_CONFIG = 5
+    GROUP_CONFIG = 8
 
 
 class ConfigType(IntEnum):
@@ -199,17 +203,25 @@ async def apply_alter_request(
     *,
     incremental: bool,
     allowed: Callable[[str], bool],
+    group_allowed: Callable[[str], bool] = lambda name: True,
 ) -> list[dict[str, Any]]:
     """Answer an AlterConfigs or IncrementalAlterConfigs request, resource by resource;
-    a topic ``allowed`` refuses is TOPIC_AUTHORIZATION_FAILED."""
+    a topic ``allowed`` refuses is TOPIC_AUTHORIZATION_FAILED, a group ``group_allowed``
+    refuses GROUP_AUTHORIZATION_FAILED."""
     responses = []
     for resource in request["resources"]:
         kind, name = resource["resource_type"], resource["resource_name"]
         response: dict[str, Any] = {"resource_type": kind, "resource_name": name}
         try:
+            if kind == ResourceType.GROUP:
+                await _alter_group(broker, request, resource, incremental, group_allowed)
+                response.update(error_code=0, error_message=None)
+                responses.append(response)
+                continue
             if kind != ResourceType.TOPIC:
                 raise TopicError(
-                    ErrorCode.INVALID_REQUEST, "only topic configs can be altered at run time"
+                    ErrorCode.INVALID_REQUEST,
+                    "only topic and group configs can be altered at run time",
                 )
             if not allowed(name):
                 raise TopicError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "ALTER_CONFIGS")
@@ -228,3 +240,29 @@ async def apply_alter_request(
             response.update(error_code=exc.code, error_message=str(exc))
         responses.append(response)
     return responses
+
+
+async def _alter_group(
+    broker: Broker,
+    request: Mapping[str, Any],
+    resource: Mapping[str, Any],
+    incremental: bool,
+    allowed: Callable[[str], bool],
+) -> None:
+    """Set a group's config overrides (SET and DELETE; no group config is a list)."""
+    from eventplatform.log.broker.group_configs import GROUP_CONFIG_DEFAULTS, check_group_configs
+
+    name = resource["resource_name"]
+    if not name:
+        raise TopicError(ErrorCode.INVALID_REQUEST, "a group config resource needs a group name")
+    if not allowed(name):
+        raise TopicError(ErrorCode.GROUP_AUTHORIZATION_FAILED, "ALTER_CONFIGS")
+    current = broker.group_configs.overrides(name)
+    effective = {key: broker.group_configs.get(name, key) for key in GROUP_CONFIG_DEFAULTS}
+    for entry in resource["configs"]:
+        if entry.get("config_operation", 0) in (2, 3):
+            raise TopicError(ErrorCode.INVALID_CONFIG, f"{entry['name']} is not a list config")
+    merged = merged_topic_configs(current, effective, resource["configs"], incremental=incremental)
+    check_group_configs(name, merged)
+    if not request["validate_only"]:
+        await broker.membership.set_group_configs(name, dict(merged))

@@ -244,6 +244,7 @@ class Connection:
                 "closing connection %d from %s after an internal error", self.id, self.peer
             )
         finally:
+            self.broker.shares.connection_closed(self.id)
             with trio.CancelScope(shield=True), trio.move_on_after(1):
                 await self.stream.aclose()
 

@@ -51,9 +51,15 @@ from eventplatform.log.broker.handlers import (
     offset_fetch,
     offset_for_leader_epoch,
     produce,
+    read_share_group_state,
     sasl_authenticate,
     sasl_handshake,
+    share_acknowledge,
+    share_fetch,
+    share_group_describe,
+    share_group_heartbeat,
     sync_group,
+    write_share_group_state,
 )
 from eventplatform.log.protocol import APIS, Api, ErrorCode
 
@@ -97,6 +103,12 @@ HANDLER_MODULES: list[ModuleType] = [
     delete_acls,
     describe_client_quotas,
     alter_client_quotas,
+    share_group_heartbeat,
+    share_group_describe,
+    share_fetch,
+    share_acknowledge,
+    read_share_group_state,
+    write_share_group_state,
 ]
 
 

@@ -185,7 +185,10 @@ class BrokerServer:
             broker.membership = BrokerMember(broker)
         await nursery.start(broker.membership.run)
         if broker.groups is not None:
+            broker.groups.shares.settings = broker.share_group_settings
+            broker.groups.shares.partition_counts = broker.partition_counts
             await nursery.start(broker.groups.run)
+        await nursery.start(broker.shares.run)
 
     async def _stop_services(self, broker: Broker) -> None:
         if broker.groups is not None:

@@ -131,6 +131,17 @@ class SoloNode:
         async with self._topic_changes:
             self.broker.topics.set_configs(name, configs)
 
+    async def set_group_configs(self, group: str, configs: dict[str, str]) -> None:
+        """The broker's own group configs file, written in a worker thread (an fsync)."""
+        async with self._topic_changes:
+            try:
+                await self.broker.off_loop(self.broker.group_configs.set, group, configs)
+            except OSError as exc:
+                log.error("cannot write the group configs: %s", exc)
+                raise TopicError(
+                    ErrorCode.KAFKA_STORAGE_ERROR, f"cannot write the group configs: {exc}"
+                ) from exc
+
     async def alter_scram_credentials(
         self, upsertions: list[tuple[str, ScramCredential]], deletions: list[Deletion]
     ) -> None:

@@ -75,6 +75,7 @@ from eventplatform.log.cluster.metadata import (
     DeleteTopic,
     Erasure,
     FenceBroker,
+    GroupConfigs,
     MetadataError,
     MetadataImage,
     MetadataRecord,
@@ -344,6 +345,11 @@ class Controller:
                 raise RpcError(UNKNOWN_TOPIC, f"topic {name} does not exist")
             await self._commit([TopicConfigs(name, dict(configs))])
 
+    async def set_group_configs(self, group: str, configs: Mapping[str, str]) -> None:
+        async with self._deciding:
+            self._require_active()
+            await self._commit([GroupConfigs(group, dict(configs))])
+
     async def delete_topic(self, name: str) -> None:
         async with self._deciding:
             self._require_active()
@@ -584,6 +590,7 @@ class Controller:
             "create_topic": self._rpc_create_topic,
             "add_partitions": self._rpc_add_partitions,
             "topic_configs": self._rpc_topic_configs,
+            "group_configs": self._rpc_group_configs,
             "delete_topic": self._rpc_delete_topic,
             "alter_partition": self._rpc_alter_partition,
             "controlled_shutdown": self._rpc_controlled_shutdown,
@@ -727,6 +734,13 @@ class Controller:
         with _refusals():
             configs = {str(k): str(v) for k, v in dict(params["configs"]).items()}
             await self.set_topic_configs(str(params["name"]), configs)
+            await self.wait_propagated()
+            return {}
+
+    async def _rpc_group_configs(self, params: Params) -> Params:
+        with _refusals():
+            configs = {str(k): str(v) for k, v in dict(params["configs"]).items()}
+            await self.set_group_configs(str(params["group"]), configs)
             await self.wait_propagated()
             return {}
 

@@ -128,6 +128,9 @@ class Membership(Protocol):
     async def set_topic_configs(self, name: str, configs: dict[str, str]) -> None:
         """Replace the configs of ``name``; return once this node applies them."""
 
+    async def set_group_configs(self, group: str, configs: dict[str, str]) -> None:
+        """Replace the config overrides of ``group``; return once this node applies them."""
+
     async def alter_scram_credentials(
         self, upsertions: list[tuple[str, ScramCredential]], deletions: list[Deletion]
     ) -> None:

@@ -135,6 +135,14 @@ class DeleteTopic:
 
 
 @dataclass(frozen=True)
+class GroupConfigs:
+    """A group's config overrides, all of them (none: back to the defaults)."""
+
+    group: str
+    configs: Mapping[str, str]
+
+
+@dataclass(frozen=True)
 class ProducerIds:
     """``broker`` holds producer ids ``[start, start + size)``; the next block starts after."""
 
@@ -216,6 +224,7 @@ MetadataRecord = (
     | AddPartitions
     | TopicConfigs
     | DeleteTopic
+    | GroupConfigs
     | ProducerIds
     | ScramChange
     | AclChange
@@ -231,6 +240,7 @@ RECORD_TYPES: dict[str, type[Any]] = {
     "add_partitions": AddPartitions,
     "topic_configs": TopicConfigs,
     "delete_topic": DeleteTopic,
+    "group_configs": GroupConfigs,
     "producer_ids": ProducerIds,
     "scram_change": ScramChange,
     "acl_change": AclChange,
@@ -362,6 +372,8 @@ class MetadataImage:
     """Counts the committed credential and ACL changes, so a broker knows when to reload."""
     erasure_version: int = 0
     """Counts the committed erasures, so a broker knows when to look for new ones."""
+    group_configs: dict[str, dict[str, str]] = field(default_factory=dict)
+    """Every group's config overrides, by group."""
 
     def apply(self, record: MetadataRecord) -> None:
         """Apply the next committed record; raises MetadataError on a contradiction."""
@@ -390,6 +402,11 @@ class MetadataImage:
         elif isinstance(record, DeleteTopic):
             self._topic(record.name)
             del self.topics[record.name]
+        elif isinstance(record, GroupConfigs):
+            if record.configs:
+                self.group_configs[record.group] = dict(record.configs)
+            else:
+                self.group_configs.pop(record.group, None)
         elif isinstance(record, ScramChange):
             self._change_scram(record)
         elif isinstance(record, AclChange):

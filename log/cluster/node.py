@@ -272,6 +272,10 @@ class BrokerMember:
         await self._forward("topic_configs", {"name": name, "configs": configs})
         await self._until(lambda: getattr(self.broker.topics.get(name), "configs", None) == configs)
 
+    async def set_group_configs(self, group: str, configs: dict[str, str]) -> None:
+        await self._forward("group_configs", {"group": group, "configs": configs})
+        await self._until(lambda: self.broker.group_configs.overrides(group) == configs)
+
     async def alter_scram_credentials(
         self, upsertions: list[tuple[str, ScramCredential]], deletions: list[Deletion]
     ) -> None:

@@ -126,6 +126,7 @@ class ReplicaManager:
         if image.security_version != self._security_version:
             load_security(image, self.broker.credentials, self.broker.acls, self.broker.quotas)
             self._security_version = image.security_version
+        self.broker.group_configs.replace_all(image.group_configs)
         registry = self.broker.topics
         for name, state in image.topics.items():
             topic = self._ensure_topic(name, state)

@@ -41,6 +41,7 @@ REPLICAS_MAX = 1_000
 """The most broker ids in one replica set or ISR."""
 
 TOPIC = Text(NAME_CHARS_MAX)
+GROUP_ID = Text(INT16_MAX)
 PARTITION = Integer(0, INT32_MAX)
 BROKER = Field("broker", NODE_ID)
 BROKER_EPOCH_FIELD = Field("epoch", BROKER_EPOCH)
@@ -108,6 +109,7 @@ REQUESTS: dict[str, Table] = {
         Field("assignment", ASSIGNMENT, nullable=True, optional=True),
     ),
     "topic_configs": (Field("name", TOPIC), Field("configs", TextMap())),
+    "group_configs": (Field("group", GROUP_ID), Field("configs", TextMap())),
     "delete_topic": (Field("name", TOPIC),),
     "alter_partition": (
         Field("topic", TOPIC),

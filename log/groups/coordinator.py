@@ -57,6 +57,8 @@ from eventplatform.log.groups.records import (
     TopicPartition,
     partition_for,
 )
+from eventplatform.log.groups.share_coordinator import ShareCoordinator
+from eventplatform.log.groups.share_group import ShareGroupSettings
 from eventplatform.log.groups.store import offset_store_error
 from eventplatform.log.protocol import ErrorCode
 from eventplatform.log.storage import StorageError
@@ -132,6 +134,7 @@ class GroupCoordinator:
             clock_ms=clock_ms,
         )
         self.core = GroupCoordinatorCore(group_config(config), self.offsets_topic, clock_ms)
+        self.shares = ShareCoordinator(self, lambda group_id: ShareGroupSettings())
         self._commit_timeout_s = config.offsets_commit_timeout_ms / 1000
         self.status = Status.STARTING
         self._progress = trio.Event()
@@ -155,6 +158,7 @@ class GroupCoordinator:
                 nursery.start_soon(self._run_timers)
                 task_status.started()
                 nursery.start_soon(self._expire_offsets_periodically)
+                nursery.start_soon(self.shares.run_timers)
                 self.leadership_changed()
                 self._progressed()
         finally:
@@ -192,6 +196,7 @@ class GroupCoordinator:
                 self.core.unload_groups(
                     [g for g in self.core.groups if partition_for(g, len(partitions)) == index]
                 )
+                self.shares.unload(index, len(partitions))
             if epoch is None:
                 self._loading.pop(index, None)
             elif self._owned.get(index) != epoch and self._loading.get(index) != epoch:
@@ -227,7 +232,9 @@ class GroupCoordinator:
             loaded = 0
             for group_id, group in replay.groups():
                 if partition_for(group_id, count) == index:
-                    self.core.load_group(group_id, group.record, group.offsets, now_ms)
+                    if group.record is not None or group.offsets:
+                        self.core.load_group(group_id, group.record, group.offsets, now_ms)
+                    self.shares.load(group_id, group.share_states)
                     loaded += 1
             del self._loading[index]
             self._owned[index] = epoch
@@ -294,6 +301,10 @@ class GroupCoordinator:
         if self.status is not Status.ACTIVE:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
         return self._partition_status(group_id)
+
+    def status_error(self, group_id: str) -> ErrorCode:
+        """Whether this node coordinates ``group_id`` now (NONE), or why not."""
+        return self._status_error(group_id, allow_empty_id=False)
 
     @property
     def is_available(self) -> bool:
@@ -388,14 +399,14 @@ class GroupCoordinator:
                 group_id, member_id, group_instance_id, generation_id, offsets, self._now_ms()
             )
         self._poke()
-        error = await self._wait_replicated(appended)
+        error = await self.wait_replicated(appended)
         if error is ErrorCode.NONE:
             return results
         log.warning("group %s: offset commit not replicated: %s", group_id, error.name)
         failed = offset_store_error(error)
         return {p: failed if code == ErrorCode.NONE else code for p, code in results.items()}
 
-    async def _wait_replicated(self, appended: Sequence[Unreplicated]) -> ErrorCode:
+    async def wait_replicated(self, appended: Sequence[Unreplicated]) -> ErrorCode:
         """Until the ISR holds every append, within ``offsets.commit.timeout.ms``; the first
         error (leadership moved, the ISR shrank below its minimum, the time ran out)."""
         deadline = trio.current_time() + self._commit_timeout_s

@@ -32,10 +32,12 @@ from eventplatform.log.groups.records import (
     GroupRecord,
     OffsetKey,
     RecordFormatError,
+    ShareStateKey,
     TopicPartition,
     decode_group_value,
     decode_key,
     decode_offset_value,
+    decode_share_state_value,
     partition_for,
 )
 from eventplatform.log.invariants import require
@@ -145,6 +147,8 @@ class OffsetsTopic:
 class LoadedGroup:
     record: GroupRecord | None = None
     offsets: dict[TopicPartition, CommittedOffset] = field(default_factory=dict)
+    share_states: dict[ShareStateKey, dict] = field(default_factory=dict)
+    """Share-partition states, in WriteShareGroupState's layout."""
 
 
 class OffsetsReplay:
@@ -172,6 +176,12 @@ class OffsetsReplay:
             elif isinstance(decoded, GroupKey):
                 entry = self._groups.setdefault(decoded.group_id, LoadedGroup())
                 entry.record = None if value is None else decode_group_value(value)
+            elif isinstance(decoded, ShareStateKey):
+                entry = self._groups.setdefault(decoded.group_id, LoadedGroup())
+                if value is None:
+                    entry.share_states.pop(decoded, None)
+                else:
+                    entry.share_states[decoded] = decode_share_state_value(value)
             else:
                 self.skipped += 1
         except RecordFormatError as exc:
@@ -191,5 +201,5 @@ class OffsetsReplay:
     def groups(self) -> Iterator[tuple[str, LoadedGroup]]:
         """Every group that still has a metadata record or an offset."""
         for group_id, entry in self._groups.items():
-            if entry.record is not None or entry.offsets:
+            if entry.record is not None or entry.offsets or entry.share_states:
                 yield group_id, entry

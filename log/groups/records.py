@@ -5,6 +5,8 @@ int16 version saying what the record is::
 
     key version 0 or 1   offset commit      group string, topic string, partition int32
     key version 2        group metadata     group string
+    key version 32000    share-partition state (this log's own): group string,
+                         topic_id uuid, partition int32
 
 and a value that starts with its own int16 version, or no value at all (a
 tombstone: the offset or the group is gone). Strings are an int16 length and
@@ -20,6 +22,11 @@ Values written here:
                                client_id, client_host, rebalance_timeout int32,
                                session_timeout int32, subscription bytes,
                                assignment bytes}
+
+A share-partition state value (version 0) is state_epoch int32, start_offset
+int64 and state_batches, an array of {first_offset int64, last_offset int64,
+delivery_state int8, delivery_count int16}: what a share group has settled of
+one partition (see :mod:`~eventplatform.log.groups.share_partition`).
 
 Versions 0 to 4 of both values are read (4 is flexible: compact lengths and
 tagged fields), so a log written by Kafka itself loads too. Other key
@@ -41,7 +48,7 @@ from typing import Any
 
 from eventplatform.log.protocol import ProtocolError, flatten
 from eventplatform.log.protocol.codec import compile_struct
-from eventplatform.log.protocol.schema import BYTES, INT32, INT64, STRING, F
+from eventplatform.log.protocol.schema import BYTES, INT8, INT16, INT32, INT64, STRING, UUID, F
 
 OFFSETS_TOPIC = "__consumer_offsets"
 
@@ -50,6 +57,8 @@ GROUP_KEY_VERSION = 2
 OFFSET_VALUE_VERSION = 3
 GROUP_VALUE_VERSION = 3
 OFFSET_KEY_VERSIONS = (0, 1)
+SHARE_STATE_KEY_VERSION = 32_000
+SHARE_STATE_VALUE_VERSION = 0
 VALUE_VERSION_MAX = 4
 FIRST_FLEXIBLE_VALUE_VERSION = 4
 NO_TIMESTAMP = -1
@@ -65,6 +74,20 @@ OFFSET_KEY_FIELDS = (
     F("partition", INT32),
 )
 GROUP_KEY_FIELDS = (F("group", STRING),)
+SHARE_STATE_KEY_FIELDS = (F("group", STRING), F("topic_id", UUID), F("partition", INT32))
+SHARE_STATE_VALUE_FIELDS = (
+    F("state_epoch", INT32),
+    F("start_offset", INT64),
+    F(
+        "state_batches",
+        [
+            F("first_offset", INT64),
+            F("last_offset", INT64),
+            F("delivery_state", INT8),
+            F("delivery_count", INT16),
+        ],
+    ),
+)
 OFFSET_VALUE_FIELDS = (
     F("offset", INT64),
     F("leader_epoch", INT32, "3+", default=NO_LEADER_EPOCH),
@@ -117,6 +140,13 @@ class GroupKey:
 
 
 @dataclass(frozen=True, slots=True)
+class ShareStateKey:
+    group_id: str
+    topic_id: bytes
+    partition: int
+
+
+@dataclass(frozen=True, slots=True)
 class UnknownKey:
     """A record of a kind this broker does not read (a newer group protocol)."""
 
@@ -158,7 +188,7 @@ class GroupRecord:
     members: tuple[MemberRecord, ...] = field(default=())
 
 
-RecordKey = OffsetKey | GroupKey | UnknownKey
+RecordKey = OffsetKey | GroupKey | ShareStateKey | UnknownKey
 
 
 # ---------------------------------------------------------------- partitioning
@@ -200,6 +230,25 @@ def encode_offset_key(group_id: str, topic: str, partition: int) -> bytes:
 def encode_group_key(group_id: str) -> bytes:
     body = compile_struct(GROUP_KEY_FIELDS, 0, flexible=False).encode({"group": group_id})
     return _VERSION.pack(GROUP_KEY_VERSION) + flatten(body)
+
+
+def encode_share_state_key(key: ShareStateKey) -> bytes:
+    value = {"group": key.group_id, "topic_id": key.topic_id, "partition": key.partition}
+    body = compile_struct(SHARE_STATE_KEY_FIELDS, 0, flexible=False).encode(value)
+    return _VERSION.pack(SHARE_STATE_KEY_VERSION) + flatten(body)
+
+
+def encode_share_state_value(value: dict[str, Any]) -> bytes:
+    """``value`` in the layout of WriteShareGroupState's partition: state_epoch,
+    start_offset, state_batches."""
+    return _encode(SHARE_STATE_VALUE_FIELDS, SHARE_STATE_VALUE_VERSION, value)
+
+
+def decode_share_state_value(data: bytes | memoryview) -> dict[str, Any]:
+    version, body = _split_version(data, "share state value")
+    if version != SHARE_STATE_VALUE_VERSION:
+        raise RecordFormatError(f"share state value version {version} is unknown")
+    return _decode(SHARE_STATE_VALUE_FIELDS, version, body, "share state value")
 
 
 def encode_offset_value(committed: CommittedOffset) -> bytes:
@@ -262,6 +311,9 @@ def decode_key(data: bytes | memoryview) -> RecordKey:
         return OffsetKey(key["group"], key["topic"], key["partition"])
     if version == GROUP_KEY_VERSION:
         return GroupKey(_decode(GROUP_KEY_FIELDS, 0, body, "group metadata key")["group"])
+    if version == SHARE_STATE_KEY_VERSION:
+        key = _decode(SHARE_STATE_KEY_FIELDS, 0, body, "share state key")
+        return ShareStateKey(key["group"], bytes(key["topic_id"]), key["partition"])
     return UnknownKey(version)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import trio
 
-from eventplatform.log.broker.authorizer import AclOperation, topic_permission
+from eventplatform.log.broker.authorizer import AclOperation, may_group, topic_permission
 from eventplatform.log.broker.config_resources import apply_alter_request
 from eventplatform.log.broker.context import Body, RequestContext
 from eventplatform.log.protocol.apis import ALTER_CONFIGS
@@ -25,6 +25,10 @@ async def handle(context: RequestContext, request: Body) -> Body:
     allowed = topic_permission(context, AclOperation.ALTER_CONFIGS)
     return {
         "responses": await apply_alter_request(
-            context.broker, request, incremental=False, allowed=allowed
+            context.broker,
+            request,
+            incremental=False,
+            allowed=allowed,
+            group_allowed=lambda name: may_group(context, AclOperation.ALTER_CONFIGS, name),
         )
     }

@@ -66,7 +66,7 @@ async def handle(context: RequestContext, request: Body) -> Body:
                     broker.config, keys, synonyms=synonyms
                 )
             elif kind == group_configs.GROUP_RESOURCE_TYPE:
-                result["configs"] = group_configs.describe_group(name, keys, synonyms=synonyms)
+                result["configs"] = broker.group_configs.describe(name, keys, synonyms=synonyms)
             else:
                 raise TopicError(ErrorCode.INVALID_REQUEST, f"no config resource {kind}/{name!r}")
         except TopicError as exc:

@@ -54,6 +54,14 @@ from eventplatform.log.protocol.apis.groups import (
     OFFSET_FETCH,
     SYNC_GROUP,
 )
+from eventplatform.log.protocol.apis.share import (
+    READ_SHARE_GROUP_STATE,
+    SHARE_ACKNOWLEDGE,
+    SHARE_FETCH,
+    SHARE_GROUP_DESCRIBE,
+    SHARE_GROUP_HEARTBEAT,
+    WRITE_SHARE_GROUP_STATE,
+)
 from eventplatform.log.protocol.schema import Api
 
 APIS: dict[int, Api] = {
@@ -98,6 +106,12 @@ APIS: dict[int, Api] = {
         DESCRIBE_LOG_DIRS,
         ENTITY_READ,
         ERASE_RECORDS,
+        SHARE_GROUP_HEARTBEAT,
+        SHARE_GROUP_DESCRIBE,
+        SHARE_FETCH,
+        SHARE_ACKNOWLEDGE,
+        READ_SHARE_GROUP_STATE,
+        WRITE_SHARE_GROUP_STATE,
     )
 }
 """Every table by API key."""
@@ -140,7 +154,13 @@ __all__ = [
     "OFFSET_FETCH",
     "OFFSET_FOR_LEADER_EPOCH",
     "PRODUCE",
+    "READ_SHARE_GROUP_STATE",
     "SASL_AUTHENTICATE",
     "SASL_HANDSHAKE",
+    "SHARE_ACKNOWLEDGE",
+    "SHARE_FETCH",
+    "SHARE_GROUP_DESCRIBE",
+    "SHARE_GROUP_HEARTBEAT",
     "SYNC_GROUP",
+    "WRITE_SHARE_GROUP_STATE",
 ]
