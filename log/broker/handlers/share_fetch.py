@@ -193,7 +193,7 @@ async def handle(context: RequestContext, request: Body) -> Body:
         partition = partitions.get(key) or context.broker.topics.partition(*key)
         topic = context.broker.topics.get(key[0])
         topic_id = ids.get(key) or (topic.topic_id if topic is not None else bytes(16))
-        records = None
+        records: OwnedRegion | bytes = b""  # never null: clients read an empty set
         if outcome.data is not None:
             data = outcome.data
             records = OwnedRegion(os.dup(data.descriptor), data.position, data.length)

@@ -60,7 +60,13 @@ from eventplatform.log.broker.handlers import (
     offset_fetch,
     offset_for_leader_epoch,
     produce,
+    read_share_group_state,
+    share_acknowledge,
+    share_fetch,
+    share_group_describe,
+    share_group_heartbeat,
     sync_group,
+    write_share_group_state,
 )
 from eventplatform.log.config import BrokerConfig
 from eventplatform.log.groups.coordinator import GroupCoordinator
@@ -90,6 +96,7 @@ PRINCIPAL = "User:mallory"
 TOPIC = "events"
 DOOMED = "doomed"
 GROUP = "billing"
+SHARE_GROUP = "shared"
 AUTHORIZATION_ERRORS = {
     ErrorCode.TOPIC_AUTHORIZATION_FAILED,
     ErrorCode.GROUP_AUTHORIZATION_FAILED,
@@ -144,7 +151,7 @@ def per_entry(key: str) -> Callable[[dict[str, Any]], list[int]]:
 class Case:
     module: ModuleType
     version: int
-    body: dict[str, Any]
+    body: dict[str, Any] | Callable[[Broker], dict[str, Any]]
     grants: list[AclBinding]
     errors: Callable[[dict[str, Any]], list[int]]
     refusal: ErrorCode
@@ -200,6 +207,36 @@ def users(broker: Broker) -> list[str]:
 
 def quotas(broker: Broker) -> Any:
     return broker.quotas.entries()
+
+
+def share_states(broker: Broker) -> Any:
+    assert broker.groups is not None
+    return dict(broker.groups.shares.states)
+
+
+def share_fetch_body(broker: Broker) -> dict[str, Any]:
+    topic = broker.topics.get(TOPIC)
+    assert topic is not None
+    return {
+        "group_id": SHARE_GROUP,
+        "member_id": "m",
+        "share_session_epoch": 0,
+        "max_wait_ms": 0,
+        "min_bytes": 1,
+        "max_records": 10,
+        "batch_size": 10,
+        "topics": [{"topic_id": topic.topic_id, "partitions": [{"partition_index": 0}]}],
+    }
+
+
+def share_state_body(broker: Broker) -> dict[str, Any]:
+    topic = broker.topics.get(TOPIC)
+    assert topic is not None
+    entry = {"partition": 0, "state_epoch": 1, "leader_epoch": 0, "start_offset": 0}
+    return {
+        "group_id": SHARE_GROUP,
+        "topics": [{"topic_id": topic.topic_id, "partitions": [{**entry, "state_batches": []}]}],
+    }
 
 
 def batch() -> bytes:
@@ -623,6 +660,61 @@ CASES = [
         ErrorCode.TOPIC_AUTHORIZATION_FAILED,
         first_value,
     ),
+    Case(
+        share_group_heartbeat,
+        1,
+        {
+            "group_id": SHARE_GROUP,
+            "member_id": "m",
+            "member_epoch": 0,
+            "subscribed_topic_names": [TOPIC],
+        },
+        [grant(Kind.GROUP, SHARE_GROUP, Op.READ)],
+        top,
+        ErrorCode.GROUP_AUTHORIZATION_FAILED,
+    ),
+    Case(
+        share_group_describe,
+        1,
+        {"group_ids": [SHARE_GROUP]},
+        [grant(Kind.GROUP, SHARE_GROUP, Op.DESCRIBE)],
+        per_entry("groups"),
+        ErrorCode.GROUP_AUTHORIZATION_FAILED,
+    ),
+    Case(
+        share_fetch,
+        1,
+        share_fetch_body,
+        [grant(Kind.GROUP, SHARE_GROUP, Op.READ), topic_grant(Op.READ)],
+        top,
+        ErrorCode.GROUP_AUTHORIZATION_FAILED,
+        share_states,
+    ),
+    Case(
+        share_acknowledge,
+        1,
+        {"group_id": SHARE_GROUP, "member_id": "m", "share_session_epoch": 1, "topics": []},
+        [grant(Kind.GROUP, SHARE_GROUP, Op.READ)],
+        top,
+        ErrorCode.GROUP_AUTHORIZATION_FAILED,
+    ),
+    Case(
+        read_share_group_state,
+        0,
+        share_state_body,
+        [cluster_grant(Op.CLUSTER_ACTION)],
+        per_partition("results", "partitions"),
+        ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+    ),
+    Case(
+        write_share_group_state,
+        0,
+        share_state_body,
+        [cluster_grant(Op.CLUSTER_ACTION)],
+        per_partition("results", "partitions"),
+        ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+        share_states,
+    ),
 ]
 
 
@@ -651,7 +743,8 @@ async def broker(tmp_path: Path, nursery: trio.Nursery) -> AsyncIterator[Broker]
 async def call(broker: Broker, case: Case, principal: str = PRINCIPAL) -> dict[str, Any]:
     api = case.module.API
     correlation_id = next(_correlation)
-    frame = encode_request(api, case.version, case.body, correlation_id=correlation_id)
+    body = case.body(broker) if callable(case.body) else case.body
+    frame = encode_request(api, case.version, body, correlation_id=correlation_id)
     header, position = decode_request_header(frame[4:])
     request = decode_request_body(api, case.version, frame[4:], position)
     session = Session("SASL_PLAINTEXT", SecurityProtocol.SASL_PLAINTEXT, None, principal)

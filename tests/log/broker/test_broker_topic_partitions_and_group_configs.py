@@ -107,17 +107,50 @@ async def test_describe_configs_of_a_group_lists_the_group_configs_with_their_de
         assert nameless["error_code"] == ErrorCode.INVALID_REQUEST
 
 
-async def test_altering_a_group_config_is_refused_with_a_clear_error(
+async def test_a_group_config_is_set_checked_described_and_kept_across_a_restart(
     tmp_path: Path, wire: Any
 ) -> None:
+    def alter(name: str, value: str | None, operation: int = 0) -> dict[str, Any]:
+        config = {"name": name, "config_operation": operation, "value": value}
+        resource = {"resource_type": GROUP_RESOURCE, "resource_name": "g", "configs": [config]}
+        return {"resources": [resource], "validate_only": False}
+
+    describe = {
+        "resources": [
+            {"resource_type": GROUP_RESOURCE, "resource_name": "g", "configuration_keys": None}
+        ],
+        "include_synonyms": True,
+    }
     async with wire.open_broker(tmp_path) as running:
         client = await running.connect()
-        config = {"name": "consumer.session.timeout.ms", "config_operation": 0, "value": "30000"}
-        resource = {"resource_type": GROUP_RESOURCE, "resource_name": "g", "configs": [config]}
-        body = {"resources": [resource], "validate_only": False}
+        for body in (
+            alter("consumer.session.timeout.ms", "30000"),  # below Kafka's minimum
+            alter("share.auto.offset.reset", "sometimes"),
+            alter("no.such.config", "1"),
+            alter("share.auto.offset.reset", "earliest", operation=2),  # not a list
+        ):
+            (answer,) = (await client.request(INCREMENTAL_ALTER_CONFIGS, 0, body))["responses"]
+            assert answer["error_code"] == ErrorCode.INVALID_CONFIG, answer
+        (answer,) = (
+            await client.request(
+                INCREMENTAL_ALTER_CONFIGS, 0, alter("share.auto.offset.reset", "earliest")
+            )
+        )["responses"]
+        assert answer["error_code"] == ErrorCode.NONE
+    async with wire.open_broker(tmp_path) as running:
+        client = await running.connect()
+        (result,) = (await client.request(DESCRIBE_CONFIGS, 3, describe))["results"]
+        entries = {entry["name"]: entry for entry in result["configs"]}
+        reset = entries["share.auto.offset.reset"]
+        assert (reset["value"], reset["config_source"]) == ("earliest", 8)  # GROUP_CONFIG
+        assert [s["source"] for s in reset["synonyms"]] == [8, SOURCE_DEFAULT]
+        assert entries["consumer.session.timeout.ms"]["config_source"] == SOURCE_DEFAULT
+        body = alter("share.auto.offset.reset", None, operation=1)  # DELETE: the default again
         (answer,) = (await client.request(INCREMENTAL_ALTER_CONFIGS, 0, body))["responses"]
-        assert answer["error_code"] == ErrorCode.INVALID_REQUEST
-        assert "topic configs" in answer["error_message"]
+        assert answer["error_code"] == ErrorCode.NONE
+        (result,) = (await client.request(DESCRIBE_CONFIGS, 3, describe))["results"]
+        values = {entry["name"]: entry["value"] for entry in result["configs"]}
+        assert values["share.auto.offset.reset"] == "latest"
 
 
 async def test_describe_log_dirs_reports_the_size_of_each_partition_held(
