@@ -301,8 +301,14 @@ class ShareService:
     # ------------------------------------------------------------ the state store
 
     def _persist_later(self, key: ShareKey, held: _Held) -> None:
-        if self._nursery is not None:
+        """Write in the background; not at all once the broker stops (the records that
+        release would have made available are delivered again, which is allowed)."""
+        if self._nursery is None:
+            return
+        try:
             self._nursery.start_soon(self._write_state, key, held)
+        except RuntimeError:  # the service's nursery closed: the broker is stopping
+            self._nursery = None
 
     async def _write_state(self, key: ShareKey, held: _Held) -> ErrorCode:
         """Write the share partition's state as it is once the write's turn comes, so
