@@ -458,13 +458,13 @@ class GroupCoordinator:
         self, states: Sequence[str] = (), types: Sequence[str] = ()
     ) -> tuple[ErrorCode, list[GroupOverview]]:
         await trio.lowlevel.checkpoint()
-        if self.status is Status.ACTIVE and self._loading:
-            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, self.core.admin.list_groups(
-                states, types
-            )
         if self.status is not Status.ACTIVE:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE, []
-        return ErrorCode.NONE, self.core.admin.list_groups(states, types)
+        groups = self.core.admin.list_groups(states, types)
+        groups += self.shares.list_groups(states, types)
+        if self._loading:
+            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, groups
+        return ErrorCode.NONE, groups
 
     async def delete_offsets(
         self, group_id: str, partitions: Sequence[TopicPartition]
@@ -484,7 +484,9 @@ class GroupCoordinator:
         deletable = []
         for group_id in group_ids:
             error = self._status_error(group_id, allow_empty_id=True)
-            if error is ErrorCode.NONE:
+            if error is ErrorCode.NONE and self.shares.is_share_group(group_id):
+                results[group_id] = await self.shares.delete(group_id)
+            elif error is ErrorCode.NONE:
                 deletable.append(group_id)
             else:
                 results[group_id] = error

@@ -116,4 +116,6 @@ class GroupDescription:
 class GroupOverview:
     group_id: str
     protocol_type: str
-    state: GroupState
+    state: GroupState | str
+    group_type: str = "classic"
+    """ListGroups v5's type: ``classic`` (JoinGroup) or ``share`` (KIP-932)."""

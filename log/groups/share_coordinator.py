@@ -28,11 +28,12 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import trio
 
+from eventplatform.log.groups.messages import GroupOverview
 from eventplatform.log.groups.records import (
     ShareStateKey,
     encode_share_state_key,
@@ -54,6 +55,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("eventplatform.groups")
 
+SHARE_GROUP_TYPE = "share"
 SHARE_TIMER_INTERVAL_S = 1.0
 """How often sessions that ran out are looked for."""
 
@@ -75,7 +77,11 @@ class ShareCoordinator:
     # ------------------------------------------------------------ loading
 
     def load(self, group_id: str, states: Mapping[ShareStateKey, dict[str, Any]]) -> None:
-        self.states.update(states)
+        """Take in a group's kept share-partition states; a group that has some is a
+        share group (Empty until members join)."""
+        if states:
+            self.states.update(states)
+            self.core.groups.setdefault(group_id, ShareGroup(group_id))
 
     def unload(self, index: int, partitions: int) -> None:
         """Forget the groups of ``__consumer_offsets`` partition ``index``."""
@@ -120,6 +126,39 @@ class ShareCoordinator:
         if group is None:
             return ErrorCode.GROUP_ID_NOT_FOUND, None
         return ErrorCode.NONE, group
+
+    def list_groups(self, states: Sequence[str], types: Sequence[str]) -> list[GroupOverview]:
+        """Share groups for ListGroups, filtered as classic ones are (case-insensitively)."""
+        wanted_states = {state.lower() for state in states}
+        if types and SHARE_GROUP_TYPE not in {kind.lower() for kind in types}:
+            return []
+        return [
+            GroupOverview(group.group_id, SHARE_GROUP_TYPE, group.state, SHARE_GROUP_TYPE)
+            for group in self.core.groups.values()
+            if not wanted_states or group.state.lower() in wanted_states
+        ]
+
+    async def delete(self, group_id: str) -> ErrorCode:
+        """DeleteGroups of a share group: an empty one goes with every share-partition
+        state kept for it (tombstones, replicated before the answer)."""
+        group = self.core.groups.get(group_id)
+        if group is None:
+            return ErrorCode.GROUP_ID_NOT_FOUND
+        if group.members:
+            return ErrorCode.NON_EMPTY_GROUP
+        keys = [key for key in self.states if key.group_id == group_id]
+        if not keys:
+            return self.core.delete(group_id)
+        topic = self.coordinator.offsets_topic
+        with topic.receipts() as appended:
+            error = topic.append(group_id, [(encode_share_state_key(k), None) for k in keys])
+        if error is ErrorCode.NONE:
+            error = await self.coordinator.wait_replicated(appended)
+        if error is not ErrorCode.NONE:
+            return offset_store_error(error)
+        for key in keys:
+            self.states.pop(key, None)
+        return self.core.delete(group_id)
 
     # ------------------------------------------------------------ share-partition state
 

@@ -6,8 +6,9 @@ groups loaded so far come with COORDINATOR_LOAD_IN_PROGRESS. v3 is the
 first flexible version. v4 adds ``states_filter`` (state names such as
 ``Stable`` or ``Empty``, matched case-insensitively; empty lists every
 group) and each group's state; v5 adds ``types_filter`` and each group's
-type, which is ``classic`` for every group here (the JoinGroup protocol:
-the consumer protocol of KIP-848 is not served).
+type: ``classic`` for groups of the JoinGroup protocol, ``share`` for share
+groups (KIP-932; states ``Empty`` and ``Stable``). The consumer protocol of
+KIP-848 is not served.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ import trio
 
 from eventplatform.log.broker.authorizer import AclOperation, authorize_cluster, may_group
 from eventplatform.log.broker.context import Body, RequestContext
-from eventplatform.log.groups.admin import CLASSIC_GROUP_TYPE
 from eventplatform.log.protocol import ErrorCode
 from eventplatform.log.protocol.apis import LIST_GROUPS
 from eventplatform.log.protocol.schema import Versions
@@ -41,7 +41,7 @@ async def handle(context: RequestContext, request: Body) -> Body:
                 "group_id": group.group_id,
                 "protocol_type": group.protocol_type,
                 "group_state": str(group.state),
-                "group_type": CLASSIC_GROUP_TYPE,
+                "group_type": group.group_type,
             }
             for group in groups
         ],

@@ -9,7 +9,9 @@ from typing import Any
 
 from eventplatform.log.protocol import ErrorCode
 from eventplatform.log.protocol.apis import (
+    DELETE_GROUPS,
     INCREMENTAL_ALTER_CONFIGS,
+    LIST_GROUPS,
     METADATA,
     SHARE_ACKNOWLEDGE,
     SHARE_FETCH,
@@ -211,3 +213,37 @@ async def test_what_a_group_settled_and_where_it_started_outlive_a_restart(
         # offset 1 was accepted; 2 was held when the broker stopped: delivered again
         got = acquired(await share_fetch(client, "m1", 0, {tid: [0]}, tid=tid))
         assert got == {0: [(2, 2, 2)]}
+
+
+async def test_share_groups_are_listed_by_type_and_deleted_with_their_state(
+    tmp_path: Path, wire: Any
+) -> None:
+    async with wire.open_broker(tmp_path) as running:
+        client = await running.connect()
+        await client.create_topic(TOPIC, partitions=1)
+        await client.produce(TOPIC, wire.batch([b"a"]))
+        tid = await topic_id(client, TOPIC)
+        await join(client, "m1")
+        await share_fetch(client, "m1", 0, {tid: [0]}, tid=tid, wait_ms=0)
+        listed = await client.request(LIST_GROUPS, 5, {"states_filter": [], "types_filter": []})
+        assert [(g["group_id"], g["group_type"], g["group_state"]) for g in listed["groups"]] == [
+            (GROUP, "share", "Stable")
+        ]
+        classic = await client.request(
+            LIST_GROUPS, 5, {"states_filter": [], "types_filter": ["classic"]}
+        )
+        assert classic["groups"] == []
+        busy = await client.request(DELETE_GROUPS, 1, {"groups_names": [GROUP]})
+        assert busy["results"][0]["error_code"] == ErrorCode.NON_EMPTY_GROUP
+        left = await client.request(
+            SHARE_GROUP_HEARTBEAT,
+            1,
+            {"group_id": GROUP, "member_id": "m1", "member_epoch": -1},
+        )
+        assert left["member_epoch"] == -1
+        deleted = await client.request(DELETE_GROUPS, 1, {"groups_names": [GROUP]})
+        assert deleted["results"][0]["error_code"] == ErrorCode.NONE
+    async with wire.open_broker(tmp_path) as running:
+        client = await running.connect()
+        listed = await client.request(LIST_GROUPS, 5, {"states_filter": [], "types_filter": []})
+        assert listed["groups"] == []  # its state went with it: not loaded again
