@@ -248,6 +248,13 @@ _PARSERS: dict[str, Callable[[Any], Any]] = {
     "group.max.session.timeout.ms": integer_between(1),
     "group.initial.rebalance.delay.ms": integer_between(0),
     "group.max.size": integer_between(1, 2**31 - 1),
+    "group.share.record.lock.duration.ms": integer_between(1_000, 3_600_000),
+    "group.share.min.record.lock.duration.ms": integer_between(1_000, 30_000),
+    "group.share.max.record.lock.duration.ms": integer_between(30_000, 3_600_000),
+    "group.share.delivery.count.limit": integer_between(2, 10),
+    "group.share.partition.max.record.locks": integer_between(100, 10_000),
+    "group.share.max.size": integer_between(1, 1_000),
+    "group.share.max.share.sessions": integer_between(1, 100_000),
     "offsets.topic.num.partitions": integer_between(1, 10_000),
     "offsets.topic.segment.bytes": integer_between(1024, 2**31 - 1),
     "offsets.retention.minutes": integer_between(1),
@@ -320,6 +327,13 @@ class BrokerConfig:
     group_max_session_timeout_ms: int = GROUP_SESSION_TIMEOUT_MS_MAX_DEFAULT
     group_initial_rebalance_delay_ms: int = GROUP_INITIAL_REBALANCE_DELAY_MS_DEFAULT
     group_max_size: int = GROUP_SIZE_MAX_DEFAULT
+    group_share_record_lock_duration_ms: int = 30_000
+    group_share_min_record_lock_duration_ms: int = 15_000
+    group_share_max_record_lock_duration_ms: int = 60_000
+    group_share_delivery_count_limit: int = 5
+    group_share_partition_max_record_locks: int = 2_000
+    group_share_max_size: int = 200
+    group_share_max_share_sessions: int = 2_000
     offsets_topic_num_partitions: int = OFFSETS_TOPIC_PARTITIONS_DEFAULT
     offsets_topic_segment_bytes: int = OFFSETS_TOPIC_SEGMENT_BYTES_DEFAULT
     offsets_retention_minutes: int = OFFSETS_RETENTION_MINUTES_DEFAULT
@@ -401,7 +415,8 @@ class BrokerConfig:
         return self.advertised, bound_port
 
     def check_listeners(self) -> None:
-        """Raise BrokerConfigError when the listener settings contradict each other."""
+        """Raise BrokerConfigError when the listener settings contradict each other, or
+        the share groups' lock duration its bounds."""
         protocols = dict(self.listener_security_protocol_map)
         names = {endpoint.name for endpoint in self.bound_listeners}
         for endpoint in self.bound_listeners:
@@ -430,6 +445,14 @@ class BrokerConfig:
             )
         if self.clustered:
             self._check_cluster_security(protocols)
+        low = self.group_share_min_record_lock_duration_ms
+        high = self.group_share_max_record_lock_duration_ms
+        if not low <= self.group_share_record_lock_duration_ms <= high:
+            raise BrokerConfigError(
+                "group.share.record.lock.duration.ms must be within "
+                f"group.share.min.record.lock.duration.ms ({low}) and "
+                f"group.share.max.record.lock.duration.ms ({high})"
+            )
 
     @property
     def cluster_tls(self) -> bool:

@@ -166,7 +166,7 @@ class Broker:
         self.quotas = QuotaStore(None if config.clustered else config.data_dir / QUOTAS_FILE)
         """Client quotas (AlterClientQuotas): a file of a broker on its own."""
         self.group_configs = GroupConfigStore(
-            None if config.clustered else config.data_dir / GROUP_CONFIGS_FILE
+            None if config.clustered else config.data_dir / GROUP_CONFIGS_FILE, config
         )
         """Group configs (IncrementalAlterConfigs on a group): a file of a broker on its own."""
         self.shares = ShareService(self)
@@ -374,6 +374,7 @@ class Broker:
         return ShareGroupSettings(
             session_timeout_ms=configs.get_int(group_id, "share.session.timeout.ms"),
             heartbeat_interval_ms=configs.get_int(group_id, "share.heartbeat.interval.ms"),
+            max_size=self.config.group_share_max_size,
         )
 
     def partition_counts(self) -> dict[str, int]:

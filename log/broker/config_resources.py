@@ -250,7 +250,7 @@ async def _alter_group(
     allowed: Callable[[str], bool],
 ) -> None:
     """Set a group's config overrides (SET and DELETE; no group config is a list)."""
-    from eventplatform.log.broker.group_configs import GROUP_CONFIG_DEFAULTS, check_group_configs
+    from eventplatform.log.broker.group_configs import GROUP_CONFIG_DEFAULTS
 
     name = resource["resource_name"]
     if not name:
@@ -263,6 +263,6 @@ async def _alter_group(
         if entry.get("config_operation", 0) in (2, 3):
             raise TopicError(ErrorCode.INVALID_CONFIG, f"{entry['name']} is not a list config")
     merged = merged_topic_configs(current, effective, resource["configs"], incremental=incremental)
-    check_group_configs(name, merged)
+    broker.group_configs.check(name, merged)
     if not request["validate_only"]:
         await broker.membership.set_group_configs(name, dict(merged))

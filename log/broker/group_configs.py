@@ -26,6 +26,7 @@ from typing import Any
 import orjson
 
 from eventplatform.log.broker.config_resources import ConfigSource, ConfigType, _entry
+from eventplatform.log.config import BrokerConfig
 from eventplatform.log.protocol import ErrorCode
 from eventplatform.log.replica.topics import TopicError
 from eventplatform.log.storage.files import write_atomically
@@ -57,17 +58,28 @@ _RESETS = ("latest", "earliest")
 
 class GroupConfigStore:
     """Every group's overrides; see the module docstring. ``path`` None: in memory
-    (a cluster member's copy of the metadata's)."""
+    (a cluster member's copy of the metadata's). ``config`` sets the broker-wide
+    default of ``share.record.lock.duration.ms`` and its bounds
+    (``group.share.record.lock.duration.ms``, ``group.share.min/max.record.lock.duration.ms``)."""
 
-    def __init__(self, path: Path | None) -> None:
+    def __init__(self, path: Path | None, config: BrokerConfig | None = None) -> None:
         self.path = path
+        self.defaults = {key: default for key, (default, _) in GROUP_CONFIG_DEFAULTS.items()}
+        self.ranges = dict(_RANGES)
+        if config is not None:
+            lock = "share.record.lock.duration.ms"
+            self.defaults[lock] = str(config.group_share_record_lock_duration_ms)
+            self.ranges[lock] = (
+                config.group_share_min_record_lock_duration_ms,
+                config.group_share_max_record_lock_duration_ms,
+            )
         self._overrides: dict[str, dict[str, str]] = {}
         if path is not None and path.exists():
             document = orjson.loads(path.read_bytes())
             self._overrides = {g: dict(c) for g, c in document["groups"].items()}
 
     def get(self, group_id: str, key: str) -> str:
-        return self._overrides.get(group_id, {}).get(key, GROUP_CONFIG_DEFAULTS[key][0])
+        return self._overrides.get(group_id, {}).get(key, self.defaults[key])
 
     def get_int(self, group_id: str, key: str) -> int:
         return int(self.get(group_id, key))
@@ -109,16 +121,22 @@ class GroupConfigStore:
         for key in GROUP_CONFIG_DEFAULTS if keys is None else keys:
             if key not in GROUP_CONFIG_DEFAULTS:
                 continue
-            default, kind = GROUP_CONFIG_DEFAULTS[key]
+            default, kind = self.defaults[key], GROUP_CONFIG_DEFAULTS[key][1]
             chain = [(key, default, ConfigSource.DEFAULT_CONFIG)]
             if key in overrides:
                 chain.insert(0, (key, overrides[key], ConfigSource.GROUP_CONFIG))
             out.append(_entry(key, chain[0][1], chain, kind, synonyms=synonyms, read_only=False))
         return out
 
+    def check(self, name: str, configs: Mapping[str, str]) -> None:
+        """Refuse (TopicError) a group name or override this broker would not keep."""
+        check_group_configs(name, configs, self.ranges)
 
-def check_group_configs(name: str, configs: Mapping[str, str]) -> None:
-    """Refuse (TopicError) a group name or override this broker would not keep."""
+
+def check_group_configs(
+    name: str, configs: Mapping[str, str], ranges: Mapping[str, tuple[int, int]] = _RANGES
+) -> None:
+    """Refuse (TopicError) a group name or override that ``ranges`` do not allow."""
     if not name:
         raise TopicError(ErrorCode.INVALID_REQUEST, "a group config resource needs a group name")
     for key, value in configs.items():
@@ -131,7 +149,7 @@ def check_group_configs(name: str, configs: Mapping[str, str]) -> None:
                     f"share.auto.offset.reset must be one of {', '.join(_RESETS)}, not {value!r}",
                 )
             continue
-        low, high = _RANGES[key]
+        low, high = ranges[key]
         try:
             number = int(value)
         except ValueError:

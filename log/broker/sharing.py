@@ -47,7 +47,6 @@ import trio
 from eventplatform.log.cluster.peer import PeerConnection, PeerError
 from eventplatform.log.groups.records import ShareStateKey, partition_for
 from eventplatform.log.groups.share_partition import (
-    RECORD_LOCK_DURATION_MS,
     AckBatch,
     Acquired,
     RecordState,
@@ -102,7 +101,7 @@ class ShareService:
 
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
-        self.sessions = ShareSessions()
+        self.sessions = ShareSessions(broker.config.group_share_max_share_sessions)
         self._held: dict[ShareKey, _Held] = {}
         self._loading: dict[ShareKey, trio.Event] = {}
         self._released = trio.Event()
@@ -197,9 +196,9 @@ class ShareService:
         if kept is None:
             reset = self.broker.group_configs.get(group_id, "share.auto.offset.reset")
             start = partition.log_start_offset if reset == "earliest" else partition.high_watermark
-            state = SharePartition(start, state_epoch=epoch)
+            state = SharePartition(start, state_epoch=epoch, **self._bounds())
         else:
-            state = SharePartition.restore(_snapshot(kept, epoch))
+            state = SharePartition.restore(_snapshot(kept, epoch), **self._bounds())
             state.move_log_start(partition.log_start_offset)
         if not partition.is_leader or partition.leader_epoch != epoch:
             return None
@@ -221,6 +220,13 @@ class ShareService:
             state.start_offset,
         )
         return held
+
+    def _bounds(self) -> dict[str, int]:
+        config = self.broker.config
+        return {
+            "delivery_count_limit": config.group_share_delivery_count_limit,
+            "max_in_flight": config.group_share_partition_max_record_locks,
+        }
 
     async def acknowledge(
         self, group_id: str, member_id: str, held: _Held, key: ShareKey, batches: list[AckBatch]
@@ -248,10 +254,10 @@ class ShareService:
         outcome = PartitionFetch()
         held.state.move_log_start(partition.log_start_offset)
         offset = held.state.next_acquirable(partition.readable_end)
-        if offset is None:
+        if offset is None or max_bytes <= 0:
             return outcome
         try:
-            data = partition.read(offset, max(max_bytes, 1))
+            data = partition.read(offset, max_bytes)
         except OffsetOutOfRangeError:
             return outcome
         except KafkaStorageError:
@@ -275,7 +281,7 @@ class ShareService:
     def lock_duration_ms(self, group_id: str | None = None) -> int:
         """``share.record.lock.duration.ms`` of ``group_id``."""
         if group_id is None:
-            return RECORD_LOCK_DURATION_MS
+            return self.broker.config.group_share_record_lock_duration_ms
         return self.broker.group_configs.get_int(group_id, "share.record.lock.duration.ms")
 
     async def wait_for_records(self, partitions: list[Partition], deadline: float) -> None:

@@ -249,7 +249,7 @@ async def _acquire(
     deadline = trio.current_time() + max_wait_s
     max_records = request["max_records"] if request["max_records"] > 0 else MAX_RECORDS_DEFAULT
     while True:
-        budget_records, budget_bytes = max_records, max(request["max_bytes"], 1)
+        budget_records, budget_bytes = max_records, request["max_bytes"]
         leading: list[Partition] = []
         for key in sorted(session.partitions):
             if key in outcomes and outcomes[key].error is not ErrorCode.NONE:
