@@ -62,6 +62,16 @@ from eventplatform.log.protocol.apis.share import (
     SHARE_GROUP_HEARTBEAT,
     WRITE_SHARE_GROUP_STATE,
 )
+from eventplatform.log.protocol.apis.transactions import (
+    ADD_OFFSETS_TO_TXN,
+    ADD_PARTITIONS_TO_TXN,
+    DESCRIBE_PRODUCERS,
+    DESCRIBE_TRANSACTIONS,
+    END_TXN,
+    LIST_TRANSACTIONS,
+    TXN_OFFSET_COMMIT,
+    WRITE_TXN_MARKERS,
+)
 from eventplatform.log.protocol.schema import Api
 
 APIS: dict[int, Api] = {
@@ -112,11 +122,21 @@ APIS: dict[int, Api] = {
         SHARE_ACKNOWLEDGE,
         READ_SHARE_GROUP_STATE,
         WRITE_SHARE_GROUP_STATE,
+        ADD_OFFSETS_TO_TXN,
+        ADD_PARTITIONS_TO_TXN,
+        DESCRIBE_PRODUCERS,
+        DESCRIBE_TRANSACTIONS,
+        END_TXN,
+        LIST_TRANSACTIONS,
+        TXN_OFFSET_COMMIT,
+        WRITE_TXN_MARKERS,
     )
 }
 """Every table by API key."""
 
 __all__ = [
+    "ADD_OFFSETS_TO_TXN",
+    "ADD_PARTITIONS_TO_TXN",
     "ALTER_CLIENT_QUOTAS",
     "ALTER_CONFIGS",
     "ALTER_USER_SCRAM_CREDENTIALS",
@@ -135,8 +155,11 @@ __all__ = [
     "DESCRIBE_CONFIGS",
     "DESCRIBE_GROUPS",
     "DESCRIBE_LOG_DIRS",
+    "DESCRIBE_PRODUCERS",
     "DESCRIBE_TOPIC_PARTITIONS",
+    "DESCRIBE_TRANSACTIONS",
     "DESCRIBE_USER_SCRAM_CREDENTIALS",
+    "END_TXN",
     "ENTITY_READ",
     "ERASE_RECORDS",
     "FETCH",
@@ -148,6 +171,7 @@ __all__ = [
     "LEAVE_GROUP",
     "LIST_GROUPS",
     "LIST_OFFSETS",
+    "LIST_TRANSACTIONS",
     "METADATA",
     "OFFSET_COMMIT",
     "OFFSET_DELETE",
@@ -162,5 +186,7 @@ __all__ = [
     "SHARE_GROUP_DESCRIBE",
     "SHARE_GROUP_HEARTBEAT",
     "SYNC_GROUP",
+    "TXN_OFFSET_COMMIT",
     "WRITE_SHARE_GROUP_STATE",
+    "WRITE_TXN_MARKERS",
 ]
