@@ -5,9 +5,11 @@ epoch, the transaction's state and the partitions it has written to, and
 decides every answer of InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn
 and EndTxn, with Kafka's error codes. The states and their moves::
 
-    Empty ──AddPartitions──▶ Ongoing ──EndTxn──▶ PrepareCommit ──markers──▶ CompleteCommit
-      ▲                        │   └──EndTxn(abort), timeout, fence──▶ PrepareAbort ──▶ CompleteAbort
-      └──────InitProducerId (epoch + 1)◀──────────────────────────────────────────────┘
+    Empty --AddPartitions--> Ongoing --EndTxn(commit)--> PrepareCommit --markers--> CompleteCommit
+                               |
+                               +--EndTxn(abort), timeout, InitProducerId--> PrepareAbort
+                                                                --markers--> CompleteAbort
+    CompleteCommit, CompleteAbort --InitProducerId (epoch + 1)--> Empty
 
 Every move is first written to ``__transaction_state``: a call that moves a
 transaction returns the record to write (:class:`Step`) and marks the id
@@ -146,9 +148,9 @@ class TransactionCoordinatorCore:
         current = found.record
         if found.pending is not None or current.status in _PREPARED:
             return Step(ErrorCode.CONCURRENT_TRANSACTIONS)
-        if expected is not None and expected[0] != NO_PRODUCER_ID:
-            if expected != (current.producer_id, current.producer_epoch):
-                return Step(ErrorCode.PRODUCER_FENCED)
+        recovering = expected is not None and expected[0] != NO_PRODUCER_ID
+        if recovering and expected != (current.producer_id, current.producer_epoch):
+            return Step(ErrorCode.PRODUCER_FENCED)
         if current.status is Status.ONGOING:
             # the producer restarted inside a transaction: abort it, fencing the old one
             step = self._abort(found, now_ms, raise_epoch=True)
