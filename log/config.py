@@ -259,6 +259,12 @@ _PARSERS: dict[str, Callable[[Any], Any]] = {
     "offsets.topic.segment.bytes": integer_between(1024, 2**31 - 1),
     "offsets.retention.minutes": integer_between(1),
     "offsets.commit.timeout.ms": integer_between(1),
+    "transaction.state.log.num.partitions": integer_between(1, 10_000),
+    "transaction.state.log.replication.factor": integer_between(1, 32_767),
+    "transaction.state.log.segment.bytes": integer_between(1024, 2**31 - 1),
+    "transaction.max.timeout.ms": integer_between(1),
+    "transactional.id.expiration.ms": integer_between(1),
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": integer_between(1),
     "producer.id.expiration.ms": integer_between(1),
     "shutdown.grace.ms": integer_between(0),
     "process.roles": _roles,
@@ -338,6 +344,12 @@ class BrokerConfig:
     offsets_topic_segment_bytes: int = OFFSETS_TOPIC_SEGMENT_BYTES_DEFAULT
     offsets_retention_minutes: int = OFFSETS_RETENTION_MINUTES_DEFAULT
     offsets_commit_timeout_ms: int = OFFSETS_COMMIT_TIMEOUT_MS_DEFAULT
+    transaction_state_log_num_partitions: int = 50
+    transaction_state_log_replication_factor: int = 3
+    transaction_state_log_segment_bytes: int = 100 * 1024 * 1024
+    transaction_max_timeout_ms: int = 900_000
+    transactional_id_expiration_ms: int = 7 * 24 * 3600 * 1000
+    transaction_abort_timed_out_transaction_cleanup_interval_ms: int = 10_000
     producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS_DEFAULT
     shutdown_grace_ms: int = SHUTDOWN_GRACE_MS_DEFAULT
     process_roles: frozenset[str] = frozenset()

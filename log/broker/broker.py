@@ -44,6 +44,7 @@ from eventplatform.log.broker.solo import SoloNode
 from eventplatform.log.cluster.membership import Membership
 from eventplatform.log.cluster.metadata import MetadataError, check_replica_assignment
 from eventplatform.log.cluster.network import TCP, Network
+from eventplatform.log.cluster.peer import PeerPool
 from eventplatform.log.config import BrokerConfig, format_voters
 from eventplatform.log.extensions import ENTITY_VERSIONS_CONFIG
 from eventplatform.log.groups.share_group import ShareGroupSettings
@@ -169,6 +170,8 @@ class Broker:
             None if config.clustered else config.data_dir / GROUP_CONFIGS_FILE, config
         )
         """Group configs (IncrementalAlterConfigs on a group): a file of a broker on its own."""
+        self.peers = PeerPool(self._peer_address, f"broker-{config.node_id}")
+        """Connections to the other brokers, for share state and transaction markers."""
         self.shares = ShareService(self)
         """The share-partitions this broker leads, and its share sessions."""
         self.rates = Rates()
@@ -367,6 +370,10 @@ class Broker:
     async def set_topic_configs(self, name: str, configs: dict[str, str]) -> None:
         self.topics.check_configs(name, configs)
         await self.membership.set_topic_configs(name, configs)
+
+    def _peer_address(self, node_id: int) -> tuple[str, int] | None:
+        registered = self.membership.registered_broker(node_id)
+        return None if registered is None else (registered.host, registered.port)
 
     def share_group_settings(self, group_id: str) -> ShareGroupSettings:
         """A share group's coordinator settings: its group configs."""

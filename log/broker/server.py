@@ -111,6 +111,7 @@ class BrokerServer:
         raise_open_file_limit()
         broker = Broker.open(self.config, self.clock_ms, self.off_loop)
         broker.network = cluster_network(self.config, self.network)
+        broker.peers.network = broker.network
         broker.api_versions = advertised_versions(self.handlers)
         broker.groups = GroupCoordinator(broker.config, broker.topics, broker.clock_ms)
         self.broker = broker

@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from eventplatform.log.cluster.peer import PeerConnection, PeerError
+from eventplatform.log.cluster.peer import PeerError
 from eventplatform.log.groups.records import ShareStateKey, partition_for
 from eventplatform.log.groups.share_partition import (
     AckBatch,
@@ -105,8 +105,6 @@ class ShareService:
         self._held: dict[ShareKey, _Held] = {}
         self._loading: dict[ShareKey, trio.Event] = {}
         self._released = trio.Event()
-        self._peers: dict[int, PeerConnection] = {}
-        self._peer_locks: dict[int, trio.Lock] = {}
         self._nursery: trio.Nursery | None = None
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -400,24 +398,13 @@ class ShareService:
         return partition.leader_id
 
     async def _ask(self, broker_id: int, api: Any, body: dict[str, Any]) -> dict[str, Any] | None:
-        registered = self.broker.membership.registered_broker(broker_id)
-        if registered is None:
+        try:
+            return await self.broker.peers.request(
+                broker_id, api, 0, body, timeout_s=STATE_RPC_TIMEOUT_S
+            )
+        except PeerError as exc:
+            log.warning("share state at broker %d: %s", broker_id, exc)
             return None
-        lock = self._peer_locks.setdefault(broker_id, trio.Lock())
-        async with lock:
-            peer = self._peers.get(broker_id)
-            if peer is None or (peer.host, peer.port) != (registered.host, registered.port):
-                peer = self._peers[broker_id] = PeerConnection(
-                    registered.host,
-                    registered.port,
-                    f"share-{self.broker.node_id}",
-                    self.broker.network,
-                )
-            try:
-                return await peer.request(api, 0, body, timeout_s=STATE_RPC_TIMEOUT_S)
-            except PeerError as exc:
-                log.warning("share state at broker %d: %s", broker_id, exc)
-                return None
 
 
 def _snapshot(kept: dict[str, Any], leader_epoch: int) -> Snapshot:

@@ -1,13 +1,17 @@
-"""A broker's Kafka-protocol connection to another broker (replica fetches).
+"""A broker's Kafka-protocol connections to other brokers (replica fetches, share
+state, transaction markers).
 
-One request at a time: send the frame, read the answer's frame, decode it
-with the same codec the broker serves with. Any failure closes the
-connection; the caller reconnects.
+One request at a time per connection: send the frame, read the answer's frame,
+decode it with the same codec the broker serves with. Any failure closes the
+connection; the caller reconnects. :class:`PeerPool` keeps one connection per
+other broker for the requests a broker sends now and then (not replica
+fetches, which have their own), one request at a time on each.
 """
 
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from typing import Any
 
 import trio
@@ -83,3 +87,41 @@ async def _receive_exactly(stream: trio.abc.Stream, count: int) -> bytes:
             raise trio.BrokenResourceError("the peer closed the connection")
         chunks += data
     return bytes(chunks)
+
+
+Address = Callable[[int], "tuple[str, int] | None"]
+"""Where another broker is reached (its registered address), or None if unknown."""
+
+
+class PeerPool:
+    """One connection per other broker, for occasional requests; see the module."""
+
+    def __init__(self, address: Address, client_id: str, network: Network = TCP) -> None:
+        self.address = address
+        self.client_id = client_id
+        self.network = network
+        self._peers: dict[int, PeerConnection] = {}
+        self._locks: dict[int, trio.Lock] = {}
+
+    async def request(
+        self, broker_id: int, api: Api, version: int, body: dict[str, Any], *, timeout_s: float
+    ) -> dict[str, Any]:
+        """One request to ``broker_id``; raises PeerError (also for an unknown broker)."""
+        address = self.address(broker_id)
+        if address is None:
+            await trio.lowlevel.checkpoint()
+            raise PeerError(f"broker {broker_id} is not registered")
+        lock = self._locks.setdefault(broker_id, trio.Lock())
+        async with lock:
+            peer = self._peers.get(broker_id)
+            if peer is None or (peer.host, peer.port) != address:
+                if peer is not None:
+                    await peer.aclose()
+                peer = PeerConnection(*address, self.client_id, self.network)
+                self._peers[broker_id] = peer
+            return await peer.request(api, version, body, timeout_s=timeout_s)
+
+    async def aclose(self) -> None:
+        for peer in self._peers.values():
+            await peer.aclose()
+        self._peers.clear()

@@ -50,7 +50,12 @@ from eventplatform.log.groups.messages import (
     OffsetCommit,
     SyncRequest,
 )
-from eventplatform.log.groups.offsets_topic import OffsetsReplay, OffsetsTopic, Unreplicated
+from eventplatform.log.groups.offsets_topic import (
+    OffsetsReplay,
+    OffsetsTopic,
+    Unreplicated,
+    wait_replicated,
+)
 from eventplatform.log.groups.records import (
     OFFSETS_TOPIC,
     CommittedOffset,
@@ -407,17 +412,8 @@ class GroupCoordinator:
         return {p: failed if code == ErrorCode.NONE else code for p, code in results.items()}
 
     async def wait_replicated(self, appended: Sequence[Unreplicated]) -> ErrorCode:
-        """Until the ISR holds every append, within ``offsets.commit.timeout.ms``; the first
-        error (leadership moved, the ISR shrank below its minimum, the time ran out)."""
-        deadline = trio.current_time() + self._commit_timeout_s
-        for receipt in appended:
-            partition = receipt.partition
-            error = await partition.wait_replicated(
-                receipt.last_offset, receipt.leader_epoch, deadline
-            )
-            if error is not ErrorCode.NONE:
-                return error
-        return ErrorCode.NONE
+        """Until the ISR holds every append, within ``offsets.commit.timeout.ms``."""
+        return await wait_replicated(appended, self._commit_timeout_s)
 
     async def fetch_offsets(
         self, group_id: str, partitions: Sequence[TopicPartition] | None

@@ -1,5 +1,8 @@
 """``__consumer_offsets`` as the coordinator uses it: creation, appends and replay.
 
+(``OffsetsTopic`` serves the transaction coordinator's ``__transaction_state`` the
+same way, under that name.)
+
 ``OffsetsTopic`` creates the compacted internal topic when it is missing
 (``offsets.topic.num.partitions`` partitions, ``cleanup.policy=compact``,
 ``segment.bytes=offsets.topic.segment.bytes``) and appends the records of
@@ -24,6 +27,8 @@ import logging
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+
+import trio
 
 from eventplatform.log.groups.records import (
     OFFSETS_TOPIC,
@@ -68,7 +73,9 @@ class OffsetsTopic:
         partitions: int,
         segment_bytes: int,
         clock_ms: Callable[[], int],
+        name: str = OFFSETS_TOPIC,
     ) -> None:
+        self.name = name
         self.topics = topics
         self.partitions_wanted = partitions
         self.segment_bytes = segment_bytes
@@ -77,22 +84,20 @@ class OffsetsTopic:
 
     def ensure_created(self) -> Topic:
         """The topic, created with its configs on first start."""
-        topic = self.topics.get(OFFSETS_TOPIC)
+        topic = self.topics.get(self.name)
         if topic is None:
             configs = {"cleanup.policy": "compact", "segment.bytes": str(self.segment_bytes)}
-            topic = self.topics.create(
-                OFFSETS_TOPIC, self.partitions_wanted, configs, internal=True
-            )
-            log.info("created %s with %d partitions", OFFSETS_TOPIC, self.partitions_wanted)
+            topic = self.topics.create(self.name, self.partitions_wanted, configs, internal=True)
+            log.info("created %s with %d partitions", self.name, self.partitions_wanted)
         return topic
 
     def partitions(self) -> list[Partition]:
-        topic = self.topics.get(OFFSETS_TOPIC)
+        topic = self.topics.get(self.name)
         if topic is None:
             return []
         held = [partition for partition in topic.partitions if partition is not None]
         # internal topics are never reassigned: every broker holds every partition
-        require(len(held) == len(topic.partitions), f"a broker holds all of {OFFSETS_TOPIC}")
+        require(len(held) == len(topic.partitions), f"a broker holds all of {self.name}")
         return held
 
     def partition_of(self, group_id: str) -> Partition | None:
@@ -116,12 +121,12 @@ class OffsetsTopic:
             result = partition.append(batch, acks=ACKS_ALL)
         except OSError:
             # The disk failed under the log; the group keeps its state in memory.
-            log.exception("append to %s-%d failed", OFFSETS_TOPIC, partition.index)
+            log.exception("append to %s-%d failed", self.name, partition.index)
             return ErrorCode.KAFKA_STORAGE_ERROR
         if result.error is not ErrorCode.NONE:
             log.warning(
                 "append to %s-%d failed: %s %s",
-                OFFSETS_TOPIC,
+                self.name,
                 partition.index,
                 result.error.name,
                 result.message or "",
@@ -141,6 +146,19 @@ class OffsetsTopic:
             yield collected
         finally:
             self._receipts = None
+
+
+async def wait_replicated(appended: Sequence[Unreplicated], timeout_s: float) -> ErrorCode:
+    """Until the ISR holds every append, within ``timeout_s``; the first error
+    (leadership moved, the ISR shrank below its minimum, the time ran out)."""
+    deadline = trio.current_time() + timeout_s
+    for receipt in appended:
+        error = await receipt.partition.wait_replicated(
+            receipt.last_offset, receipt.leader_epoch, deadline
+        )
+        if error is not ErrorCode.NONE:
+            return error
+    return ErrorCode.NONE
 
 
 @dataclass(slots=True)

@@ -92,6 +92,7 @@ class TransactionCoordinatorCore:
     """See the module docstring."""
 
     max_timeout_ms: int = TRANSACTION_MAX_TIMEOUT_MS
+    id_expiration_ms: int = TRANSACTIONAL_ID_EXPIRATION_MS
     transactions: dict[str, Transaction] = field(default_factory=dict)
 
     # ------------------------------------------------------------ loading
@@ -235,28 +236,30 @@ class TransactionCoordinatorCore:
             return Step(ErrorCode.CONCURRENT_TRANSACTIONS)
         return Step(ErrorCode.INVALID_TXN_STATE)
 
-    def expire(self, now_ms: int) -> list[Step]:
-        """Abort every ongoing transaction older than its timeout, fencing its producer;
-        and drop ids idle past ``TRANSACTIONAL_ID_EXPIRATION_MS`` (a tombstone each:
-        the steps whose ``write`` is None with ``error`` NONE name nothing to write,
-        see :meth:`expired_ids`)."""
+    def expire(self, now_ms: int) -> list[tuple[str, Step]]:
+        """Abort every ongoing transaction older than its timeout, fencing its producer:
+        each id with the step to keep."""
         steps = []
         for found in self.transactions.values():
             record = found.record
             if found.pending is not None or record.status is not Status.ONGOING:
                 continue
             if record.start_ms + record.timeout_ms <= now_ms:
-                steps.append(self._abort(found, now_ms, raise_epoch=True))
+                steps.append((found.transactional_id, self._abort(found, now_ms, raise_epoch=True)))
         return steps
 
+    def forget(self, transactional_id: str) -> None:
+        """Drop an expired id (its tombstone was written)."""
+        self.transactions.pop(transactional_id, None)
+
     def expired_ids(self, now_ms: int) -> list[str]:
-        """Ids with no transaction in flight, idle past ``TRANSACTIONAL_ID_EXPIRATION_MS``."""
+        """Ids with no transaction in flight, idle past ``id_expiration_ms``."""
         return [
             found.transactional_id
             for found in self.transactions.values()
             if found.pending is None
             and found.record.status in _COMPLETE
-            and found.record.last_update_ms + TRANSACTIONAL_ID_EXPIRATION_MS <= now_ms
+            and found.record.last_update_ms + self.id_expiration_ms <= now_ms
         ]
 
     def markers_written(self, markers: Markers, now_ms: int) -> Step:

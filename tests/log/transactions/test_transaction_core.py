@@ -107,7 +107,8 @@ def test_a_transaction_past_its_timeout_is_aborted_with_the_epoch_raised() -> No
     pid, epoch = started(core)
     keep(core, core.add_partitions(TID, pid, epoch, [("t", 0)], 1_000))
     assert core.expire(60_999) == []
-    (step,) = core.expire(61_000)
+    ((tid, step),) = core.expire(61_000)
+    assert tid == TID
     assert step.write is not None
     assert (step.write.status, step.write.producer_epoch) == (Status.PREPARE_ABORT, epoch + 1)
     keep(core, step)
