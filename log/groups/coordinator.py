@@ -237,8 +237,10 @@ class GroupCoordinator:
             loaded = 0
             for group_id, group in replay.groups():
                 if partition_for(group_id, count) == index:
-                    if group.record is not None or group.offsets:
-                        self.core.load_group(group_id, group.record, group.offsets, now_ms)
+                    if group.record is not None or group.offsets or group.pending_offsets:
+                        self.core.load_group(
+                            group_id, group.record, group.offsets, now_ms, group.pending_offsets
+                        )
                     self.shares.load(group_id, group.share_states)
                     loaded += 1
             del self._loading[index]
@@ -414,6 +416,41 @@ class GroupCoordinator:
     async def wait_replicated(self, appended: Sequence[Unreplicated]) -> ErrorCode:
         """Until the ISR holds every append, within ``offsets.commit.timeout.ms``."""
         return await wait_replicated(appended, self._commit_timeout_s)
+
+    async def commit_transactional_offsets(
+        self,
+        group_id: str,
+        producer: tuple[int, int],
+        *,
+        member_id: str,
+        group_instance_id: str | None,
+        generation_id: int,
+        offsets: Mapping[TopicPartition, OffsetCommit],
+    ) -> dict[TopicPartition, int]:
+        """TxnOffsetCommit: kept pending until the transaction's marker, once the ISR
+        holds the records (see ``GroupOffsets.commit_transactional``)."""
+        await trio.lowlevel.checkpoint()
+        error = self._status_error(group_id, allow_empty_id=False)
+        if error is not ErrorCode.NONE:
+            return dict.fromkeys(offsets, error)
+        with self.offsets_topic.receipts() as appended:
+            results = self.core.offsets.commit_transactional(
+                group_id, producer, member_id, group_instance_id, generation_id, offsets
+            )
+        error = await self.wait_replicated(appended)
+        if error is ErrorCode.NONE:
+            return results
+        failed = offset_store_error(error)
+        return {p: failed if code == ErrorCode.NONE else code for p, code in results.items()}
+
+    def complete_transaction(self, index: int, producer_id: int, commit: bool) -> None:
+        """A marker of ``producer_id`` was written on ``__consumer_offsets`` partition
+        ``index``: its pending offsets in that partition's groups commit or go."""
+        count = len(self.offsets_topic.partitions())
+        if not count:
+            return
+        groups = [g for g in self.core.groups if partition_for(g, count) == index]
+        self.core.offsets.complete_transaction(groups, producer_id, commit)
 
     async def fetch_offsets(
         self, group_id: str, partitions: Sequence[TopicPartition] | None

@@ -691,6 +691,7 @@ class GroupCoordinatorCore:
         record: GroupRecord | None,
         offsets: Mapping[TopicPartition, CommittedOffset],
         now_ms: int,
+        pending: Mapping[int, Mapping[TopicPartition, CommittedOffset]] | None = None,
     ) -> None:
         """Install a group read back from ``__consumer_offsets``.
 
@@ -698,7 +699,7 @@ class GroupCoordinatorCore:
         running heartbeat on as before, the others expire and trigger a
         rebalance, exactly as if the broker had never stopped.
         """
-        group = self.groups[group_id] = restore_group(group_id, record, offsets)
+        group = self.groups[group_id] = restore_group(group_id, record, offsets, pending)
         for member in group.all_members():
             self.arm_heartbeat(group, member, now_ms)
         if group.size > self.config.group_size_max:

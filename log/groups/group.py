@@ -185,6 +185,9 @@ class Group:
     pending_members: dict[str, int] = field(default_factory=dict)
     pending_sync_members: set[str] = field(default_factory=set)
     offsets: dict[TopicPartition, CommittedOffset] = field(default_factory=dict)
+    pending_offsets: dict[int, dict[TopicPartition, CommittedOffset]] = field(default_factory=dict)
+    """Offsets committed inside a transaction (TxnOffsetCommit), by producer id, until
+    its marker commits them (into ``offsets``) or aborts them."""
     new_member_added: bool = False
     join_timer: JoinTimer | None = None
     sync_deadline_ms: int | None = None
@@ -234,6 +237,7 @@ class Group:
             and not self.members
             and not self.pending_members
             and not self.offsets
+            and not self.pending_offsets
         )
 
     def candidate_protocols(self) -> set[str]:

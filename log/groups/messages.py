@@ -30,9 +30,15 @@ Record = tuple[bytes, bytes | None]
 
 
 class RecordSink(Protocol):
-    """Appends records of one group to its ``__consumer_offsets`` partition, as one batch."""
+    """Appends records of one group to its ``__consumer_offsets`` partition, as one batch
+    (a transactional one of ``producer``, (producer id, epoch), when given)."""
 
-    def append(self, group_id: str, records: Sequence[Record]) -> ErrorCode: ...
+    def append(
+        self,
+        group_id: str,
+        records: Sequence[Record],
+        producer: tuple[int, int] | None = None,
+    ) -> ErrorCode: ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -81,6 +81,58 @@ class GroupOffsets:
             del self.groups[group_id]
         return results
 
+    def commit_transactional(
+        self,
+        group_id: str,
+        producer: tuple[int, int],
+        member_id: str,
+        group_instance_id: str | None,
+        generation_id: int,
+        offsets: Mapping[TopicPartition, OffsetCommit],
+    ) -> dict[TopicPartition, int]:
+        """TxnOffsetCommit: offsets of a transaction, pending until its marker. A
+        committer that names a member and generation (v3+) must be a current member,
+        as for OffsetCommit; one that names none may commit in any state."""
+        group = self.groups.get(group_id)
+        if group is None:
+            group = self.groups[group_id] = Group(group_id)
+        error = ErrorCode.NONE
+        if generation_id >= 0 or member_id:
+            error = self._validate_commit(group, member_id, group_instance_id, generation_id)
+        results = (
+            dict.fromkeys(offsets, error)
+            if error is not ErrorCode.NONE
+            else self.store.store_offsets(group, offsets, producer)
+        )
+        if group.is_unused():
+            del self.groups[group_id]
+        return results
+
+    def complete_transaction(
+        self, group_ids: Sequence[str], producer_id: int, commit: bool
+    ) -> None:
+        """A transaction's marker reached these groups' partition: its offsets become
+        committed, or are dropped."""
+        for group_id in group_ids:
+            group = self.groups.get(group_id)
+            if group is None:
+                continue
+            waiting = group.pending_offsets.pop(producer_id, None)
+            if waiting and commit:
+                group.offsets.update(waiting)
+            if group.is_unused():
+                del self.groups[group_id]
+
+    def has_pending(self, group_id: str, partitions: Sequence[TopicPartition] | None) -> bool:
+        """Whether an unfinished transaction holds offsets of these partitions (all: None)."""
+        group = self.groups.get(group_id)
+        if group is None:
+            return False
+        wanted = None if partitions is None else set(partitions)
+        return any(
+            wanted is None or wanted & waiting.keys() for waiting in group.pending_offsets.values()
+        )
+
     def _validate_commit(
         self, group: Group, member_id: str, instance_id: str | None, generation_id: int
     ) -> ErrorCode:

@@ -24,6 +24,7 @@ everything here runs on that thread.
 from __future__ import annotations
 
 import logging
+import struct
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -107,15 +108,30 @@ class OffsetsTopic:
             return None
         return partitions[partition_for(group_id, len(partitions))]
 
-    def append(self, group_id: str, records: Sequence[tuple[bytes, bytes | None]]) -> ErrorCode:
-        """Append ``records`` (key, value or None for a tombstone) as one batch."""
+    def append(
+        self,
+        group_id: str,
+        records: Sequence[tuple[bytes, bytes | None]],
+        producer: tuple[int, int] | None = None,
+    ) -> ErrorCode:
+        """Append ``records`` (key, value or None for a tombstone) as one batch; with
+        ``producer`` (id, epoch), a transactional batch of that producer, which its
+        transaction's marker commits or aborts."""
         partition = self.partition_of(group_id)
         if partition is None:
             return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         wall_ms = self.clock_ms()
+        transactional = {}
+        if producer is not None:
+            transactional = {
+                "producer_id": producer[0],
+                "producer_epoch": producer[1],
+                "is_transactional": True,
+            }
         batch = encode_batch(
             [Record(index, wall_ms, key, value) for index, (key, value) in enumerate(records)],
             base_offset=0,
+            **transactional,
         )
         try:
             result = partition.append(batch, acks=ACKS_ALL)
@@ -165,22 +181,54 @@ async def wait_replicated(appended: Sequence[Unreplicated], timeout_s: float) ->
 class LoadedGroup:
     record: GroupRecord | None = None
     offsets: dict[TopicPartition, CommittedOffset] = field(default_factory=dict)
+    pending_offsets: dict[int, dict[TopicPartition, CommittedOffset]] = field(default_factory=dict)
+    """Offsets of transactions with no marker yet, by producer id."""
     share_states: dict[ShareStateKey, dict] = field(default_factory=dict)
     """Share-partition states, in WriteShareGroupState's layout."""
 
 
 class OffsetsReplay:
-    """Folds ``__consumer_offsets`` records into each group's latest state."""
+    """Folds ``__consumer_offsets`` records into each group's latest state. Records of a
+    transactional batch wait for their producer's marker: a commit applies them, an
+    abort drops them; those still waiting at the end are pending transactional offsets."""
 
     def __init__(self) -> None:
         self._groups: dict[str, LoadedGroup] = {}
+        self._transactional: dict[int, list[tuple[bytes | None, bytes | None]]] = {}
         self.skipped = 0
 
     def apply_batch(self, batch: DecodedBatch) -> None:
-        if batch.header.is_control:
+        header = batch.header
+        if header.is_control:
+            waiting = self._transactional.pop(header.producer_id, [])
+            if batch.records and is_commit_marker(batch.records[0].key):
+                for key, value in waiting:
+                    self.apply(key, value)
+            return
+        if header.is_transactional:
+            self._transactional.setdefault(header.producer_id, []).extend(
+                (record.key, record.value) for record in batch.records
+            )
             return
         for record in batch.records:
             self.apply(record.key, record.value)
+
+    def _pending(self) -> None:
+        """Note the offsets of transactions with no marker as their groups' pending ones."""
+        for producer_id, waiting in self._transactional.items():
+            for key, value in waiting:
+                if key is None or value is None:
+                    continue
+                try:
+                    decoded = decode_key(key)
+                    if isinstance(decoded, OffsetKey):
+                        entry = self._groups.setdefault(decoded.group_id, LoadedGroup())
+                        pending = entry.pending_offsets.setdefault(producer_id, {})
+                        partition = TopicPartition(decoded.topic, decoded.partition)
+                        pending[partition] = decode_offset_value(value)
+                except RecordFormatError as exc:
+                    log.warning("skipping a %s record: %s", OFFSETS_TOPIC, exc)
+        self._transactional.clear()
 
     def apply(self, key: bytes | None, value: bytes | None) -> None:
         """Apply one record; one that does not decode is counted and skipped."""
@@ -217,7 +265,25 @@ class OffsetsReplay:
         self._groups.setdefault(key.group_id, LoadedGroup()).offsets[partition] = committed
 
     def groups(self) -> Iterator[tuple[str, LoadedGroup]]:
-        """Every group that still has a metadata record or an offset."""
+        """Every group that still has a metadata record or an offset (or offsets of a
+        transaction not ended yet)."""
+        self._pending()
         for group_id, entry in self._groups.items():
-            if entry.record is not None or entry.offsets or entry.share_states:
+            if (
+                entry.record is not None
+                or entry.offsets
+                or entry.share_states
+                or entry.pending_offsets
+            ):
                 yield group_id, entry
+
+
+COMMIT_MARKER = 1
+_MARKER_KEY = struct.Struct(">hh")
+
+
+def is_commit_marker(key: bytes | None) -> bool:
+    """Whether a control record's key (int16 version, int16 type) is a COMMIT marker."""
+    if key is None or len(key) < _MARKER_KEY.size:
+        return False
+    return _MARKER_KEY.unpack_from(key)[1] == COMMIT_MARKER

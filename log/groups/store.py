@@ -102,12 +102,17 @@ class GroupStore:
         return group_store_error(error)
 
     def store_offsets(
-        self, group: Group, offsets: Mapping[TopicPartition, OffsetCommit]
+        self,
+        group: Group,
+        offsets: Mapping[TopicPartition, OffsetCommit],
+        producer: tuple[int, int] | None = None,
     ) -> dict[TopicPartition, int]:
         """Write the offsets as one batch and keep them in ``group``; an error per partition.
 
         Offsets whose metadata is too long are refused one by one; the others
-        are written, and kept only if the write succeeds.
+        are written, and kept only if the write succeeds. With ``producer`` (id,
+        epoch) they are a transaction's (TxnOffsetCommit): written as its
+        transactional batch and kept pending until its marker.
         """
         wall_ms = self.wall_clock_ms()
         results: dict[TopicPartition, int] = {}
@@ -128,8 +133,10 @@ class GroupStore:
                 )
                 for partition, committed in accepted.items()
             ]
-            error = self.sink.append(group.group_id, records)
-            if error is ErrorCode.NONE:
+            error = self.sink.append(group.group_id, records, producer)
+            if error is ErrorCode.NONE and producer is not None:
+                group.pending_offsets.setdefault(producer[0], {}).update(accepted)
+            elif error is ErrorCode.NONE:
                 group.offsets.update(accepted)
             else:
                 log.warning("group %s: offset commit failed with %s", group.group_id, error.name)
@@ -215,7 +222,10 @@ def _group_record(group: Group, assignment: Mapping[str, bytes]) -> GroupRecord:
 
 
 def restore_group(
-    group_id: str, record: GroupRecord | None, offsets: Mapping[TopicPartition, CommittedOffset]
+    group_id: str,
+    record: GroupRecord | None,
+    offsets: Mapping[TopicPartition, CommittedOffset],
+    pending: Mapping[int, Mapping[TopicPartition, CommittedOffset]] | None = None,
 ) -> Group:
     """The group as its last metadata record and committed offsets describe it.
 
@@ -224,6 +234,8 @@ def restore_group(
     """
     group = Group(group_id)
     group.offsets.update(offsets)
+    for producer_id, waiting in (pending or {}).items():
+        group.pending_offsets[producer_id] = dict(waiting)
     if record is None:
         return group
     group.generation_id = record.generation
