@@ -68,10 +68,12 @@ from eventplatform.log.storage.partition_log import (
     run_flush_jobs,
     wall_clock_ms,
 )
+from eventplatform.log.transactions.records import TRANSACTION_STATE_TOPIC
 
 if TYPE_CHECKING:
     from eventplatform.log.groups.coordinator import GroupCoordinator
     from eventplatform.log.replica.partition import Partition
+    from eventplatform.log.transactions.coordinator import TransactionCoordinator
 
 log = logging.getLogger("eventplatform.broker")
 T = TypeVar("T")
@@ -146,6 +148,7 @@ class Broker:
         self.request_memory = MemoryPool(config.queued_max_request_bytes)
         """Request bytes every connection together holds (``queued.max.request.bytes``)."""
         self.groups: GroupCoordinator | None = None
+        self.transactions: TransactionCoordinator | None = None
         self.membership: Membership = SoloNode(self)
         """What this node knows of its cluster and how it changes topics: a broker on its
         own until the server makes it a cluster member (:mod:`.membership`)."""
@@ -370,6 +373,54 @@ class Broker:
     async def set_topic_configs(self, name: str, configs: dict[str, str]) -> None:
         self.topics.check_configs(name, configs)
         await self.membership.set_topic_configs(name, configs)
+
+    async def ensure_coordinator_topic(self, name: str) -> Topic:
+        """``__consumer_offsets`` or ``__transaction_state``, created now if missing (with
+        its ``offsets.topic.*`` or ``transaction.state.log.*`` settings; on a cluster
+        through the controller, with at most as many replicas as live brokers).
+        Raises TopicError when it cannot be had."""
+        topic = self.topics.get(name)
+        if topic is not None:
+            await trio.lowlevel.checkpoint()
+            return topic
+        config = self.config
+        if name == TRANSACTION_STATE_TOPIC:
+            count = config.transaction_state_log_num_partitions
+            factor = config.transaction_state_log_replication_factor
+            segment_bytes = config.transaction_state_log_segment_bytes
+        else:
+            count = config.offsets_topic_num_partitions
+            factor = config.offsets_topic_replication_factor
+            segment_bytes = config.offsets_topic_segment_bytes
+        factor = max(min(factor, len(self.membership.live_brokers())), 1)
+        configs = {"cleanup.policy": "compact", "segment.bytes": str(segment_bytes)}
+        try:
+            await self.create_topic(name, count, factor, configs)
+        except TopicError as exc:
+            if exc.code != ErrorCode.TOPIC_ALREADY_EXISTS:
+                raise
+        topic = self.topics.get(name)
+        if topic is None:
+            raise TopicError(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"creating {name}")
+        return topic
+
+    def leader_of(self, topic: str, index: int) -> int:
+        """The leader of a partition as this broker knows it (-1: none, or unknown)."""
+        known = self.topics.get(topic)
+        if known is None:
+            return -1
+        for layout in self.membership.layout(known):
+            if layout.index == index:
+                return layout.leader
+        return -1
+
+    def leadership_changed(self) -> None:
+        """This broker's leaderships of internal partitions may have moved: its group and
+        transaction coordinators load or drop what they coordinate."""
+        if self.groups is not None:
+            self.groups.leadership_changed()
+        if self.transactions is not None:
+            self.transactions.leadership_changed()
 
     def _peer_address(self, node_id: int) -> tuple[str, int] | None:
         registered = self.membership.registered_broker(node_id)

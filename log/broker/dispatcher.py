@@ -15,6 +15,8 @@ from types import ModuleType
 
 from eventplatform.log.broker.context import Body, Handler
 from eventplatform.log.broker.handlers import (
+    add_offsets_to_txn,
+    add_partitions_to_txn,
     alter_client_quotas,
     alter_configs,
     alter_user_scram_credentials,
@@ -34,6 +36,7 @@ from eventplatform.log.broker.handlers import (
     describe_log_dirs,
     describe_topic_partitions,
     describe_user_scram_credentials,
+    end_txn,
     entity_read,
     erase_records,
     fetch,
@@ -59,7 +62,9 @@ from eventplatform.log.broker.handlers import (
     share_group_describe,
     share_group_heartbeat,
     sync_group,
+    txn_offset_commit,
     write_share_group_state,
+    write_txn_markers,
 )
 from eventplatform.log.protocol import APIS, Api, ErrorCode
 
@@ -109,6 +114,11 @@ HANDLER_MODULES: list[ModuleType] = [
     share_acknowledge,
     read_share_group_state,
     write_share_group_state,
+    add_partitions_to_txn,
+    add_offsets_to_txn,
+    end_txn,
+    write_txn_markers,
+    txn_offset_commit,
 ]
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import logging
 import os
 import resource
@@ -58,6 +59,8 @@ from eventplatform.log.security.tls import (
     server_context,
 )
 from eventplatform.log.storage.partition_log import wall_clock_ms
+from eventplatform.log.transactions.coordinator import TransactionCoordinator
+from eventplatform.log.transactions.markers import write_markers
 
 log = logging.getLogger("eventplatform.broker")
 
@@ -114,6 +117,7 @@ class BrokerServer:
         broker.peers.network = broker.network
         broker.api_versions = advertised_versions(self.handlers)
         broker.groups = GroupCoordinator(broker.config, broker.topics, broker.clock_ms)
+        broker.transactions = TransactionCoordinator(broker.config, broker.topics, wall_clock_ms)
         self.broker = broker
         try:
             listeners = await self._bind(broker)
@@ -190,6 +194,11 @@ class BrokerServer:
             broker.groups.shares.partition_counts = broker.partition_counts
             await nursery.start(broker.groups.run)
         await nursery.start(broker.shares.run)
+        transactions = broker.transactions
+        if transactions is not None:
+            transactions.allocate_producer_id = broker.membership.allocate_producer_id
+            transactions.write_markers = functools.partial(write_markers, broker)
+            await nursery.start(transactions.run)
 
     async def _stop_services(self, broker: Broker) -> None:
         if broker.groups is not None:

@@ -27,6 +27,7 @@ from eventplatform.log.security.acls import AclBinding
 from eventplatform.log.security.credentials import Deletion
 from eventplatform.log.security.quotas import QuotaChange
 from eventplatform.log.security.scram import ScramCredential
+from eventplatform.log.transactions.records import TRANSACTION_STATE_TOPIC
 
 if TYPE_CHECKING:
     from eventplatform.log.broker.broker import Broker
@@ -106,11 +107,12 @@ class SoloNode:
         topics = self.broker.topics
         async with self._topic_changes:
             with _storage_failure_answered(name):
-                prepare = functools.partial(topics.prepare, internal=name == OFFSETS_TOPIC)
+                internal = name in (OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC)
+                prepare = functools.partial(topics.prepare, internal=internal)
                 topic = await self.broker.off_loop(prepare, name, partitions, configs)
             topics.register(topic)
-        if self.broker.groups is not None and topic.internal:
-            self.broker.groups.leadership_changed()  # it leads the new offsets partitions
+        if topic.internal:
+            self.broker.leadership_changed()  # it leads the new internal partitions
 
     async def delete_topic(self, name: str) -> None:
         async with self._topic_changes:

@@ -146,8 +146,7 @@ class ReplicaManager:
             if not fetcher.partitions:
                 fetcher.cancel()
                 del self.fetchers[leader]
-        if self.broker.groups is not None:
-            self.broker.groups.leadership_changed()
+        self.broker.leadership_changed()
         self.applied.set()
         self.applied = trio.Event()
 

@@ -29,7 +29,6 @@ Every method runs on the broker's trio thread.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING
 
@@ -323,7 +322,3 @@ def _retriable(error: ErrorCode) -> ErrorCode:
     if error in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION):
         return ErrorCode.NOT_COORDINATOR
     return ErrorCode.COORDINATOR_NOT_AVAILABLE
-
-
-def wall_clock_ms() -> int:
-    return int(time.time() * 1000)

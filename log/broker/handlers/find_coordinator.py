@@ -1,9 +1,10 @@
 """FindCoordinator (key 10), v0-2.
 
 The coordinator of a group (key type 0) is the leader of the group's
-``__consumer_offsets`` partition (a broker on its own leads them all; a
-cluster creates the topic at the first FindCoordinator); this broker answers
-for every transactional id (key type 1). v0 has no key type and means a group.
+``__consumer_offsets`` partition, that of a transactional id (key type 1) the
+leader of the id's ``__transaction_state`` partition (a broker on its own leads
+them all; each topic is created at the first FindCoordinator that needs it).
+v0 has no key type and means a group.
 Any other key type is INVALID_REQUEST. Until the group coordinator has
 started (or after it stopped) the answer is COORDINATOR_NOT_AVAILABLE with
 no node, and clients retry; while it loads ``__consumer_offsets`` the broker
@@ -23,6 +24,7 @@ from eventplatform.log.protocol import ErrorCode
 from eventplatform.log.protocol.apis import FIND_COORDINATOR
 from eventplatform.log.protocol.schema import Versions
 from eventplatform.log.replica.topics import TopicError
+from eventplatform.log.transactions.records import TRANSACTION_STATE_TOPIC
 
 API = FIND_COORDINATOR
 VERSIONS = Versions.parse("0-2")
@@ -46,13 +48,19 @@ async def handle(context: RequestContext, request: Body) -> Body:
         )
         return _no_coordinator(refusal, "DESCRIBE on the key is needed")
     if key_type == TRANSACTION_KEY_TYPE:
-        return _named(broker.node_id, *broker.advertised_address(context.session.listener))
+        if broker.transactions is None:
+            return _no_coordinator(
+                ErrorCode.COORDINATOR_NOT_AVAILABLE, "the transaction coordinator is not running"
+            )
+        return await _leader_of_key(
+            broker, TRANSACTION_STATE_TOPIC, request["key"], context.session.listener
+        )
     coordinator = broker.groups
     if coordinator is None or not coordinator.is_available:
         return _no_coordinator(
             ErrorCode.COORDINATOR_NOT_AVAILABLE, "the group coordinator is not running"
         )
-    return await _leader_of_group_partition(broker, request["key"], context.session.listener)
+    return await _leader_of_key(broker, OFFSETS_TOPIC, request["key"], context.session.listener)
 
 
 def _named(node_id: int, host: str, port: int) -> Body:
@@ -69,31 +77,17 @@ def _no_coordinator(error: ErrorCode, message: str) -> Body:
     return {"error_code": error, "error_message": message, "node_id": -1, "host": "", "port": -1}
 
 
-async def _leader_of_group_partition(broker: Broker, group_id: str, listener: str) -> Body:
-    """The coordinator is the leader of the group's ``__consumer_offsets`` partition; the
-    first FindCoordinator of a cluster creates that topic through the controller."""
-    topic = broker.topics.get(OFFSETS_TOPIC)
-    if topic is None:
-        live = len(broker.membership.live_brokers())
-        factor = min(broker.config.offsets_topic_replication_factor, live)
-        configs = {
-            "cleanup.policy": "compact",
-            "segment.bytes": str(broker.config.offsets_topic_segment_bytes),
-        }
-        try:
-            await broker.create_topic(
-                OFFSETS_TOPIC, broker.config.offsets_topic_num_partitions, max(factor, 1), configs
-            )
-        except TopicError as exc:
-            if exc.code != ErrorCode.TOPIC_ALREADY_EXISTS:
-                return _no_coordinator(ErrorCode.COORDINATOR_NOT_AVAILABLE, str(exc))
-        topic = broker.topics.get(OFFSETS_TOPIC)
-        if topic is None:
-            return _no_coordinator(ErrorCode.COORDINATOR_NOT_AVAILABLE, "creating the topic")
+async def _leader_of_key(broker: Broker, topic_name: str, key: str, listener: str) -> Body:
+    """The leader of ``key``'s partition of ``topic_name``; the first FindCoordinator
+    that needs the topic creates it (on a cluster, through the controller)."""
+    try:
+        topic = await broker.ensure_coordinator_topic(topic_name)
+    except TopicError as exc:
+        return _no_coordinator(ErrorCode.COORDINATOR_NOT_AVAILABLE, str(exc))
     layout = broker.membership.layout(topic)
     if not layout:
         return _no_coordinator(ErrorCode.COORDINATOR_NOT_AVAILABLE, "creating the topic")
-    leader = layout[partition_for(group_id, len(layout))].leader
+    leader = layout[partition_for(key, len(layout))].leader
     if leader == broker.node_id:
         return _named(leader, *broker.advertised_address(listener))
     for node in broker.membership.live_brokers():

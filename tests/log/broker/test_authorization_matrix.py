@@ -25,6 +25,8 @@ from eventplatform.log.broker.context import RequestContext
 from eventplatform.log.broker.dispatcher import HANDLER_MODULES
 from eventplatform.log.broker.erasing import run_erasures
 from eventplatform.log.broker.handlers import (
+    add_offsets_to_txn,
+    add_partitions_to_txn,
     alter_client_quotas,
     alter_configs,
     alter_user_scram_credentials,
@@ -43,6 +45,7 @@ from eventplatform.log.broker.handlers import (
     describe_log_dirs,
     describe_topic_partitions,
     describe_user_scram_credentials,
+    end_txn,
     entity_read,
     erase_records,
     fetch,
@@ -66,7 +69,9 @@ from eventplatform.log.broker.handlers import (
     share_group_describe,
     share_group_heartbeat,
     sync_group,
+    txn_offset_commit,
     write_share_group_state,
+    write_txn_markers,
 )
 from eventplatform.log.config import BrokerConfig
 from eventplatform.log.groups.coordinator import GroupCoordinator
@@ -97,6 +102,7 @@ TOPIC = "events"
 DOOMED = "doomed"
 GROUP = "billing"
 SHARE_GROUP = "shared"
+TRANSACTIONAL_ID = "tx"
 AUTHORIZATION_ERRORS = {
     ErrorCode.TOPIC_AUTHORIZATION_FAILED,
     ErrorCode.GROUP_AUTHORIZATION_FAILED,
@@ -714,6 +720,97 @@ CASES = [
         per_partition("results", "partitions"),
         ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
         share_states,
+    ),
+    Case(
+        init_producer_id,
+        4,
+        {"transactional_id": TRANSACTIONAL_ID, "transaction_timeout_ms": 60_000},
+        [grant(Kind.TRANSACTIONAL_ID, TRANSACTIONAL_ID, Op.WRITE)],
+        top,
+        ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+    ),
+    Case(
+        add_partitions_to_txn,
+        3,
+        {
+            "v3_and_below_transactional_id": TRANSACTIONAL_ID,
+            "v3_and_below_producer_id": 1,
+            "v3_and_below_producer_epoch": 0,
+            "v3_and_below_topics": [{"name": TOPIC, "partitions": [0]}],
+        },
+        [grant(Kind.TRANSACTIONAL_ID, TRANSACTIONAL_ID, Op.WRITE), topic_grant(Op.WRITE)],
+        lambda answer: [
+            p["partition_error_code"]
+            for t in answer["results_by_topic_v3_and_below"]
+            for p in t["results_by_partition"]
+        ],
+        ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+    ),
+    Case(
+        add_offsets_to_txn,
+        3,
+        {
+            "transactional_id": TRANSACTIONAL_ID,
+            "producer_id": 1,
+            "producer_epoch": 0,
+            "group_id": GROUP,
+        },
+        [grant(Kind.TRANSACTIONAL_ID, TRANSACTIONAL_ID, Op.WRITE), group_grant(Op.READ)],
+        top,
+        ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+    ),
+    Case(
+        end_txn,
+        3,
+        {
+            "transactional_id": TRANSACTIONAL_ID,
+            "producer_id": 1,
+            "producer_epoch": 0,
+            "committed": True,
+        },
+        [grant(Kind.TRANSACTIONAL_ID, TRANSACTIONAL_ID, Op.WRITE)],
+        top,
+        ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+    ),
+    Case(
+        txn_offset_commit,
+        3,
+        {
+            "transactional_id": TRANSACTIONAL_ID,
+            "group_id": GROUP,
+            "producer_id": 1,
+            "producer_epoch": 0,
+            "topics": [
+                {"name": TOPIC, "partitions": [{"partition_index": 0, "committed_offset": 0}]}
+            ],
+        },
+        [
+            grant(Kind.TRANSACTIONAL_ID, TRANSACTIONAL_ID, Op.WRITE),
+            group_grant(Op.READ),
+            topic_grant(Op.READ),
+        ],
+        per_partition("topics", "partitions"),
+        ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+    ),
+    Case(
+        write_txn_markers,
+        1,
+        {
+            "markers": [
+                {
+                    "producer_id": 1,
+                    "producer_epoch": 0,
+                    "transaction_result": True,
+                    "topics": [{"name": "absent", "partition_indexes": [0]}],
+                    "coordinator_epoch": 0,
+                }
+            ]
+        },
+        [cluster_grant(Op.CLUSTER_ACTION)],
+        lambda answer: [
+            p["error_code"] for m in answer["markers"] for t in m["topics"] for p in t["partitions"]
+        ],
+        ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
     ),
 ]
 
