@@ -35,6 +35,7 @@ from eventplatform.log.broker.handlers import (
     describe_groups,
     describe_log_dirs,
     describe_topic_partitions,
+    describe_transactions,
     describe_user_scram_credentials,
     end_txn,
     entity_read,
@@ -48,6 +49,7 @@ from eventplatform.log.broker.handlers import (
     leave_group,
     list_groups,
     list_offsets,
+    list_transactions,
     metadata,
     offset_commit,
     offset_delete,
@@ -119,6 +121,8 @@ HANDLER_MODULES: list[ModuleType] = [
     end_txn,
     write_txn_markers,
     txn_offset_commit,
+    describe_transactions,
+    list_transactions,
 ]
 
 

@@ -44,6 +44,7 @@ from eventplatform.log.broker.handlers import (
     describe_groups,
     describe_log_dirs,
     describe_topic_partitions,
+    describe_transactions,
     describe_user_scram_credentials,
     end_txn,
     entity_read,
@@ -793,6 +794,14 @@ CASES = [
         ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
     ),
     Case(
+        describe_transactions,
+        0,
+        {"transactional_ids": [TRANSACTIONAL_ID]},
+        [grant(Kind.TRANSACTIONAL_ID, TRANSACTIONAL_ID, Op.DESCRIBE)],
+        per_entry("transaction_states"),
+        ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+    ),
+    Case(
         write_txn_markers,
         1,
         {
@@ -893,7 +902,8 @@ async def test_a_request_without_its_acl_is_refused_and_changes_nothing_then_gra
 
 def test_every_api_the_broker_serves_is_in_the_matrix() -> None:
     served = {module.API.name for module in HANDLER_MODULES} - NOT_AUTHORIZATION_APIS
-    assert served - {"ListGroups"} == {case.name for case in CASES}
+    filtered = {"ListGroups", "ListTransactions"}  # list only what one may describe
+    assert served - filtered == {case.name for case in CASES}
 
 
 async def test_list_groups_shows_only_the_groups_a_principal_may_describe(broker: Broker) -> None:
