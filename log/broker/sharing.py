@@ -113,12 +113,23 @@ class ShareService:
             task_status.started()
             while True:
                 await trio.sleep(self._next_wake_s())
+                self._prune()
                 now_ms = _now_ms()
                 for key, held in list(self._held.items()):
                     deadline = held.state.next_deadline_ms()
                     if deadline is not None and deadline <= now_ms and held.state.advance(now_ms):
                         self._wake()
                         self._persist_later(key, held)
+
+    def _prune(self) -> None:
+        """Drop the share partitions of partitions this broker no longer leads (or that
+        are gone); they are loaded from the store again if it leads them again."""
+        topics = self.broker.topics
+        for key, held in list(self._held.items()):
+            partition = topics.partition(key[1], key[2])
+            led = partition is not None and partition.is_leader
+            if not led or held.leader_epoch != partition.leader_epoch:
+                del self._held[key]
 
     def _next_wake_s(self) -> float:
         deadlines = [
@@ -151,13 +162,20 @@ class ShareService:
 
     # ------------------------------------------------------------ share partitions
 
-    def _current(self, key: ShareKey, partition: Partition) -> _Held | None:
+    def _current(self, key: ShareKey, partition: Partition, topic_id: bytes) -> _Held | None:
+        """The share partition held for ``key``, unless this broker lost the partition's
+        leadership, its leader epoch moved, or the topic was deleted and made again
+        under the same name (a new topic id: its share state starts afresh)."""
         held = self._held.get(key)
-        if held is not None and (
-            not partition.is_leader or held.leader_epoch != partition.leader_epoch
+        if held is None:
+            return None
+        if (
+            not partition.is_leader
+            or held.leader_epoch != partition.leader_epoch
+            or held.topic_id != topic_id
         ):
             del self._held[key]
-            held = None
+            return None
         return held
 
     async def share_partition(
@@ -167,7 +185,7 @@ class ShareService:
         if need be; None when its state cannot be had now (the coordinator is moving)."""
         key = (group_id, partition.topic, partition.index)
         while True:
-            held = self._current(key, partition)
+            held = self._current(key, partition, topic_id)
             if held is not None:
                 return held
             loading = self._loading.get(key)

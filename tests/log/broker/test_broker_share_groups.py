@@ -10,6 +10,7 @@ from typing import Any
 from eventplatform.log.protocol import ErrorCode
 from eventplatform.log.protocol.apis import (
     DELETE_GROUPS,
+    DELETE_TOPICS,
     INCREMENTAL_ALTER_CONFIGS,
     LIST_GROUPS,
     METADATA,
@@ -247,3 +248,26 @@ async def test_share_groups_are_listed_by_type_and_deleted_with_their_state(
         client = await running.connect()
         listed = await client.request(LIST_GROUPS, 5, {"states_filter": [], "types_filter": []})
         assert listed["groups"] == []  # its state went with it: not loaded again
+
+
+async def test_a_topic_made_again_under_its_name_is_read_afresh(tmp_path: Path, wire: Any) -> None:
+    """Regression: the leader kept the deleted topic's share state (delivery counts,
+    the settled prefix) for the new topic of the same name."""
+    async with wire.open_broker(tmp_path) as running:
+        client = await running.connect()
+        await client.create_topic(TOPIC, partitions=1)
+        await earliest(client)
+        await client.produce(TOPIC, wire.batch([b"a", b"b"]))
+        old = await topic_id(client, TOPIC)
+        await join(client, "m1")
+        assert acquired(await share_fetch(client, "m1", 0, {old: [0]}, tid=old)) == {0: [(0, 1, 1)]}
+        deleted = await client.request(
+            DELETE_TOPICS, 3, {"topic_names": [TOPIC], "timeout_ms": 10_000}
+        )
+        assert deleted["responses"][0]["error_code"] == ErrorCode.NONE
+        await client.create_topic(TOPIC, partitions=1)
+        await client.produce(TOPIC, wire.batch([b"x"]))
+        new = await topic_id(client, TOPIC)
+        assert new != old
+        got = acquired(await share_fetch(client, "m1", 0, {new: [0]}, tid=new))
+        assert got == {0: [(0, 0, 1)]}
