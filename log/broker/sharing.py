@@ -127,8 +127,10 @@ class ShareService:
         topics = self.broker.topics
         for key, held in list(self._held.items()):
             partition = topics.partition(key[1], key[2])
-            led = partition is not None and partition.is_leader
-            if not led or held.leader_epoch != partition.leader_epoch:
+            if partition is None or not partition.is_leader:
+                del self._held[key]
+                continue
+            if held.leader_epoch != partition.leader_epoch:
                 del self._held[key]
 
     def _next_wake_s(self) -> float:

@@ -2,12 +2,13 @@
 
 The cluster layer sits below the broker (see ``docs/architecture.md``), so it names
 the broker by this port, not by its class: the node's identity and settings, the
-topics it holds, its group coordinator's two hooks, and the network it speaks on.
+topics it holds, its group coordinator's two hooks, its group configs, and the network it speaks on.
 :class:`~eventplatform.log.broker.broker.Broker` is the one implementation.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Protocol
 
 import trio
@@ -31,6 +32,17 @@ class GroupHooks(Protocol):
         """``topic`` is gone; its committed offsets go too."""
 
 
+class GroupConfigHooks(Protocol):
+    """The broker's group configs, which a cluster member keeps as the metadata has them."""
+
+    def overrides(self, group_id: str) -> dict[str, str]:
+        """The overrides of ``group_id`` in force here."""
+        ...
+
+    def replace_all(self, overrides: Mapping[str, Mapping[str, str]]) -> None:
+        """Hold exactly ``overrides``, by group."""
+
+
 class BrokerHost(Protocol):
     """The broker a cluster member runs in."""
 
@@ -47,6 +59,9 @@ class BrokerHost(Protocol):
     erasure_work: ErasureWork
 
     @property
+    def group_configs(self) -> GroupConfigHooks: ...
+
+    @property
     def groups(self) -> GroupHooks | None: ...
 
     @property
@@ -58,3 +73,7 @@ class BrokerHost(Protocol):
     def advertised_address(self, listener: str) -> tuple[str, int]: ...
 
     def clock_ms(self) -> int: ...
+
+    def leadership_changed(self) -> None:
+        """Leaderships of internal partitions may have moved (the coordinators load or
+        drop what they coordinate)."""

@@ -99,7 +99,7 @@ class GroupOffsets:
         error = ErrorCode.NONE
         if generation_id >= 0 or member_id:
             error = self._validate_commit(group, member_id, group_instance_id, generation_id)
-        results = (
+        results: dict[TopicPartition, int] = (
             dict.fromkeys(offsets, error)
             if error is not ErrorCode.NONE
             else self.store.store_offsets(group, offsets, producer)

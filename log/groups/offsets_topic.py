@@ -28,6 +28,7 @@ import struct
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 import trio
 
@@ -50,7 +51,13 @@ from eventplatform.log.invariants import require
 from eventplatform.log.protocol import ErrorCode
 from eventplatform.log.replica.partition import ACKS_ALL, Partition
 from eventplatform.log.replica.topics import Topic, TopicRegistry
-from eventplatform.log.storage.record_batch import DecodedBatch, Record, encode_batch
+from eventplatform.log.storage.record_batch import (
+    NO_PRODUCER_EPOCH,
+    NO_PRODUCER_ID,
+    DecodedBatch,
+    Record,
+    encode_batch,
+)
 
 log = logging.getLogger("eventplatform.groups")
 
@@ -121,17 +128,13 @@ class OffsetsTopic:
         if partition is None:
             return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         wall_ms = self.clock_ms()
-        transactional = {}
-        if producer is not None:
-            transactional = {
-                "producer_id": producer[0],
-                "producer_epoch": producer[1],
-                "is_transactional": True,
-            }
+        producer_id, producer_epoch = producer or (NO_PRODUCER_ID, NO_PRODUCER_EPOCH)
         batch = encode_batch(
             [Record(index, wall_ms, key, value) for index, (key, value) in enumerate(records)],
             base_offset=0,
-            **transactional,
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            is_transactional=producer is not None,
         )
         try:
             result = partition.append(batch, acks=ACKS_ALL)
@@ -183,7 +186,7 @@ class LoadedGroup:
     offsets: dict[TopicPartition, CommittedOffset] = field(default_factory=dict)
     pending_offsets: dict[int, dict[TopicPartition, CommittedOffset]] = field(default_factory=dict)
     """Offsets of transactions with no marker yet, by producer id."""
-    share_states: dict[ShareStateKey, dict] = field(default_factory=dict)
+    share_states: dict[ShareStateKey, dict[str, Any]] = field(default_factory=dict)
     """Share-partition states, in WriteShareGroupState's layout."""
 
 
@@ -286,4 +289,4 @@ def is_commit_marker(key: bytes | None) -> bool:
     """Whether a control record's key (int16 version, int16 type) is a COMMIT marker."""
     if key is None or len(key) < _MARKER_KEY.size:
         return False
-    return _MARKER_KEY.unpack_from(key)[1] == COMMIT_MARKER
+    return bool(_MARKER_KEY.unpack_from(key)[1] == COMMIT_MARKER)

@@ -45,6 +45,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from enum import IntEnum
+from typing import Any
 
 from eventplatform.log.invariants import require
 from eventplatform.log.protocol import ErrorCode
@@ -250,8 +251,7 @@ class SharePartition:
         released = False
         for entry in self._window.values():
             if entry.lock_deadline_ms is not None and entry.lock_deadline_ms <= now_ms:
-                self._release(entry)
-                released = released or entry.state is RecordState.AVAILABLE
+                released = self._release(entry) or released
         self._advance_start()
         return released
 
@@ -261,8 +261,7 @@ class SharePartition:
         released = False
         for entry in self._window.values():
             if entry.state is RecordState.ACQUIRED and entry.member == member:
-                self._release(entry)
-                released = released or entry.state is RecordState.AVAILABLE
+                released = self._release(entry) or released
         self._advance_start()
         return released
 
@@ -280,9 +279,12 @@ class SharePartition:
         entry.member = None
         entry.lock_deadline_ms = None
 
-    def _release(self, entry: _InFlight) -> None:
+    def _release(self, entry: _InFlight) -> bool:
+        """Make a held record available again, or archive it when its deliveries are
+        spent; whether it is available."""
         exhausted = entry.delivery_count >= self.delivery_count_limit
         self._settle(entry, RecordState.ARCHIVED if exhausted else RecordState.AVAILABLE)
+        return not exhausted
 
     def _advance_start(self) -> None:
         while self.start_offset < self.end_offset:
@@ -343,17 +345,17 @@ class SharePartition:
 
     def runs(self) -> Iterator[tuple[int, int, RecordState, str | None]]:
         """The window as runs of (first, last, state, holder), for descriptions and tests."""
-        run: list = []
+        run: list[Any] = []
         for offset in range(self.start_offset, self.end_offset):
             entry = self._window[offset]
             if run and run[2] is entry.state and run[3] == entry.member:
                 run[1] = offset
             else:
                 if run:
-                    yield tuple(run)  # type: ignore[misc]
+                    yield (run[0], run[1], run[2], run[3])
                 run = [offset, offset, entry.state, entry.member]
         if run:
-            yield tuple(run)  # type: ignore[misc]
+            yield (run[0], run[1], run[2], run[3])
 
 
 def _extend(runs: list[Acquired], offset: int, delivery_count: int) -> None:

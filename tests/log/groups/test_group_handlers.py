@@ -50,6 +50,7 @@ from eventplatform.log.security.listeners import SecurityProtocol
 from eventplatform.log.security.session import Session
 from eventplatform.log.storage import Record
 from eventplatform.log.storage.record_batch import encode_batch
+from eventplatform.log.transactions.coordinator import TransactionCoordinator
 
 GROUP_MODULES = [
     find_coordinator,
@@ -86,6 +87,7 @@ async def broker(tmp_path: Path, nursery: trio.Nursery) -> AsyncIterator[Broker]
         data_dir=tmp_path / "data",
         group_initial_rebalance_delay_ms=0,
         offsets_topic_num_partitions=3,
+        transaction_state_log_num_partitions=3,
     )
     opened = Broker.open(config)
     opened.topics.create("events", 2, {})
@@ -93,6 +95,8 @@ async def broker(tmp_path: Path, nursery: trio.Nursery) -> AsyncIterator[Broker]
     opened.groups.offsets_topic.ensure_created()  # what a broker on its own does at start
     await nursery.start(opened.groups.run)
     await opened.groups.wait_loaded()
+    opened.transactions = TransactionCoordinator(opened.config, opened.topics, opened.clock_ms)
+    await nursery.start(opened.transactions.run)
     yield opened
     opened.groups.close()
     opened.close()
