@@ -56,6 +56,7 @@ from eventplatform.log.groups.offsets_topic import (
     Unreplicated,
     wait_replicated,
 )
+from eventplatform.log.groups.ownership import PartitionOwnership
 from eventplatform.log.groups.records import (
     OFFSETS_TOPIC,
     CommittedOffset,
@@ -66,21 +67,15 @@ from eventplatform.log.groups.share_coordinator import ShareCoordinator
 from eventplatform.log.groups.share_group import ShareGroupSettings
 from eventplatform.log.groups.store import offset_store_error
 from eventplatform.log.protocol import ErrorCode
-from eventplatform.log.storage import StorageError
 
 if TYPE_CHECKING:
     from eventplatform.log.config import BrokerConfig
-    from eventplatform.log.replica.partition import Partition
     from eventplatform.log.replica.topics import TopicRegistry
 
 log = logging.getLogger("eventplatform.groups")
 
 REPLY_MARGIN_MS = 5_000
 """How much longer than the core's own bound a handler waits for a held answer."""
-LOAD_CHECKPOINT_RECORDS = 1_000
-"""Records replayed between yields to the scheduler while loading a partition."""
-LOAD_RETRY_S = 0.5
-"""How long a load that met a storage error waits before it starts again."""
 OFFSETS_RETENTION_CHECK_INTERVAL_S = 600.0
 
 T = TypeVar("T")
@@ -145,10 +140,7 @@ class GroupCoordinator:
         self._progress = trio.Event()
         self._timer_changed = trio.Event()
         self._timer_wake_s = math.inf
-        # the __consumer_offsets partitions this node leads and has loaded, by leader
-        # epoch, and those it is loading
-        self._owned: dict[int, int] = {}
-        self._loading: dict[int, int] = {}
+        self.ownership = PartitionOwnership(self.offsets_topic)
         self._nursery: trio.Nursery | None = None
 
     # ------------------------------------------------------------ lifecycle
@@ -171,7 +163,7 @@ class GroupCoordinator:
 
     async def wait_loaded(self) -> None:
         """Until the coordinator runs and has loaded every partition it leads."""
-        while self.status is Status.STARTING or self._loading:
+        while self.status is Status.STARTING or self.ownership.loading:
             await self._progress.wait()
 
     def _progressed(self) -> None:
@@ -193,76 +185,29 @@ class GroupCoordinator:
         partitions it no longer leads (their clients find the new coordinator)."""
         if self._nursery is None or self.status is not Status.ACTIVE:
             return
-        partitions = self.offsets_topic.partitions()
-        for index, partition in enumerate(partitions):
-            epoch = partition.leader_epoch if partition.is_leader else None
-            if self._owned.get(index, epoch) != epoch or (epoch is None and index in self._owned):
-                self._owned.pop(index, None)
-                self.core.unload_groups(
-                    [g for g in self.core.groups if partition_for(g, len(partitions)) == index]
-                )
-                self.shares.unload(index, len(partitions))
-            if epoch is None:
-                self._loading.pop(index, None)
-            elif self._owned.get(index) != epoch and self._loading.get(index) != epoch:
-                self._loading[index] = epoch
-                self._nursery.start_soon(self._load_partition, index, partition, epoch)
+        self.ownership.changed(self._nursery, OffsetsReplay, self._install, self._unload)
 
-    async def _load_partition(self, index: int, partition: Partition, epoch: int) -> None:
-        def current() -> bool:
-            return (
-                self._loading.get(index) == epoch
-                and partition.is_leader
-                and partition.leader_epoch == epoch
-            )
+    def _unload(self, index: int) -> None:
+        count = len(self.offsets_topic.partitions())
+        self.core.unload_groups([g for g in self.core.groups if partition_for(g, count) == index])
+        self.shares.unload(index, count)
 
-        while current():
-            try:
-                replay = OffsetsReplay()
-                since_checkpoint = 0
-                for batch in partition.log.iter_batches(None, partition.log.log_end_offset):
-                    replay.apply_batch(batch)
-                    since_checkpoint += len(batch.records)
-                    if since_checkpoint >= LOAD_CHECKPOINT_RECORDS:
-                        since_checkpoint = 0
-                        await trio.lowlevel.checkpoint()
-                        if not current():
-                            return
-            except StorageError as exc:
-                log.warning("loading %s-%d failed, retrying: %s", OFFSETS_TOPIC, index, exc)
-                await trio.sleep(LOAD_RETRY_S)
-                continue
-            count = len(self.offsets_topic.partitions())
-            now_ms = self._now_ms()
-            loaded = 0
-            for group_id, group in replay.groups():
-                if partition_for(group_id, count) == index:
-                    if group.record is not None or group.offsets or group.pending_offsets:
-                        self.core.load_group(
-                            group_id, group.record, group.offsets, now_ms, group.pending_offsets
-                        )
-                    self.shares.load(group_id, group.share_states)
-                    loaded += 1
-            del self._loading[index]
-            self._owned[index] = epoch
-            self._poke()
-            self._progressed()
-            log.info(
-                "coordinating %d groups of %s-%d (epoch %d)", loaded, OFFSETS_TOPIC, index, epoch
-            )
-            return
-
-    def _partition_status(self, group_id: str) -> ErrorCode:
-        partitions = self.offsets_topic.partitions()
-        if not partitions:
-            return ErrorCode.COORDINATOR_NOT_AVAILABLE
-        index = partition_for(group_id, len(partitions))
-        partition = partitions[index]
-        if not partition.is_leader:
-            return ErrorCode.NOT_COORDINATOR
-        if self._owned.get(index) != partition.leader_epoch:
-            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
-        return ErrorCode.NONE
+    def _install(self, index: int, replay: OffsetsReplay) -> None:
+        count = len(self.offsets_topic.partitions())
+        now_ms = self._now_ms()
+        loaded = 0
+        for group_id, group in replay.groups():
+            if partition_for(group_id, count) == index:
+                if group.record is not None or group.offsets or group.pending_offsets:
+                    self.core.load_group(
+                        group_id, group.record, group.offsets, now_ms, group.pending_offsets
+                    )
+                self.shares.load(group_id, group.share_states)
+                loaded += 1
+        self._poke()
+        self._progressed()
+        epoch = self.ownership.owned[index]
+        log.info("coordinating %d groups of %s-%d (epoch %d)", loaded, OFFSETS_TOPIC, index, epoch)
 
     # ------------------------------------------------------------ timers
 
@@ -307,7 +252,7 @@ class GroupCoordinator:
             return ErrorCode.INVALID_GROUP_ID
         if self.status is not Status.ACTIVE:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
-        return self._partition_status(group_id)
+        return self.ownership.status(group_id)
 
     def status_error(self, group_id: str) -> ErrorCode:
         """Whether this node coordinates ``group_id`` now (NONE), or why not."""
@@ -495,7 +440,7 @@ class GroupCoordinator:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE, []
         groups = self.core.admin.list_groups(states, types)
         groups += self.shares.list_groups(states, types)
-        if self._loading:
+        if self.ownership.loading:
             return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, groups
         return ErrorCode.NONE, groups
 

@@ -35,9 +35,9 @@ from typing import TYPE_CHECKING
 import trio
 
 from eventplatform.log.groups.offsets_topic import OffsetsTopic, wait_replicated
+from eventplatform.log.groups.ownership import PartitionOwnership
 from eventplatform.log.groups.records import partition_for
 from eventplatform.log.protocol import ErrorCode
-from eventplatform.log.storage import StorageError
 from eventplatform.log.transactions.core import Markers, Step, TransactionCoordinatorCore
 from eventplatform.log.transactions.records import (
     TRANSACTION_STATE_TOPIC,
@@ -51,12 +51,12 @@ from eventplatform.log.transactions.records import (
 
 if TYPE_CHECKING:
     from eventplatform.log.config import BrokerConfig
-    from eventplatform.log.replica.partition import Partition
     from eventplatform.log.replica.topics import TopicRegistry
+    from eventplatform.log.storage.record_batch import DecodedBatch
 
 log = logging.getLogger("eventplatform.transactions")
 
-LOAD_RETRY_S = 0.5
+RETRY_S = 0.5
 
 MarkerWriter = Callable[[Markers, int], Awaitable[bool]]
 """Writes a transaction's markers at a coordinator epoch; False: this broker no longer
@@ -88,8 +88,7 @@ class TransactionCoordinator:
         self.write_markers: MarkerWriter | None = None
         self.allocate_producer_id: Callable[[], Awaitable[int]] | None = None
         self._timeout_s = config.offsets_commit_timeout_ms / 1000
-        self._owned: dict[int, int] = {}
-        self._loading: dict[int, int] = {}
+        self.ownership = PartitionOwnership(self.topic)
         self._nursery: trio.Nursery | None = None
         self._running = False
 
@@ -115,69 +114,27 @@ class TransactionCoordinator:
         """Load the ids of state partitions this broker now leads; drop the others'."""
         if self._nursery is None or not self._running:
             return
-        partitions = self.topic.partitions()
-        for index, partition in enumerate(partitions):
-            epoch = partition.leader_epoch if partition.is_leader else None
-            if index in self._owned and self._owned[index] != epoch:
-                del self._owned[index]
-                self.core.unload(
-                    [
-                        t
-                        for t in self.core.transactions
-                        if partition_for(t, len(partitions)) == index
-                    ]
-                )
-            if epoch is None:
-                self._loading.pop(index, None)
-            elif self._owned.get(index) != epoch and self._loading.get(index) != epoch:
-                self._loading[index] = epoch
-                self._nursery.start_soon(self._load, index, partition, epoch)
+        self.ownership.changed(self._nursery, TransactionReplay, self._install, self._unload)
 
-    async def _load(self, index: int, partition: Partition, epoch: int) -> None:
-        def current() -> bool:
-            return self._loading.get(index) == epoch and partition.leader_epoch == epoch
+    def _unload(self, index: int) -> None:
+        count = len(self.topic.partitions())
+        self.core.unload([t for t in self.core.transactions if partition_for(t, count) == index])
 
-        while current():
-            found: dict[str, TransactionRecord | None] = {}
-            try:
-                for batch in partition.log.iter_batches(None, partition.log.log_end_offset):
-                    if batch.header.is_control:
-                        continue
-                    for record in batch.records:
-                        if record.key is None:
-                            continue
-                        try:
-                            tid = decode_key(record.key)
-                            value = record.value
-                            found[tid] = None if value is None else decode_value(value)
-                        except RecordFormatError as exc:
-                            log.warning("skipping a %s record: %s", TRANSACTION_STATE_TOPIC, exc)
-                    await trio.lowlevel.checkpoint()
-                    if not current():
-                        return
-            except StorageError as exc:
-                log.warning(
-                    "loading %s-%d failed, retrying: %s", TRANSACTION_STATE_TOPIC, index, exc
-                )
-                await trio.sleep(LOAD_RETRY_S)
-                continue
-            prepared = [
-                markers
-                for tid, record in found.items()
-                if (markers := self.core.load(tid, record)) is not None
-            ]
-            del self._loading[index]
-            self._owned[index] = epoch
-            log.info(
-                "coordinating %d transactional ids of %s-%d (epoch %d)",
-                len(found),
-                TRANSACTION_STATE_TOPIC,
-                index,
-                epoch,
-            )
-            for markers in prepared:
-                self._start_markers(markers)
-            return
+    def _install(self, index: int, replay: TransactionReplay) -> None:
+        prepared = [
+            markers
+            for tid, record in replay.found.items()
+            if (markers := self.core.load(tid, record)) is not None
+        ]
+        log.info(
+            "coordinating %d transactional ids of %s-%d (epoch %d)",
+            len(replay.found),
+            TRANSACTION_STATE_TOPIC,
+            index,
+            self.ownership.owned[index],
+        )
+        for markers in prepared:
+            self._start_markers(markers)
 
     # ------------------------------------------------------------ status
 
@@ -185,16 +142,7 @@ class TransactionCoordinator:
         """Whether this broker coordinates ``transactional_id`` now, or why not."""
         if not self._running:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
-        partitions = self.topic.partitions()
-        if not partitions:
-            return ErrorCode.COORDINATOR_NOT_AVAILABLE
-        index = partition_for(transactional_id, len(partitions))
-        partition = partitions[index]
-        if not partition.is_leader:
-            return ErrorCode.NOT_COORDINATOR
-        if self._owned.get(index) != partition.leader_epoch:
-            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
-        return ErrorCode.NONE
+        return self.ownership.status(transactional_id)
 
     def coordinator_epoch(self, transactional_id: str) -> int:
         partitions = self.topic.partitions()
@@ -298,7 +246,7 @@ class TransactionCoordinator:
                 continue
             if await self._keep(tid, step) is ErrorCode.NONE:
                 return
-            await trio.sleep(LOAD_RETRY_S)
+            await trio.sleep(RETRY_S)
 
     async def _expire(self) -> None:
         now_ms = self.wall_clock_ms()
@@ -314,6 +262,26 @@ class TransactionCoordinator:
                 error = await wait_replicated(appended, self._timeout_s)
             if error is ErrorCode.NONE:
                 self.core.forget(tid)
+
+
+class TransactionReplay:
+    """Folds ``__transaction_state`` records into each id's latest metadata (None: a
+    tombstone); a record that does not decode is logged and skipped."""
+
+    def __init__(self) -> None:
+        self.found: dict[str, TransactionRecord | None] = {}
+
+    def apply_batch(self, batch: DecodedBatch) -> None:
+        if batch.header.is_control:
+            return
+        for record in batch.records:
+            if record.key is None:
+                continue
+            try:
+                tid = decode_key(record.key)
+                self.found[tid] = None if record.value is None else decode_value(record.value)
+            except RecordFormatError as exc:
+                log.warning("skipping a %s record: %s", TRANSACTION_STATE_TOPIC, exc)
 
 
 def _retriable(error: ErrorCode) -> ErrorCode:
