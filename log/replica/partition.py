@@ -18,8 +18,15 @@ each replica a leader or a follower:
   its log diverged (:meth:`truncate_to`);
 * both keep the leader-epoch cache, which answers OffsetForLeaderEpoch.
 
-Consumers read below the high watermark only. With no transactions the last
-stable offset equals it.
+Consumers read below the high watermark only; read_committed ones below the
+last stable offset (:attr:`Partition.last_stable_offset`): the high watermark,
+or the first offset of the earliest transaction whose marker is not in (or not
+replicated yet), whichever is smaller. The leader appends each transaction's
+commit or abort marker (:meth:`Partition.write_marker`); leader, followers and
+recovery keep the same producer state from the log (see
+:mod:`~eventplatform.log.replica.producer_state`), so each replica's aborted
+transactions (:meth:`Partition.aborted_transactions`, read from the segments'
+transaction indexes) and last stable offset are the same.
 
 A storage error takes the partition's log offline (see
 :mod:`eventplatform.log.storage.partition_log`): from then on produce, fetch,
@@ -30,7 +37,6 @@ and, on a cluster, moves its leaderships away.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,31 +46,31 @@ import trio
 from eventplatform.log.invariants import require
 from eventplatform.log.protocol import ErrorCode
 from eventplatform.log.replica.entity_index import EntityIndex
-from eventplatform.log.replica.entity_log import batch_keys, load_entities, remove_entity_files
-from eventplatform.log.replica.entity_versions import (
-    VersionHeaderError,
-    batch_conditions,
-    record_keys,
-)
+from eventplatform.log.replica.entity_log import remove_entity_files
 from eventplatform.log.replica.erasures import ErasureLedger
 from eventplatform.log.replica.isr import LeaderReplicas
-from eventplatform.log.replica.producer_state import ProducerStates, Verdict, iter_headers
+from eventplatform.log.replica.partition_entities import EntityVersionsMixin
+from eventplatform.log.replica.produce_result import ProduceResult as ProduceResult
+from eventplatform.log.replica.producer_state import (
+    ProducerStates,
+    Verdict,
+    iter_headers,
+    marker_of,
+)
 from eventplatform.log.replica.version_table import VersionTable
 from eventplatform.log.storage import (
+    AppendInfo,
     BatchHeader,
+    KafkaStorageError,
     LogConfig,
     PartitionLog,
     SegmentSlice,
     StorageError,
 )
-from eventplatform.log.storage.errors import CorruptRecordError, RecordError
+from eventplatform.log.storage.control_records import TransactionMarker, encode_marker
 from eventplatform.log.storage.leader_epochs import UNDEFINED_EPOCH, EpochCache, EpochCacheError
 from eventplatform.log.storage.partition_log import wall_clock_ms
-from eventplatform.log.storage.record_batch import (
-    HEADER_BYTES,
-    parse_header,
-    split_batches,
-)
+from eventplatform.log.storage.record_batch import NO_SEQUENCE, parse_header, split_batches
 
 ACKS_ALL = -1
 NO_LEADER = -1
@@ -78,46 +84,16 @@ class ReplicaSettings:
     min_insync_replicas: int
 
 
-@dataclass(frozen=True, slots=True)
-class ProduceResult:
-    """One partition's produce outcome; ``record_errors`` names the refused records of a
-    batch refused for some of its records (Produce v8+ answers them per record)."""
-
-    error: ErrorCode
-    base_offset: int = -1
-    log_append_time_ms: int = -1
-    log_start_offset: int = -1
-    message: str | None = None
-    last_offset: int = -1
-    record_errors: tuple[RecordError, ...] = ()
-
-    @classmethod
-    def refused(cls, exc: StorageError) -> ProduceResult:
-        """The answer to a batch the log refused, with the records it named."""
-        return cls(
-            ErrorCode(exc.kafka_error_code), message=str(exc), record_errors=exc.record_errors
-        )
+def _stamped(header: BatchHeader, info: AppendInfo) -> BatchHeader:
+    """A produced batch's header as the log appended it: its offset, and its time when the
+    topic stamps LogAppendTime."""
+    stamped = header._replace(base_offset=info.base_offset)
+    if info.append_time_ms >= 0:
+        stamped = stamped._replace(max_timestamp=info.append_time_ms)
+    return stamped
 
 
-def _holds(data: bytes, last_offset: int) -> bool:
-    """Whether ``data`` is one whole batch whose last offset is ``last_offset``."""
-    if len(data) < HEADER_BYTES:
-        return False
-    try:
-        header = parse_header(data)
-    except StorageError:
-        return False
-    return header.last_offset == last_offset and header.size_bytes == len(data)
-
-
-def _invalid_record(message: str, record: int = 0) -> ProduceResult:
-    """A batch refused whole for one of its records (INVALID_RECORD, named per record)."""
-    return ProduceResult(
-        ErrorCode.INVALID_RECORD, message=message, record_errors=(RecordError(record, message),)
-    )
-
-
-class Partition:
+class Partition(EntityVersionsMixin):
     """See the module docstring."""
 
     def __init__(self, topic: str, index: int, directory: Path, log: PartitionLog) -> None:
@@ -127,6 +103,7 @@ class Partition:
         self.log = log
         self.leader_epoch = 0
         self.producers = ProducerStates.load(directory, log)
+        log.first_unstable_offset = self._first_unstable_offset
         self.entities: VersionTable | None = None
         self.entity_index: EntityIndex | None = None
         self.entity_index_misses = 0
@@ -170,13 +147,40 @@ class Partition:
 
     @property
     def last_stable_offset(self) -> int:
-        return self.high_watermark
+        """The high watermark, or the first offset of the earliest transaction whose marker
+        is not in or not replicated yet (never below the log start), whichever is smaller."""
+        high_watermark = self.high_watermark
+        first = self.producers.first_unstable_offset(high_watermark)
+        if first is None:
+            return high_watermark
+        return min(high_watermark, max(first, self.log.log_start_offset))
+
+    def _first_unstable_offset(self) -> int | None:
+        return self.producers.first_unstable_offset()
 
     @property
     def readable_end(self) -> int:
         """Where reads of consumers stop: the high watermark, or before the first record
         an erasure committed for this partition has not yet emptied here."""
         return self._readable(self.high_watermark)
+
+    @property
+    def readable_committed_end(self) -> int:
+        """Where read_committed reads stop: :attr:`last_stable_offset`, or the erasure bound
+        of :attr:`readable_end` when that is lower."""
+        return self._readable(self.last_stable_offset)
+
+    def aborted_transactions(
+        self, fetch_offset: int, upper_bound_offset: int
+    ) -> list[tuple[int, int]]:
+        """(producer id, first offset) of every aborted transaction with records in
+        ``[fetch_offset, upper_bound_offset)``: its marker at or after ``fetch_offset``, its
+        first offset before ``upper_bound_offset`` (Kafka's ``collectAbortedTransactions``).
+        Read from the transaction indexes; raises KafkaStorageError when the log is offline."""
+        return [
+            (entry.producer_id, entry.first_offset)
+            for entry in self.log.collect_aborted_transactions(fetch_offset, upper_bound_offset)
+        ]
 
     def _readable(self, end: int) -> int:
         bound = self.erasures.read_bound()
@@ -317,11 +321,15 @@ class Partition:
             try:
                 for header in split_batches(record_set, check_crc=False):
                     self._note_epoch(header)
-                    self.producers.update(header)
+                    if not header.is_control:
+                        self.producers.update(header)
+                    elif (marker := marker_of(record_set, header)) is not None:
+                        self._complete(header, marker)
                 self._apply_replicated_entities(record_set, appended.position)
             except OSError as exc:
                 raise self.log.take_offline(exc) from exc
         self.follower_high_watermark = min(leader_high_watermark, self.log.log_end_offset)
+        self.producers.forget_replicated(self.high_watermark)
         self._wake_replicated()
         self._wake()
         return erasures_due
@@ -417,6 +425,9 @@ class Partition:
         return ErrorCode.NONE
 
     def _wake_replicated(self) -> None:
+        """The high watermark may have moved: wake the acks=all waits, and forget the
+        markers it passed."""
+        self.producers.forget_replicated(self.high_watermark)
         self._replicated.set()
         self._replicated = trio.Event()
 
@@ -500,7 +511,8 @@ class Partition:
             message = "a produce request carries exactly one record batch per partition"
             return ProduceResult(ErrorCode.INVALID_RECORD, message=message)
         header = headers[0]
-        check = self.producers.check(header)
+        # a batch without a sequence is a coordinator's: the produce handler refuses clients'
+        check = self.producers.check(header, sequenced=header.base_sequence != NO_SEQUENCE)
         if check.verdict is Verdict.DUPLICATE:
             require(check.duplicate_of is not None, "a duplicate names its batch")
             assert check.duplicate_of is not None
@@ -528,6 +540,8 @@ class Partition:
             return ProduceResult(ErrorCode(check.refusal.error), message=check.message)
         if check.verdict is Verdict.OUT_OF_ORDER:
             return ProduceResult(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, message=check.message)
+        if check.verdict is Verdict.INVALID_TXN_STATE:
+            return ProduceResult(ErrorCode.INVALID_TXN_STATE, message=check.message)
         try:
             entities = self._entity_versions()
             keys: list[bytes | None] = []
@@ -553,18 +567,76 @@ class Partition:
             except OSError as exc:
                 error = self.log.take_offline(exc)
                 return ProduceResult(ErrorCode.KAFKA_STORAGE_ERROR, message=str(error))
-        stamped = header._replace(base_offset=info.base_offset)
-        if info.append_time_ms >= 0:
-            stamped = stamped._replace(max_timestamp=info.append_time_ms)
-        self.producers.update(stamped)
+        self.producers.update(_stamped(header, info))
+        return self._appended(info, active_base)
+
+    def write_marker(
+        self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int
+    ) -> ProduceResult:
+        """Append a transaction's commit or abort marker as this partition's leader
+        (WriteTxnMarkers); errors are answered, not raised.
+
+        Appended as an acks=all produce is: NOT_ENOUGH_REPLICAS while the ISR is below
+        ``min.insync.replicas``, and the caller waits for the ISR as for any acks=all append
+        (:meth:`replication_epoch`, :meth:`wait_replicated` on ``last_offset``).
+        INVALID_PRODUCER_EPOCH for an epoch older than the producer's, and
+        TRANSACTION_COORDINATOR_FENCED for a coordinator epoch older than the producer's
+        last marker's. A marker for a producer with no open transaction here is appended
+        all the same: it moves the producer's epochs only. See
+        :mod:`~eventplatform.log.storage.control_records` for the batch."""
+        if self.log.offline:
+            return ProduceResult(ErrorCode.KAFKA_STORAGE_ERROR, message=str(self.log.failure))
+        if not self.is_leader:
+            return ProduceResult(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        if self.replicas is not None and not self.replicas.enough_replicas():
+            message = (
+                f"the ISR has {len(self.replicas.isr)} replicas; "
+                f"min.insync.replicas is {self.replicas.min_insync_replicas}"
+            )
+            return ProduceResult(ErrorCode.NOT_ENOUGH_REPLICAS, message=message)
+        check = self.producers.check_marker(producer_id, producer_epoch, coordinator_epoch)
+        if check.verdict is Verdict.FENCED:
+            return ProduceResult(ErrorCode.INVALID_PRODUCER_EPOCH, message=check.message)
+        if check.verdict is Verdict.COORDINATOR_FENCED:
+            return ProduceResult(ErrorCode.TRANSACTION_COORDINATOR_FENCED, message=check.message)
+        batch = bytearray(
+            encode_marker(
+                producer_id=producer_id,
+                producer_epoch=producer_epoch,
+                commit=commit,
+                coordinator_epoch=coordinator_epoch,
+                timestamp_ms=self.log.clock_ms(),
+            )
+        )
+        headers = split_batches(batch, check_crc=False)
+        active_base = self.log.active_segment.base_offset
+        try:
+            info = self.log.append(batch, leader_epoch=self.leader_epoch, validated=headers)
+            self._complete(_stamped(headers[0], info), TransactionMarker(commit, coordinator_epoch))
+        except StorageError as exc:
+            return ProduceResult.refused(exc)
+        return self._appended(info, active_base)
+
+    def _complete(self, header: BatchHeader, marker: TransactionMarker) -> None:
+        """Record an appended marker, and its aborted transaction in the index of its segment
+        (an OSError takes the log offline: KafkaStorageError)."""
+        aborted = self.producers.complete(header, marker)
+        if aborted is not None:
+            self.log.append_aborted_transaction(aborted)
+
+    def _appended(self, info: AppendInfo, active_base: int) -> ProduceResult:
+        """After a leader's append: the snapshots when the log rolled, the high watermark,
+        the waiting fetches, and the answer."""
         if self.log.active_segment.base_offset != active_base:
             try:
                 self._write_snapshots()
-            except OSError as exc:
+            except (OSError, KafkaStorageError) as exc:
                 error = self.log.take_offline(exc)
                 return ProduceResult(ErrorCode.KAFKA_STORAGE_ERROR, message=str(error))
         if self.replicas is not None and self.replicas.advance(self.log.log_end_offset):
             self._wake_replicated()
+        else:
+            self.producers.forget_replicated(self.high_watermark)
         self._wake()
         return ProduceResult(
             ErrorCode.NONE,
@@ -574,122 +646,11 @@ class Partition:
             last_offset=info.last_offset,
         )
 
-    # ------------------------------------------------------------ entity versions
-
-    def _entity_versions(self) -> VersionTable | None:
-        """The versions of this partition's entities when its topic keeps them, loaded on
-        first use (at open, or when the topic's config turns them on)."""
-        if not self.log.config.eventplatform_entity_versions_enable:
-            if self.entities is not None:
-                self._forget_entities()
-        elif self.entities is None:
-            self.entities, self.entity_index = load_entities(self.directory, self.log)
-        return self.entities
-
-    def _forget_entities(self) -> None:
-        """The topic stopped keeping versions: drop them, on disk too (they would be stale
-        if it kept them again, since nothing would follow the log meanwhile)."""
-        if self.entity_index is not None:
-            self.entity_index.close()
-        if self.entities is not None:
-            self.entities.close()
-        self.entities = self.entity_index = None
-        remove_entity_files(self.directory)
-
-    def _check_entities(
-        self, entities: VersionTable, buffer: bytes | bytearray | memoryview
-    ) -> tuple[ProduceResult | None, list[bytes | None]]:
-        """The refusal of a batch whose expected versions do not hold (INVALID_RECORD,
-        naming the record), or None and the batch's keys, to count once it is appended."""
-        try:
-            conditions = batch_conditions(buffer)
-        except VersionHeaderError as exc:
-            return _invalid_record(str(exc), exc.record), []
-        except CorruptRecordError as exc:  # records that do not frame: the CRC held
-            return ProduceResult.refused(exc), []
-        conflict = entities.check(conditions)
-        if conflict is not None:
-            return _invalid_record(conflict.message, conflict.record), []
-        return None, [condition.key for condition in conditions]
-
-    def _apply_replicated_entities(self, record_set: bytes, position: int) -> None:
-        """Count and index the records a follower appended at ``position`` of its active
-        segment, as the leader did."""
-        entities = self._entity_versions()
-        if entities is None:
-            return
-        assert self.entity_index is not None
-        for header in split_batches(record_set, check_crc=False):
-            if not header.is_control:
-                keys = record_keys(record_set, header.position)
-                entities.apply(keys, header.next_offset)
-                self.entity_index.add(
-                    header.base_offset,
-                    header.last_offset,
-                    keys,
-                    position + header.position,
-                    header.size_bytes,
-                )
-
-    def _take_back_entities(self, offset: int) -> None:
-        """Before the log drops the records at ``offset`` and after: uncount them."""
-        if self.entities is not None:
-            batches = (
-                (header.base_offset, keys) for header, _, keys in batch_keys(self.log, offset)
-            )
-            self.entities.take_back(batches, offset)
-
-    def _truncate_entity_index(self) -> None:
-        """After a truncation: forget the index entries past the new end (everything, when
-        the log restarted past them)."""
-        if self.entity_index is not None:
-            end = self.log.log_end_offset
-            if end < self.entity_index.end:
-                self.entity_index.truncate(end)
-            if self.log.log_start_offset >= self.entity_index.end:
-                self.entity_index.reset(self.log.log_start_offset)
-
-    def entity_batches(
-        self, key: bytes, from_offset: int, max_bytes: int
-    ) -> tuple[list[bytes], int]:
-        """The batches below the high watermark that may hold records with ``key`` at
-        ``from_offset`` or after, in offset order, whole, at most ``max_bytes`` of them
-        (the first is returned whatever its size); and the offset to read on from, the
-        high watermark once every such batch is in. Nothing when the topic keeps no
-        entity versions. Each batch is read where the index says it lies, and checked to
-        be the batch it names; one that is not (which would be a bug) is found through
-        the offset index instead. Reads stop where consumers' do (:attr:`readable_end`)."""
-        bound = self.readable_end
-        if self._entity_versions() is None:
-            return [], bound
-        assert self.entity_index is not None
-        start = max(from_offset, self.log.log_start_offset)
-        found: list[bytes] = []
-        total, found_last = 0, start - 1
-        segments = self.log.segments
-        for located in self.entity_index.batches_of(key, start):
-            if located.last_offset >= bound:
-                break
-            if found and total + located.size > max_bytes:
-                return found, found_last + 1
-            segment = segments.floor(located.last_offset)
-            data = b""
-            if segment is not None and located.position + located.size <= segment.size_bytes:
-                data = os.pread(segment.descriptor, located.size, located.position)
-            if not _holds(data, located.last_offset):
-                self.entity_index_misses += 1
-                piece = self.log.read(max(start, located.last_offset), 0, max_offset=bound)
-                if piece is None:
-                    break
-                data = piece.read_bytes()
-            found.append(data)
-            found_last = located.last_offset
-            total += len(data)
-        return found, bound
-
     def _write_snapshots(self) -> None:
-        """The producer state, and the entity versions when kept, as of the log end."""
+        """The producer state, and the entity versions when kept, as of the log end. The
+        transaction indexes are made durable first: the snapshot counts on them."""
         end = self.log.log_end_offset
+        self.log.flush_transaction_indexes()
         self.producers.write_snapshot(self.directory, end)
         if self.entities is not None:
             self.entities.write()
@@ -698,9 +659,12 @@ class Partition:
 
     # ------------------------------------------------------------ fetch
 
-    def read(self, offset: int, max_bytes: int) -> SegmentSlice | None:
-        """Whole batches from ``offset`` below the high watermark; raises when out of range."""
-        return self.log.read(offset, max_bytes, max_offset=self.readable_end)
+    def read(self, offset: int, max_bytes: int, *, committed: bool = False) -> SegmentSlice | None:
+        """Whole batches from ``offset`` below the high watermark (:attr:`readable_end`), or
+        below the last stable offset when ``committed`` (:attr:`readable_committed_end`);
+        raises when out of range."""
+        end = self.readable_committed_end if committed else self.readable_end
+        return self.log.read(offset, max_bytes, max_offset=end)
 
     def read_for_replica(self, offset: int, max_bytes: int) -> SegmentSlice | None:
         """Whole batches from ``offset`` up to the log end, for a follower."""
@@ -729,7 +693,7 @@ class Partition:
         if not self.log.offline:  # an offline log's state is rebuilt by the next start
             try:
                 self._write_snapshots()
-            except OSError as exc:
+            except (OSError, KafkaStorageError) as exc:
                 self.log.take_offline(exc)
         if self.entity_index is not None:
             self.entity_index.close()

@@ -1,4 +1,5 @@
-"""Idempotent-producer state of one partition: (producer id, epoch, sequences).
+"""Producer state of one partition: idempotence (producer id, epoch, sequences) and
+transactions (KIP-98).
 
 For every producer id the partition keeps its epoch and the metadata of its
 last ``BATCHES_RETAINED`` batches (first and last sequence, first and last
@@ -25,16 +26,60 @@ order. The refused batch is remembered per producer (the earliest one of its
 epoch, ``REFUSALS_RETAINED`` producers per partition) until a batch at or
 past its sequence is appended.
 
+Batches without a sequence (base sequence -1: transaction markers, and the
+transactional offset commits the group coordinator writes) are checked for
+their epoch only (``check(..., sequenced=False)``) and leave the sequences
+alone; a client's batch always has one (the produce handler refuses it
+otherwise, as Kafka's validator does).
+
+Transactions, as Kafka's ``ProducerStateManager`` keeps them: a transactional
+data batch (attribute bit 4) from a producer with no open transaction opens one
+at its base offset; the producer's next marker (a control batch, see
+:mod:`~eventplatform.log.storage.control_records`) closes it. An ABORT marker
+that closes one yields its aborted-index entry (producer, first offset, the
+marker's offset, and the last stable offset then: the first offset of the
+earliest other open transaction, or the marker's offset + 1), which the
+partition adds to the marker's segment's transaction index
+(:mod:`~eventplatform.log.storage.txn_index`). A marker for a producer with no
+open transaction changes its epochs only. A marker may carry a newer producer
+epoch than the producer's (its coordinator bumped it): that becomes the
+producer's epoch, with no sequence yet, so its next batch starts at sequence 0
+and a batch of an older epoch is fenced. A non-transactional batch from a
+producer whose transaction is open is INVALID_TXN_STATE. A leader refuses a
+marker of an older producer epoch (INVALID_PRODUCER_EPOCH) or of an older
+coordinator epoch than the last marker's (TRANSACTION_COORDINATOR_FENCED);
+replicas and recovery apply whatever the log holds.
+
+The first unstable offset is the first offset of the earliest open
+transaction, or of a closed one whose marker the high watermark has not
+passed yet (Kafka's unreplicated transactions: should the leader fail before
+its followers have the marker, the transaction is open again on the next one).
+The partition's last stable offset is the smaller of it and the high watermark.
+
+Memory: per producer its entry (``BATCHES_RETAINED`` batches, its epochs and its
+open transaction's first offset, so at most one open transaction each), and the
+markers between the high watermark and the log end (after a rescan, those it met,
+until the partition next learns its high watermark). Producers with an open
+transaction never expire. The aborted transactions live in the segments'
+transaction indexes, on disk, not here.
+
 Persistence: ``producer.snapshot`` in the partition directory holds the state
-as of an offset; on open the state is rebuilt from the snapshot (if it is not
-past the log end) plus the batch headers after it, so nothing but the log
-itself needs to be durable. The state is owned by its partition; only the
-partition's task calls it.
+as of an offset, open transactions included (JSON, version 2; version 1, from
+before transactions, is still read). On open the state is rebuilt from the
+snapshot (if it is not past the log end) plus the batches after it: their
+headers, and the record of each control batch. The entries of the abort
+markers after the snapshot are checked against the transaction indexes at the
+same time and rewritten where they differ (:class:`_IndexRebuild`): those indexes
+are written without an fsync, and a crash may have left an entry out or one of
+a marker the log lost. The partition fsyncs the indexes before it writes a
+snapshot, so the entries before one are durable. Nothing else needs to be. The
+state is owned by its partition; only the partition's task calls it.
 """
 
 from __future__ import annotations
 
-from collections import deque
+import logging
+from collections import OrderedDict, deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from enum import Enum
@@ -44,15 +89,23 @@ from typing import NamedTuple
 import orjson
 
 from eventplatform.log.storage import BatchHeader, OffsetOutOfRangeError, PartitionLog
+from eventplatform.log.storage.control_records import TransactionMarker, read_marker
+from eventplatform.log.storage.errors import CorruptRecordError
 from eventplatform.log.storage.files import write_atomically
-from eventplatform.log.storage.record_batch import split_batches
+from eventplatform.log.storage.record_batch import NO_SEQUENCE, split_batches
+from eventplatform.log.storage.segment import Segment
+from eventplatform.log.storage.txn_index import AbortedTransaction
+
+logger = logging.getLogger(__name__)
 
 BATCHES_RETAINED = 5
 NO_PRODUCER_ID = -1
 NO_EPOCH = -1
+NO_OFFSET = -1
 SEQUENCE_MAX = 2**31 - 1
 SNAPSHOT_FILE = "producer.snapshot"
-SNAPSHOT_VERSION = 1
+SNAPSHOT_VERSION = 2
+SNAPSHOT_VERSIONS_READ = (1, 2)
 SCAN_CHUNK_BYTES = 1024 * 1024
 REFUSALS_RETAINED = 1024
 """How many producers' refused batches one partition remembers; the oldest goes first."""
@@ -71,6 +124,10 @@ class ProducerEntry:
     epoch: int
     last_timestamp_ms: int
     batches: deque[BatchMetadata] = field(default_factory=lambda: deque(maxlen=BATCHES_RETAINED))
+    coordinator_epoch: int = NO_EPOCH
+    """The coordinator epoch of the producer's last marker."""
+    transaction_first_offset: int = NO_OFFSET
+    """Where the producer's open transaction began; NO_OFFSET when none is open."""
 
     @property
     def last_sequence(self) -> int:
@@ -93,6 +150,10 @@ class Verdict(Enum):
     OUT_OF_ORDER = "out_of_order"
     BEHIND_REFUSED = "behind_refused"
     """Out of order only because the batch before it was refused here: answer the same."""
+    INVALID_TXN_STATE = "invalid_txn_state"
+    """A non-transactional batch from a producer whose transaction is open."""
+    COORDINATOR_FENCED = "coordinator_fenced"
+    """A marker from an older transaction coordinator than the last marker's."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,10 +187,17 @@ class ProducerStates:
         self.producers: dict[int, ProducerEntry] = {}
         self.refusals: dict[int, Refusal] = {}
         """producer id → the earliest batch of its epoch refused here; kept in memory only."""
+        self.ongoing: OrderedDict[int, int] = OrderedDict()
+        """producer id → the first offset of its open transaction, in first-offset order."""
+        self.unreplicated: OrderedDict[int, int] = OrderedDict()
+        """The marker offset → the first offset of each closed transaction whose marker the
+        high watermark has not passed yet, in marker order."""
         self.snapshot_offset = 0
 
-    def check(self, header: BatchHeader) -> Check:
-        """Decide what to do with a produced batch, before anything is appended."""
+    def check(self, header: BatchHeader, *, sequenced: bool = True) -> Check:
+        """Decide what to do with a produced batch, before anything is appended. Without
+        ``sequenced`` (a coordinator's batch, which carries no sequence) only the epoch and
+        the transaction are checked, as Kafka checks appends of coordinator origin."""
         producer_id = header.producer_id
         if producer_id == NO_PRODUCER_ID:
             return _APPEND
@@ -141,13 +209,28 @@ class ProducerStates:
                 Verdict.FENCED,
                 message=f"epoch {header.producer_epoch} is older than {entry.epoch}",
             )
-        if header.producer_epoch > entry.epoch:
+        if sequenced:
+            refused = self._check_sequence(header, entry)
+            if refused is not None:
+                return refused
+        if entry.transaction_first_offset != NO_OFFSET and not header.is_transactional:
+            return Check(
+                Verdict.INVALID_TXN_STATE,
+                message=f"producer {producer_id} has a transaction open since offset "
+                f"{entry.transaction_first_offset}: its batches must be transactional",
+            )
+        return _APPEND
+
+    def _check_sequence(self, header: BatchHeader, entry: ProducerEntry) -> Check | None:
+        """A duplicate or out-of-order verdict for a batch of a known producer, or None."""
+        if header.producer_epoch > entry.epoch or not entry.batches:
+            # a new epoch, or the one a marker brought: it has no sequence yet
             if header.base_sequence != 0:
                 return self._behind_refusal(header, 0) or Check(
                     Verdict.OUT_OF_ORDER,
-                    message=f"new epoch {header.producer_epoch} starts at {header.base_sequence}",
+                    message=f"epoch {header.producer_epoch} starts at {header.base_sequence}",
                 )
-            return _APPEND
+            return None
         last_sequence = _last_sequence(header)
         for batch in entry.batches:
             if (
@@ -155,11 +238,28 @@ class ProducerStates:
                 and batch.last_sequence == last_sequence
             ):
                 return Check(Verdict.DUPLICATE, duplicate_of=batch)
-        if entry.batches and not _in_sequence(entry.last_sequence, header.base_sequence):
+        if not _in_sequence(entry.last_sequence, header.base_sequence):
             expected = (entry.last_sequence + 1) % (SEQUENCE_MAX + 1)
             return self._behind_refusal(header, expected) or Check(
                 Verdict.OUT_OF_ORDER,
                 message=f"expected sequence {expected}, got {header.base_sequence}",
+            )
+        return None
+
+    def check_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int) -> Check:
+        """Whether a leader may write a marker of ``producer_id`` (see the module docstring)."""
+        entry = self.producers.get(producer_id)
+        if entry is None:
+            return _APPEND
+        if producer_epoch < entry.epoch:
+            return Check(
+                Verdict.FENCED, message=f"epoch {producer_epoch} is older than {entry.epoch}"
+            )
+        if coordinator_epoch < entry.coordinator_epoch:
+            return Check(
+                Verdict.COORDINATOR_FENCED,
+                message=f"coordinator epoch {coordinator_epoch} is older than "
+                f"{entry.coordinator_epoch}",
             )
         return _APPEND
 
@@ -200,39 +300,88 @@ class ProducerStates:
             del self.refusals[next(iter(self.refusals))]
 
     def update(self, header: BatchHeader) -> None:
-        """Record an appended (stamped) batch."""
+        """Record an appended (stamped) data batch."""
         producer_id = header.producer_id
         if producer_id == NO_PRODUCER_ID:
             return
+        entry = self._entry_at(producer_id, header.producer_epoch, header.max_timestamp)
+        if header.base_sequence != NO_SEQUENCE:
+            refusal = self.refusals.get(producer_id)
+            if refusal is not None and (
+                header.producer_epoch > refusal.epoch
+                or (
+                    header.producer_epoch == refusal.epoch
+                    and not _after(_last_sequence(header), refusal.first_sequence)
+                )
+            ):
+                del self.refusals[producer_id]  # the refused batch, or one past it, is in
+            entry.batches.append(
+                BatchMetadata(
+                    header.base_sequence,
+                    _last_sequence(header),
+                    header.base_offset,
+                    header.last_offset,
+                    header.max_timestamp,
+                )
+            )
+        if header.is_transactional and entry.transaction_first_offset == NO_OFFSET:
+            entry.transaction_first_offset = header.base_offset
+            self.ongoing[producer_id] = header.base_offset
+
+    def complete(self, header: BatchHeader, marker: TransactionMarker) -> AbortedTransaction | None:
+        """Record an appended (stamped) marker; the aborted-index entry it makes, if any
+        (an ABORT that closes a transaction)."""
+        producer_id = header.producer_id
+        entry = self._entry_at(producer_id, header.producer_epoch, header.max_timestamp)
+        entry.coordinator_epoch = max(entry.coordinator_epoch, marker.coordinator_epoch)
+        first_offset = entry.transaction_first_offset
+        if first_offset == NO_OFFSET:
+            return None
+        entry.transaction_first_offset = NO_OFFSET
+        del self.ongoing[producer_id]
+        self.unreplicated[header.base_offset] = first_offset
+        if marker.commit:
+            return None
+        stable = next(iter(self.ongoing.values()), header.base_offset + 1)
+        return AbortedTransaction(producer_id, first_offset, header.base_offset, stable)
+
+    def _entry_at(self, producer_id: int, epoch: int, timestamp_ms: int) -> ProducerEntry:
+        """The producer's entry, at ``epoch`` if that is newer (its sequences start over)."""
         entry = self.producers.get(producer_id)
-        if entry is None or header.producer_epoch > entry.epoch:
-            entry = ProducerEntry(header.producer_epoch, header.max_timestamp)
+        if entry is None:
+            entry = ProducerEntry(epoch, timestamp_ms)
             self.producers[producer_id] = entry
-        entry.last_timestamp_ms = max(entry.last_timestamp_ms, header.max_timestamp)
-        refusal = self.refusals.get(producer_id)
-        if refusal is not None and (
-            header.producer_epoch > refusal.epoch
-            or (
-                header.producer_epoch == refusal.epoch
-                and not _after(_last_sequence(header), refusal.first_sequence)
-            )
-        ):
-            del self.refusals[producer_id]  # the refused batch, or one past it, is in
-        entry.batches.append(
-            BatchMetadata(
-                header.base_sequence,
-                _last_sequence(header),
-                header.base_offset,
-                header.last_offset,
-                header.max_timestamp,
-            )
-        )
+        elif epoch > entry.epoch:
+            entry.epoch = epoch
+            entry.batches.clear()
+        entry.last_timestamp_ms = max(entry.last_timestamp_ms, timestamp_ms)
+        return entry
+
+    def first_unstable_offset(self, high_watermark: int | None = None) -> int | None:
+        """The first offset of the earliest transaction that is open, or whose marker is
+        at or past ``high_watermark`` (markers below it are forgotten); None when none is."""
+        if high_watermark is not None:
+            self.forget_replicated(high_watermark)
+        first = next(iter(self.ongoing.values()), None)
+        if self.unreplicated:
+            earliest = min(self.unreplicated.values())
+            first = earliest if first is None else min(first, earliest)
+        return first
+
+    def forget_replicated(self, high_watermark: int) -> None:
+        """The high watermark moved to ``high_watermark``: the markers below are replicated."""
+        unreplicated = self.unreplicated
+        while unreplicated and next(iter(unreplicated)) < high_watermark:
+            unreplicated.popitem(last=False)
 
     def expire(self, now_ms: int, expiration_ms: int) -> None:
-        """Forget producers silent for longer than ``producer.id.expiration.ms``."""
+        """Forget producers silent for longer than ``producer.id.expiration.ms``, unless
+        their transaction is open."""
         cutoff = now_ms - expiration_ms
         for producer_id in [
-            key for key, entry in self.producers.items() if entry.last_timestamp_ms < cutoff
+            key
+            for key, entry in self.producers.items()
+            if entry.last_timestamp_ms < cutoff and entry.transaction_first_offset == NO_OFFSET
         ]:
             del self.producers[producer_id]
             self.refusals.pop(producer_id, None)
@@ -241,19 +390,27 @@ class ProducerStates:
 
     @classmethod
     def load(cls, directory: Path, log: PartitionLog) -> ProducerStates:
-        """Rebuild from the snapshot (when usable) and the batch headers after it."""
+        """Rebuild from the snapshot (when usable) and the batches after it, bringing the
+        transaction indexes of those batches' segments in line (see the module docstring)."""
         states = cls()
         start = log.log_start_offset
         snapshot = _read_snapshot(directory / SNAPSHOT_FILE)
         if snapshot is not None and start <= snapshot.snapshot_offset <= log.log_end_offset:
             states = snapshot
             start = snapshot.snapshot_offset
-        for header in iter_headers(log, start):
-            states.update(header)
+        rebuild = _IndexRebuild(log, start)
+        for header, marker in iter_batches(log, start):
+            if not header.is_control:
+                states.update(header)
+            elif marker is not None:
+                rebuild.add(header, marker, states.complete(header, marker))
+        rebuild.finish()
         states.snapshot_offset = log.log_end_offset
         return states
 
     def write_snapshot(self, directory: Path, offset: int) -> None:
+        """Write the state as of ``offset``; the caller has made the transaction indexes
+        before ``offset`` durable."""
         document = {
             "version": SNAPSHOT_VERSION,
             "offset": offset,
@@ -263,6 +420,8 @@ class ProducerStates:
                     entry.epoch,
                     entry.last_timestamp_ms,
                     [list(b) for b in entry.batches],
+                    entry.coordinator_epoch,
+                    entry.transaction_first_offset,
                 ]
                 for producer_id, entry in self.producers.items()
             ],
@@ -272,24 +431,127 @@ class ProducerStates:
 
 
 def _read_snapshot(path: Path) -> ProducerStates | None:
-    """The snapshot at ``path``, or None when it is missing or unreadable (then rescan)."""
+    """The snapshot at ``path``, or None when it is missing or unreadable (then rescan).
+    A version 1 snapshot has no transaction fields: it comes from before transactions."""
     try:
         document = orjson.loads(path.read_bytes())
-        if document["version"] != SNAPSHOT_VERSION:
+        version = document["version"]
+        if version not in SNAPSHOT_VERSIONS_READ:
             return None
         states = ProducerStates()
         states.snapshot_offset = int(document["offset"])
-        for producer_id, epoch, last_timestamp_ms, batches in document["producers"]:
+        for fields in document["producers"]:
+            if version == 1:
+                producer_id, epoch, last_timestamp_ms, batches = fields
+                coordinator_epoch, first_offset = NO_EPOCH, NO_OFFSET
+            else:
+                producer_id, epoch, last_timestamp_ms, batches, coordinator_epoch, first_offset = (
+                    fields
+                )
             entry = ProducerEntry(int(epoch), int(last_timestamp_ms))
             entry.batches.extend(BatchMetadata(*map(int, batch)) for batch in batches)
+            entry.coordinator_epoch = int(coordinator_epoch)
+            entry.transaction_first_offset = int(first_offset)
             states.producers[int(producer_id)] = entry
+        open_transactions = sorted(
+            (entry.transaction_first_offset, producer_id)
+            for producer_id, entry in states.producers.items()
+            if entry.transaction_first_offset != NO_OFFSET
+        )
+        for first_offset, producer_id in open_transactions:
+            states.ongoing[producer_id] = first_offset
         return states
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
 
-def iter_headers(log: PartitionLog, start_offset: int) -> Iterator[BatchHeader]:
-    """Batch headers from ``start_offset`` to the log end, without decoding records."""
+class _IndexRebuild:
+    """Makes the transaction index of each segment from ``start`` on hold exactly the
+    entries of the abort markers the rescan met there, one segment at a time.
+
+    A rescan that starts inside a transaction (no snapshot was usable, and retention
+    removed the transaction's first batches) cannot see where it began: for its abort the
+    index's own entry for that marker and producer stands, when the index has one that
+    begins earlier (or the rescan found no open transaction at all). Entries before
+    ``start`` are left alone; an index is rewritten only when it differs.
+    """
+
+    def __init__(self, log: PartitionLog, start: int) -> None:
+        self.log = log
+        self.start = start
+        self.segment: Segment | None = None
+        self.wanted: list[AbortedTransaction | tuple[int, int]] = []
+        """This segment's entries, and the (marker offset, producer) of unexplained aborts."""
+        self.visited: set[int] = set()
+
+    def add(
+        self, header: BatchHeader, marker: TransactionMarker, entry: AbortedTransaction | None
+    ) -> None:
+        segment = self.log.segments.floor(header.base_offset)
+        if segment is not self.segment:
+            self._settle()
+            self.segment = segment
+        if entry is not None:
+            self.wanted.append(entry)
+        elif not marker.commit:
+            self.wanted.append((header.base_offset, header.producer_id))
+
+    def finish(self) -> None:
+        self._settle()
+        for segment in self.log.segments.from_offset(self.start):
+            if (
+                segment.base_offset not in self.visited
+                and segment.txn_index.last_offset >= self.start
+            ):
+                self.segment = segment
+                self._settle()
+
+    def _settle(self) -> None:
+        segment = self.segment
+        if segment is None:
+            return
+        self.visited.add(segment.base_offset)
+        index = segment.txn_index
+        held = [entry for entry in index.entries() if entry.last_offset >= self.start]
+        by_marker = {entry.last_offset: entry for entry in held}
+        entries = [
+            entry for wanted in self.wanted if (entry := _reconciled(wanted, by_marker)) is not None
+        ]
+        if entries != held:
+            logger.info(
+                "%s: %d aborted transactions from offset %d rebuilt from the log",
+                index.path,
+                len(entries),
+                self.start,
+            )
+            index.truncate_to(self.start)
+            index.append_all(entries)
+        self.segment = None
+        self.wanted = []
+
+
+def _reconciled(
+    wanted: AbortedTransaction | tuple[int, int], held: dict[int, AbortedTransaction]
+) -> AbortedTransaction | None:
+    """The entry of one abort the rescan met: its own, unless the index ``held`` one for
+    that marker and producer that begins earlier, or the rescan found nothing open."""
+    if isinstance(wanted, AbortedTransaction):
+        found: AbortedTransaction | None = wanted
+        marker_offset, producer_id = wanted.last_offset, wanted.producer_id
+    else:
+        found = None
+        marker_offset, producer_id = wanted
+    kept = held.get(marker_offset)
+    if kept is None or kept.producer_id != producer_id:
+        return found
+    if found is None or kept.first_offset < found.first_offset:
+        return kept
+    return found
+
+
+def _chunks(log: PartitionLog, start_offset: int) -> Iterator[tuple[bytes, list[BatchHeader]]]:
+    """The log from ``start_offset`` to its end as chunks of whole batches and their headers
+    (positions relative to the chunk), without decoding records."""
     offset = start_offset
     while True:
         try:
@@ -298,10 +560,37 @@ def iter_headers(log: PartitionLog, start_offset: int) -> Iterator[BatchHeader]:
             return
         if found is None:
             return
-        headers = split_batches(found.read_bytes(), check_crc=False)
+        chunk = found.read_bytes()
+        headers = split_batches(chunk, check_crc=False)
         if not headers:
             return
-        for header in headers:
-            if header.last_offset >= offset:
-                yield header
+        yield chunk, [header for header in headers if header.last_offset >= offset]
         offset = headers[-1].next_offset
+
+
+def iter_headers(log: PartitionLog, start_offset: int) -> Iterator[BatchHeader]:
+    """Batch headers from ``start_offset`` to the log end, without decoding records."""
+    for _, headers in _chunks(log, start_offset):
+        yield from headers
+
+
+def iter_batches(
+    log: PartitionLog, start_offset: int
+) -> Iterator[tuple[BatchHeader, TransactionMarker | None]]:
+    """Batch headers from ``start_offset`` to the log end, each control batch with the
+    transaction marker it carries (the only records read)."""
+    for chunk, headers in _chunks(log, start_offset):
+        for header in headers:
+            yield header, marker_of(chunk, header) if header.is_control else None
+
+
+def marker_of(
+    buffer: bytes | bytearray | memoryview, header: BatchHeader
+) -> TransactionMarker | None:
+    """The marker of the control batch at ``header``; None, with a warning, for one whose
+    record does not parse (the log holds it: it is skipped, not refused)."""
+    try:
+        return read_marker(buffer, header)
+    except CorruptRecordError as exc:
+        logger.warning("the control batch at offset %d is skipped: %s", header.base_offset, exc)
+        return None

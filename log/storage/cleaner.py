@@ -28,13 +28,20 @@ them wait for a later pass.
 3. A tombstone (null value) first survives a clean with a delete horizon
    ``now + delete.retention.ms`` stamped in its batch (Kafka's KIP-534), and is
    dropped by the first clean after that horizon.
+3a. Transactions (:mod:`~eventplatform.log.storage.cleaner_transactions`): no
+   pass reads past the first unstable offset; the batches of aborted
+   transactions are left out of the offset map and removed; committed ones
+   are kept like any record; commit and abort markers are all kept, and a
+   cleaned segment's transaction index holds the entries of the segments it
+   replaces.
 4. Each group is installed by :meth:`PartitionLog.replace_segments`
    (``.cleaned`` -> ``.swap`` -> ``.deleted``), which recovery can finish or undo.
 
 Memory: records are streamed from each batch (:func:`iter_raw_records`), and a
 batch that inflates past ``batch_decompressed_bytes_max`` is kept whole rather
 than compacted, so a pass holds the offset map (``keys_max`` digests) and at most
-about twice that limit, whatever a batch claims to inflate to.
+about twice that limit, whatever a batch claims to inflate to, besides the
+aborted transactions of the range it maps or the group it cleans.
 
 Threads: retention runs on the log owner's thread. A compaction pass is three
 steps: :meth:`Cleaner.prepare_compaction` on the owner's thread takes duplicates
@@ -56,9 +63,17 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from eventplatform.log.storage.cleaner_transactions import (
+    AbortedBatches,
+    TxnIndexView,
+    close_txn_views,
+    collect_aborted,
+    entries_of,
+    txn_views,
+)
 from eventplatform.log.storage.config import CLEANER_KEYS_MAX_DEFAULT, INT32_MAX, LogConfig
 from eventplatform.log.storage.errors import DecompressionLimitError
-from eventplatform.log.storage.files import CLEANED_SUFFIX, segment_path
+from eventplatform.log.storage.files import CLEANED_SUFFIX, SEGMENT_SUFFIXES, segment_path
 from eventplatform.log.storage.partition_log import PartitionLog
 from eventplatform.log.storage.record_batch import (
     NO_TIMESTAMP,
@@ -287,7 +302,8 @@ class Cleaner:
         None when the log is not compacted. With ``only_if_needed``, a log whose
         cleanable dirty section is not due (its ratio, ``max.compaction.lag.ms``) gets a
         tombstones-only job: whether an expired tombstone calls for a pass anyway is
-        checked by the job, off the owner's thread.
+        checked by the job, off the owner's thread. Nothing at or past the log's first
+        unstable offset (an open transaction) is mapped.
         """
         if not log.config.compact:
             return None
@@ -295,6 +311,9 @@ class Cleaner:
         until = self.first_uncleanable_offset(log, now_ms)
         due = self._due(log, until, now_ms)
         bound = until if upper_bound_offset is None else min(until, upper_bound_offset)
+        unstable = log.first_unstable_offset()
+        if unstable is not None:
+            bound = min(bound, unstable)
         return CompactionJob(
             directory=log.directory,
             config=log.config,
@@ -304,6 +323,7 @@ class Cleaner:
             views=_views(log),
             truncations=log.truncations,
             tombstones_only=only_if_needed and not due,
+            txn_indexes=txn_views(log),
         )
 
     def run_compaction(self, job: CompactionJob) -> None:
@@ -333,6 +353,7 @@ class Cleaner:
             raise
         finally:
             _close_views(job.views)
+            close_txn_views(job.txn_indexes)
 
     def finish_compaction(self, log: PartitionLog, job: CompactionJob) -> CleanStats | None:
         """On the log owner's thread: swap every cleaned segment in, if they still apply
@@ -404,12 +425,15 @@ class Cleaner:
         offset_map = OffsetMap(self.keys_max)
         first_dirty, bound = job.first_dirty, job.bound
         clean_until = first_dirty
+        aborted = AbortedBatches(collect_aborted(job.txn_indexes, first_dirty, bound))
         for view in job.views:
             if view.next_offset <= first_dirty:
                 continue
             if view.base_offset >= bound:
                 break
             for header, data in view.iter_batches(job.abort):
+                if aborted.is_aborted(header) or header.is_control:
+                    continue  # an aborted transaction's records never stand for their key
                 try:
                     for record in self.records_of(header, data, with_data=False):
                         offset = header.base_offset + record.offset_delta
@@ -438,11 +462,13 @@ class Cleaner:
         self, job: CompactionJob, group: list[_SegmentView], offset_map: OffsetMap
     ) -> Segment:
         base = group[0].base_offset
-        for suffix in (".log", ".index", ".timeindex"):
+        for suffix in SEGMENT_SUFFIXES:
             segment_path(job.directory, base, suffix, CLEANED_SUFFIX).unlink(missing_ok=True)
         cleaned = Segment.open(job.directory, base, job.config, state=CLEANED_SUFFIX)
         try:
             self._fill_cleaned(job, cleaned, group, offset_map)
+            bases = {view.base_offset for view in group}
+            cleaned.txn_index.append_all(entries_of(job.txn_indexes, bases))
             cleaned.flush()  # here, so the swap on the owner's thread waits for no fsync
         except BaseException:
             cleaned.delete_files()
@@ -459,10 +485,15 @@ class Cleaner:
         cleaned.make_active()
         cleaned.next_offset = cleaned.base_offset
         stats = job.stats
+        end = group[-1].next_offset
+        aborted = AbortedBatches(collect_aborted(job.txn_indexes, group[0].base_offset, end))
         for view in group:
             stats.segments += 1
             stats.read += view.size_bytes
             for header, data in view.iter_batches(job.abort):
+                if aborted.is_aborted(header):
+                    stats.removed += header.records_count
+                    continue
                 out, kept = self._filter_batch(header, data, offset_map, job)
                 stats.removed += header.records_count - kept
                 if out is not None:
@@ -557,6 +588,7 @@ def _reencode(header: BatchHeader, kept: _Kept, new_horizon: int | None) -> byte
         base_sequence=header.base_sequence,
         partition_leader_epoch=header.partition_leader_epoch,
         is_transactional=header.is_transactional,
+        is_control=header.is_control,
         delete_horizon_ms=new_horizon,
     )
 
@@ -635,6 +667,8 @@ class CompactionJob:
     views: list[_SegmentView]
     truncations: int
     tombstones_only: bool
+    txn_indexes: list[TxnIndexView] = field(default_factory=list)
+    """Every segment's transaction index with entries, the active one's too."""
     abort: threading.Event = field(default_factory=threading.Event)
     clean_until: int | None = None
     cleaned: list[tuple[Segment, list[_SegmentView]]] = field(default_factory=list)

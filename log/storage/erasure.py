@@ -8,6 +8,11 @@ the cleaner's own encoder, with their offsets, producer fields and codec) and sw
 in by :meth:`PartitionLog.replace_segments`, so a crash leaves the old segment or the
 new one. Like a compaction pass, it is prepared and installed on the log owner's thread
 and the rewriting runs on any (:class:`ErasureJob`).
+
+Transactions are left as they were: control batches (markers) are copied byte for byte
+and never erased, a rewritten batch keeps its transactional attribute and producer
+fields, and the rewritten segment's transaction index holds the entries of the one it
+replaces (read when the job is prepared).
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from eventplatform.log.storage.cleaner import (
 )
 from eventplatform.log.storage.config import LogConfig
 from eventplatform.log.storage.errors import DecompressionLimitError
-from eventplatform.log.storage.files import CLEANED_SUFFIX, segment_path
+from eventplatform.log.storage.files import CLEANED_SUFFIX, SEGMENT_SUFFIXES, segment_path
 from eventplatform.log.storage.partition_log import PartitionLog
 from eventplatform.log.storage.record_batch import (
     BatchHeader,
@@ -38,6 +43,7 @@ from eventplatform.log.storage.record_batch import (
     parse_header,
 )
 from eventplatform.log.storage.segment import Segment
+from eventplatform.log.storage.txn_index import AbortedTransaction
 
 
 class ErasureError(Exception):
@@ -67,6 +73,8 @@ class ErasureJob:
     config: LogConfig
     clock_ms: Callable[[], int]
     truncations: int
+    aborted: dict[int, list[AbortedTransaction]] = field(default_factory=dict)
+    """Each chosen segment's transaction index entries, by base offset."""
     rewritten: list[tuple[Segment, _SegmentView, int]] = field(default_factory=list)
     """Each rewritten segment, the segment it replaces and how many records it erased."""
 
@@ -122,7 +130,8 @@ def prepare_erasure(log: PartitionLog, offsets: Iterable[int]) -> ErasureJob | N
             os.close(view.descriptor)
     if not chosen:
         return None
-    return ErasureJob(chosen, log.config, log.clock_ms, log.truncations)
+    aborted = {view.base_offset: list(view.segment.txn_index.entries()) for view, _ in chosen}
+    return ErasureJob(chosen, log.config, log.clock_ms, log.truncations, aborted)
 
 
 def run_erasure(cleaner: Cleaner, job: ErasureJob) -> None:
@@ -188,7 +197,7 @@ def _erase_segment(
 ) -> tuple[Segment, int]:
     base = view.base_offset
     directory = view.path.parent
-    for suffix in (".log", ".index", ".timeindex"):
+    for suffix in SEGMENT_SUFFIXES:
         segment_path(directory, base, suffix, CLEANED_SUFFIX).unlink(missing_ok=True)
     rewritten = Segment.open(directory, base, job.config, state=CLEANED_SUFFIX)
     erased = 0
@@ -203,6 +212,7 @@ def _erase_segment(
                 out, count = _erase_batch(cleaner, header, data, offsets)
             rewritten.append(out, [parse_header(out)], job.clock_ms())
             erased += count
+        rewritten.txn_index.append_all(job.aborted.get(base, []))
         rewritten.flush()
     except BaseException:
         rewritten.delete_files()

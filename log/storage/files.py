@@ -1,9 +1,11 @@
 """File names and small durable files of a partition directory.
 
-A partition directory holds, per segment, three files named by the segment's
-20-digit base offset: ``00000000000000000000.log``, ``.index`` and
-``.timeindex``. Multi-file changes pass through suffixed states that recovery
-understands (see :mod:`eventplatform.log.storage.loader`):
+A partition directory holds, per segment, up to four files named by the
+segment's 20-digit base offset: ``00000000000000000000.log``, ``.index``,
+``.timeindex`` and, once the segment holds an abort marker, ``.txnindex`` (see
+:mod:`eventplatform.log.storage.txn_index`). Multi-file changes pass through
+suffixed states that recovery understands (see
+:mod:`eventplatform.log.storage.loader`):
 
 - ``.cleaned``: the cleaner is still writing; recovery deletes it.
 - ``.swap``: a complete replacement; recovery finishes installing it.
@@ -11,20 +13,23 @@ understands (see :mod:`eventplatform.log.storage.loader`):
 
 ``partition.checkpoint`` records the log start offset, the recovery point and
 the cleaner's first dirty offset. ``.clean_shutdown`` exists only between a
-clean close and the next open.
+clean close and the next open. ``.lock`` is held (``flock``) by the one log that
+has the directory open.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
 from pathlib import Path
 
-from eventplatform.log.storage.errors import CorruptRecordError
+from eventplatform.log.storage.errors import CorruptRecordError, LogLockedError
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
-SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)
+TXN_INDEX_SUFFIX = ".txnindex"
+SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 CLEANED_SUFFIX = ".cleaned"
 SWAP_SUFFIX = ".swap"
 DELETED_SUFFIX = ".deleted"
@@ -100,3 +105,24 @@ def read_checkpoint(directory: Path) -> dict[str, int] | None:
     ):
         raise CorruptRecordError(f"{path} has an unknown version or missing keys")
     return values
+
+
+def never_written(directory: Path) -> bool:
+    """No checkpoint and no segment: a log that is about to be created."""
+    if not directory.exists():
+        return True
+    if (directory / CHECKPOINT_FILE).exists():
+        return False
+    return not any(path.name.endswith(LOG_SUFFIX) for path in directory.iterdir())
+
+
+def lock_directory(directory: Path) -> int:
+    """Take an exclusive lock so that two logs never write one directory."""
+    directory.mkdir(parents=True, exist_ok=True)
+    descriptor = os.open(directory / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(descriptor)
+        raise LogLockedError(f"{directory} is already open by another log") from None
+    return descriptor

@@ -4,12 +4,19 @@ Steps, each idempotent so a crash during recovery is itself recoverable:
 
 1. Remove leftovers: ``*.tmp``, ``*.cleaned`` (an unfinished clean) and
    ``*.deleted`` (a finished clean or retention whose unlink did not happen).
+   A ``<base>.txnindex.swap`` with no ``.log.swap`` beside it is the transaction
+   index of a swap whose log was installed already (a segment moves it into
+   ``.swap`` before its log and out of it after, see :meth:`Segment.rename`):
+   it is installed too, unless a ``<base>.log.cleaned`` shows the swap was
+   still being made, and then it goes with the other leftovers.
 2. Finish interrupted swaps: a ``<base>.log.swap`` is a complete, fsynced
    replacement. Every regular segment whose base offset lies in
-   ``[base, swap's next offset)`` is deleted and the swap takes the plain name.
-   Its indexes are rebuilt, since their renames may not all have happened.
-3. Open the regular segments in base-offset order; index files without a log
-   are removed.
+   ``[base, swap's next offset)`` is deleted and the swap takes the plain name,
+   with its transaction index. Its offset and time indexes are rebuilt, since
+   their renames may not all have happened (the transaction index cannot be
+   rebuilt from the segment alone, so it is always renamed in step).
+3. Open the regular segments in base-offset order; index files (transaction
+   indexes too) without a log are removed.
 4. With a clean-shutdown marker, trust the indexes after a sanity check and
    a framing scan of each segment's tail. Without one, re-check every batch from
    the segment holding the recovery point by CRC, truncate at the first bad
@@ -38,6 +45,7 @@ from eventplatform.log.storage.files import (
     SWAP_SUFFIX,
     TEMPORARY_SUFFIX,
     TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
     fsync_directory,
     parse_base_offset,
     read_checkpoint,
@@ -111,6 +119,7 @@ class LogLoader:
         )
 
     def _remove_leftovers(self) -> None:
+        self._install_orphan_txn_swaps()
         for path in self.directory.iterdir():
             name = path.name
             if name.endswith((TEMPORARY_SUFFIX, CLEANED_SUFFIX, DELETED_SUFFIX)):
@@ -125,6 +134,22 @@ class LogLoader:
                 )
                 if not log_swap:
                     path.unlink(missing_ok=True)
+
+    def _install_orphan_txn_swaps(self) -> None:
+        """A ``.txnindex.swap`` whose ``.log.swap`` is gone belongs to the installed log (see
+        step 1 of the module docstring); one whose log is still ``.cleaned`` does not."""
+        suffix = TXN_INDEX_SUFFIX + SWAP_SUFFIX
+        for path in list(self.directory.iterdir()):
+            base = parse_base_offset(path.name)
+            if base is None or not path.name.endswith(suffix):
+                continue
+            if segment_path(self.directory, base, LOG_SUFFIX, SWAP_SUFFIX).exists():
+                continue  # the swap is finished below, this file with it
+            if segment_path(self.directory, base, LOG_SUFFIX, CLEANED_SUFFIX).exists():
+                path.unlink()
+                continue
+            logger.info("installing %s, the rest of its swap being in place", path.name)
+            path.rename(segment_path(self.directory, base, TXN_INDEX_SUFFIX))
 
     def _finish_swaps(self) -> None:
         swaps = sorted(
@@ -152,6 +177,9 @@ class LogLoader:
             segment_path(self.directory, base, LOG_SUFFIX, SWAP_SUFFIX).rename(
                 segment_path(self.directory, base, LOG_SUFFIX)
             )
+            txn_swap = segment_path(self.directory, base, TXN_INDEX_SUFFIX, SWAP_SUFFIX)
+            if txn_swap.exists():
+                txn_swap.rename(segment_path(self.directory, base, TXN_INDEX_SUFFIX))
         if swaps:
             fsync_directory(self.directory)
 
@@ -166,7 +194,7 @@ class LogLoader:
             base = parse_base_offset(path.name)
             if (
                 base is not None
-                and path.name.endswith((INDEX_SUFFIX, TIME_INDEX_SUFFIX))
+                and path.name.endswith((INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX))
                 and base not in logs
             ):
                 path.unlink()

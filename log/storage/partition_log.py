@@ -3,7 +3,9 @@
 A directory of segments (see :mod:`eventplatform.log.storage.files` for the
 names) behind one API: append whole batches and get offsets back; read file
 slices by offset; find offsets by timestamp; truncate for followers; flush
-under a policy; close cleanly. Retention and compaction live in
+under a policy; close cleanly; keep each segment's aborted-transaction index
+(:mod:`eventplatform.log.storage.txn_index`), whose entries the partition's
+producer state derives. Retention and compaction live in
 :class:`eventplatform.log.storage.cleaner.Cleaner`, which changes segments only
 through :meth:`delete_segments` and :meth:`replace_segments`.
 
@@ -23,7 +25,6 @@ removed segment files stay open for ``file.delete.delay.ms``.
 from __future__ import annotations
 
 import errno
-import fcntl
 import functools
 import itertools
 import os
@@ -39,21 +40,21 @@ from eventplatform.log.storage.errors import (
     InvalidTimestampError,
     KafkaStorageError,
     LogClosedError,
-    LogLockedError,
     OffsetOutOfRangeError,
     RecordBatchTooLargeError,
     RecordTooLargeError,
 )
 from eventplatform.log.storage.files import (
-    CHECKPOINT_FILE,
     CLEAN_SHUTDOWN_FILE,
     DELETED_SUFFIX,
-    LOCK_FILE,
-    LOG_SUFFIX,
     fsync_directory,
+    lock_directory,
+    never_written,
     write_atomically,
     write_checkpoint,
 )
+from eventplatform.log.storage.flush_jobs import FlushJob
+from eventplatform.log.storage.flush_jobs import run_flush_jobs as run_flush_jobs
 from eventplatform.log.storage.loader import LogLoader
 from eventplatform.log.storage.record_batch import (
     LOG_OVERHEAD_BYTES,
@@ -69,6 +70,7 @@ from eventplatform.log.storage.record_batch import (
 )
 from eventplatform.log.storage.segment import Segment, SegmentSlice
 from eventplatform.log.storage.segment_map import SegmentMap
+from eventplatform.log.storage.txn_index import AbortedTransaction
 
 READ_CHUNK_BYTES = 1024 * 1024
 P = ParamSpec("P")
@@ -77,6 +79,10 @@ R = TypeVar("R")
 
 def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+def _no_unstable_offset() -> int | None:
+    return None
 
 
 class AppendInfo(NamedTuple):
@@ -91,39 +97,6 @@ class AppendInfo(NamedTuple):
 class TimestampOffset(NamedTuple):
     offset: int
     timestamp: int
-
-
-class FlushJob(NamedTuple):
-    """A periodic fsync prepared by :meth:`PartitionLog.start_flush` for another thread.
-
-    ``descriptors`` are duplicates of the files' descriptors, so the fsync stays
-    safe while the owner rolls, deletes or closes segments meanwhile; the job
-    covers the log up to ``end_offset``, appended before it was made.
-    """
-
-    end_offset: int
-    truncations: int
-    descriptors: tuple[int, ...]
-
-
-def run_flush_jobs(jobs: list[FlushJob]) -> list[OSError | None]:
-    """fsync every file of the jobs and close the duplicated descriptors (any thread).
-
-    Returns each job's error (None when every fsync of it succeeded), for
-    :meth:`PartitionLog.finish_flush`; a job stops at its first failed fsync."""
-    errors: list[OSError | None] = []
-    for job in jobs:
-        error: OSError | None = None
-        for descriptor in job.descriptors:
-            try:
-                if error is None:
-                    os.fsync(descriptor)
-            except OSError as exc:
-                error = exc
-            finally:
-                os.close(descriptor)
-        errors.append(error)
-    return errors
 
 
 def _owner(arguments: tuple[object, ...]) -> PartitionLog:
@@ -172,9 +145,9 @@ class PartitionLog:
         self.clock_ms = clock_ms
         # A new log's directory is fsynced by its first flush (or roll, or close), not
         # here: creating a thousand partitions would wait on a thousand fsyncs.
-        new = _never_written(directory)
+        new = never_written(directory)
         self._directory_unsynced = new
-        self._lock_descriptor = _lock_directory(directory)
+        self._lock_descriptor = lock_directory(directory)
         loaded = LogLoader(directory, config).load(sync_directory=not new)
         self.segments: SegmentMap = loaded.segments
         self.log_start_offset = loaded.log_start_offset
@@ -192,6 +165,11 @@ class PartitionLog:
         self._pending_deletes: list[tuple[int, Segment]] = []
         self._closed = False
         self._failure: KafkaStorageError | None = None
+        self.first_unstable_offset: Callable[[], int | None] = _no_unstable_offset
+        """Set by the log's owner when it tracks transactions (the partition): the first
+        offset of a transaction whose marker is not in, or not yet replicated; None when
+        there is none. Compaction never reaches it: until its marker is known, a
+        transaction's records can be neither kept as committed nor dropped as aborted."""
         # A new log's checkpoint would say what its absence says (start, recovery point and
         # cleaner offset 0), at the cost of two more fsyncs.
         if not new:
@@ -575,6 +553,47 @@ class PartitionLog:
                 return TimestampOffset(record.offset, record.timestamp)
         return None
 
+    # ------------------------------------------------------------ aborted transactions
+
+    @_offline_on_io_error
+    def append_aborted_transaction(self, entry: AbortedTransaction) -> None:
+        """Add an abort marker's entry to the index of the segment holding the marker."""
+        self._check_open()
+        segment = self.segments.floor(entry.last_offset)
+        require(
+            segment is not None and entry.last_offset < segment.next_offset,
+            f"abort marker {entry.last_offset} is in the log",
+        )
+        assert segment is not None
+        segment.txn_index.append(entry)
+
+    @_offline_on_io_error
+    def collect_aborted_transactions(
+        self, start_offset: int, upper_bound_offset: int
+    ) -> list[AbortedTransaction]:
+        """The aborted transactions with ``last_offset >= start_offset`` and ``first_offset <
+        upper_bound_offset``, in marker order (Kafka's ``collectAbortedTransactions``): the
+        indexes from the segment holding ``start_offset`` on, until one's entries show no
+        later segment can hold more. Only the indexes are read."""
+        self._check_open()
+        found: list[AbortedTransaction] = []
+        for segment in self.segments.from_offset(start_offset):
+            if not segment.txn_index.size_bytes:
+                continue
+            entries, complete = segment.txn_index.collect(start_offset, upper_bound_offset)
+            found += entries
+            if complete:
+                break
+        return found
+
+    @_offline_on_io_error
+    def flush_transaction_indexes(self) -> None:
+        """fsync every transaction index written since its last flush (before a producer
+        snapshot that counts on them)."""
+        self._check_open()
+        for segment in self.segments:
+            segment.txn_index.flush()
+
     # ------------------------------------------------------------ truncation and deletion
 
     @_offline_on_io_error
@@ -736,27 +755,6 @@ class PartitionLog:
             segment.release()
         os.close(self._lock_descriptor)
         self._closed = True
-
-
-def _never_written(directory: Path) -> bool:
-    """No checkpoint and no segment: a log that is about to be created."""
-    if not directory.exists():
-        return True
-    if (directory / CHECKPOINT_FILE).exists():
-        return False
-    return not any(path.name.endswith(LOG_SUFFIX) for path in directory.iterdir())
-
-
-def _lock_directory(directory: Path) -> int:
-    """Take an exclusive lock so that two logs never write one directory."""
-    directory.mkdir(parents=True, exist_ok=True)
-    descriptor = os.open(directory / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(descriptor)
-        raise LogLockedError(f"{directory} is already open by another log") from None
-    return descriptor
 
 
 def _follower_headers(buffer: bytes | bytearray) -> list[BatchHeader]:

@@ -1,11 +1,13 @@
-"""One log segment: a ``.log`` file of whole record batches and its two indexes.
+"""One log segment: a ``.log`` file of whole record batches and its indexes.
 
 The ``.log`` file is a plain concatenation of RecordBatch v2 batches (see
 :mod:`eventplatform.log.storage.record_batch`), in strictly increasing offset
 order, starting at or after the segment's base offset. Every
 ``index.interval.bytes`` of appended data the segment adds an
 :class:`OffsetIndex` entry for the batch's base offset and a
-:class:`TimeIndex` entry when the max timestamp grew.
+:class:`TimeIndex` entry when the max timestamp grew. Its
+:class:`~eventplatform.log.storage.txn_index.TransactionIndex` lists the
+aborted transactions whose marker it holds; the partition adds to it.
 
 A segment is owned by one :class:`PartitionLog`; it is not thread-safe. Data
 below ``size_bytes`` never changes except through :meth:`truncate_to`, so a
@@ -30,7 +32,9 @@ from eventplatform.log.storage.files import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
     SEGMENT_SUFFIXES,
+    SWAP_SUFFIX,
     TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
     segment_path,
 )
 from eventplatform.log.storage.index import OffsetIndex, TimeIndex
@@ -42,6 +46,7 @@ from eventplatform.log.storage.record_batch import (
     parse_header,
     verify_crc,
 )
+from eventplatform.log.storage.txn_index import TransactionIndex
 
 logger = logging.getLogger(__name__)
 
@@ -51,12 +56,14 @@ NO_TIMESTAMP = -1
 
 @dataclass(frozen=True, slots=True)
 class SegmentSlice:
-    """``length`` bytes at ``position`` of an open segment: whole batches, ready for sendfile."""
+    """``length`` bytes at ``position`` of an open segment: whole batches, ready for sendfile.
+    ``end_offset`` is the offset after the last of them (-1 when not known)."""
 
     descriptor: int
     position: int
     length: int
     first_offset: int
+    end_offset: int = -1
 
     def read_bytes(self) -> bytes:
         return os.pread(self.descriptor, self.length, self.position)
@@ -84,6 +91,9 @@ class Segment:
             base_offset,
             max_bytes=config.segment_index_bytes,
             writable=False,
+        )
+        self.txn_index = TransactionIndex(
+            segment_path(directory, base_offset, TXN_INDEX_SUFFIX, state)
         )
         self.next_offset = base_offset
         self.max_timestamp = NO_TIMESTAMP
@@ -182,6 +192,7 @@ class Segment:
         os.fsync(self.descriptor)
         self.offset_index.flush()
         self.time_index.flush()
+        self.txn_index.flush()
 
     def sync_descriptors(self) -> tuple[int, int, int]:
         """New descriptors of the files an fsync of this segment covers (the log and both
@@ -227,8 +238,17 @@ class Segment:
         self.descriptor = -1
 
     def rename(self, state: str) -> None:
-        """Move all three files to ``state`` (``""``, ``.cleaned``, ``.swap`` or ``.deleted``)."""
-        for suffix in SEGMENT_SUFFIXES:
+        """Move every file to ``state`` (``""``, ``.cleaned``, ``.swap`` or ``.deleted``).
+
+        The ``.txnindex`` moves first into ``.swap`` and last out of it, so a ``.log.swap``
+        always has its transaction index beside it (recovery installs both), and a
+        ``.txnindex.swap`` without one is that of a swap half installed: see
+        :mod:`~eventplatform.log.storage.loader`."""
+        suffixes = list(SEGMENT_SUFFIXES)
+        if state == SWAP_SUFFIX:
+            suffixes.remove(TXN_INDEX_SUFFIX)
+            suffixes.insert(0, TXN_INDEX_SUFFIX)
+        for suffix in suffixes:
             source = segment_path(self.directory, self.base_offset, suffix, self.state)
             if source.exists():
                 source.rename(segment_path(self.directory, self.base_offset, suffix, state))
@@ -237,6 +257,9 @@ class Segment:
         self.offset_index.path = segment_path(self.directory, self.base_offset, INDEX_SUFFIX, state)
         self.time_index.path = segment_path(
             self.directory, self.base_offset, TIME_INDEX_SUFFIX, state
+        )
+        self.txn_index.path = segment_path(
+            self.directory, self.base_offset, TXN_INDEX_SUFFIX, state
         )
 
     def delete_files(self) -> None:
@@ -327,6 +350,7 @@ class Segment:
             return None
         limit = min(end_position, first.position + max(max_bytes, first.size_bytes))
         end = first.position + first.size_bytes
+        end_offset = first.next_offset
         if limit > end:
             # An index entry is a batch start, so everything before it is whole batches.
             start = end
@@ -335,10 +359,12 @@ class Segment:
             ):
                 if header.position + header.size_bytes > limit:
                     end = max(end, header.position)
+                    end_offset = max(end_offset, header.base_offset)  # the batch at ``end``
                     break
                 end = header.position + header.size_bytes
+                end_offset = header.next_offset
         return SegmentSlice(
-            self.descriptor, first.position, end - first.position, first.base_offset
+            self.descriptor, first.position, end - first.position, first.base_offset, end_offset
         )
 
     def read_batch_bytes(self, header: BatchHeader) -> bytes:
@@ -502,6 +528,7 @@ class Segment:
         self.size_bytes = header.position
         self.offset_index.truncate_to_offset(header.base_offset)
         self.time_index.truncate_to_offset(header.base_offset)
+        self.txn_index.truncate_to(header.base_offset)
         self.next_offset = header.base_offset if header.position else self.base_offset
         self.max_timestamp = NO_TIMESTAMP
         for kept in self.scan():

@@ -7,12 +7,20 @@ makes progress (KIP-74). When fewer than ``min_bytes`` are ready the request
 waits, up to ``max_wait_ms``, for an append to any of its partitions: a
 ``trio.Event`` registered with each partition, no polling.
 
-``last_stable_offset`` equals the high watermark (no transactions), and
-read_committed clients get an empty aborted-transactions list. Incremental
-fetch sessions are not offered: ``session_id`` is always 0, which clients
-take as "send full requests". From v9 ``current_leader_epoch`` is checked
-(FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH). Record data leaves as file
-regions that the connection sends with ``os.sendfile``.
+Every answer carries the partition's ``last_stable_offset`` (the high watermark,
+or the first offset of the earliest transaction whose marker is not in yet). A
+read_committed consumer (``isolation_level`` 1) reads below it only, and gets
+the ``aborted_transactions`` (producer id, first offset) of the aborted
+transactions that overlap the records returned: their marker at or after the
+fetch offset, their first offset before the end of the data (Kafka's
+``collectAbortedTransactions``), read from the segments' transaction indexes;
+it drops those producers' records from each first offset to the abort marker.
+read_uncommitted consumers read below the high watermark and get null there,
+and a follower reads to the log end. Incremental fetch sessions are not
+offered: ``session_id`` is always 0, which clients take as "send full
+requests". From v9 ``current_leader_epoch`` is checked (FENCED_LEADER_EPOCH /
+UNKNOWN_LEADER_EPOCH). Record data leaves as file regions that the connection
+sends with ``os.sendfile``.
 
 A consumer reads from a partition's leader, or from v11 from any replica in
 its replica set (KIP-392): a follower serves what is below its own high
@@ -87,6 +95,8 @@ class _Read:
     error: ErrorCode
     data: SegmentSlice | None = None
     preferred: int = NO_PREFERENCE
+    aborted: list[Body] | None = None
+    """For a read_committed read with data: the aborted transactions it overlaps."""
 
 
 async def handle(context: RequestContext, request: Body) -> Body:
@@ -104,8 +114,9 @@ async def handle(context: RequestContext, request: Body) -> Body:
     # The checkpoint comes first: between the last read and ``_response`` nothing may
     # yield, or a DeleteTopics could close the segment descriptors the reads point at.
     await trio.lowlevel.checkpoint()
+    read_committed = replica < 0 and request["isolation_level"] == READ_COMMITTED
     while True:
-        reads = _read_all(context, request, refused)
+        reads = _read_all(context, request, refused, committed=read_committed)
         ready = sum(read.data.length for read in reads if read.data is not None)
         # an error, or a read sent to another replica, is answered at once
         settled = any(
@@ -114,12 +125,7 @@ async def handle(context: RequestContext, request: Body) -> Body:
         if ready >= request["min_bytes"] or settled or trio.current_time() >= deadline:
             break
         await _wait_for_append(reads, deadline)
-    return _response(
-        context,
-        reads,
-        read_committed=request["isolation_level"] == READ_COMMITTED,
-        consumer=replica < 0,
-    )
+    return _response(context, reads, read_committed=read_committed, consumer=replica < 0)
 
 
 def _replica(request: Body) -> tuple[int, int]:
@@ -181,7 +187,11 @@ def _note_replica_fetch(
 
 
 def _read_all(
-    context: RequestContext, request: Body, refused: dict[tuple[str, int], ErrorCode]
+    context: RequestContext,
+    request: Body,
+    refused: dict[tuple[str, int], ErrorCode],
+    *,
+    committed: bool,
 ) -> list[_Read]:
     topics = context.broker.topics
     budget = request["max_bytes"]
@@ -210,7 +220,12 @@ def _read_all(
                     reads.append(read)
                     continue
                 read = _read_partition(
-                    partition, entry, budget, replica=replica, from_follower=from_follower
+                    partition,
+                    entry,
+                    budget,
+                    replica=replica,
+                    from_follower=from_follower,
+                    committed=committed,
                 )
                 if read.data is not None:
                     if read.data.length > budget and budget < request["max_bytes"]:
@@ -246,8 +261,17 @@ def _preferred_replica(
 
 
 def _read_partition(
-    partition: Partition, entry: Body, budget: int, *, replica: bool, from_follower: bool
+    partition: Partition,
+    entry: Body,
+    budget: int,
+    *,
+    replica: bool,
+    from_follower: bool,
+    committed: bool,
 ) -> _Read:
+    """One partition's read: below the high watermark, the last stable offset when
+    ``committed`` (with the aborted transactions the data overlaps), or the log end for
+    a follower."""
     read = _Read(partition.topic, partition.index, partition, ErrorCode.NONE)
     if from_follower:
         read.error = partition.check_replica(entry["current_leader_epoch"])
@@ -259,10 +283,18 @@ def _read_partition(
         return read
     limit = max(min(entry["partition_max_bytes"], budget), 1)
     try:
+        offset = entry["fetch_offset"]
         if replica:
-            read.data = partition.read_for_replica(entry["fetch_offset"], limit)
+            read.data = partition.read_for_replica(offset, limit)
         else:
-            read.data = partition.read(entry["fetch_offset"], limit)
+            read.data = partition.read(offset, limit, committed=committed)
+        if committed and read.data is not None:
+            read.aborted = [
+                {"producer_id": producer_id, "first_offset": first_offset}
+                for producer_id, first_offset in partition.aborted_transactions(
+                    offset, read.data.end_offset
+                )
+            ]
     except OffsetOutOfRangeError:
         read.error = ErrorCode.OFFSET_OUT_OF_RANGE
     except KafkaStorageError:
@@ -298,7 +330,9 @@ def _response(
             entry["log_start_offset"] = partition.log_start_offset
         else:
             entry["high_watermark"] = entry["last_stable_offset"] = entry["log_start_offset"] = -1
-        entry["aborted_transactions"] = [] if read_committed else None
+        entry["aborted_transactions"] = None
+        if read_committed:
+            entry["aborted_transactions"] = read.aborted or []
         entry["preferred_read_replica"] = read.preferred
         if read.data is not None and read.error == ErrorCode.NONE:
             data = read.data

@@ -6,13 +6,22 @@ compression when a broker's minimum is above 0). v3+ carries one RecordBatch
 v2 per partition. The batch is validated by header and CRC only, stamped
 with its offsets and appended as received, compression included.
 
+Transactional batches (attribute bit 4) are taken from a request naming its
+``transactional_id``, which the caller may WRITE; otherwise every partition is
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED, as Kafka answers. The partition keeps
+the transaction open from its first batch until the coordinator's marker
+(see :mod:`~eventplatform.log.replica.producer_state`); partitions are not
+verified against the coordinator (no KIP-890).
+
 Errors per partition: UNKNOWN_TOPIC_OR_PARTITION, CORRUPT_MESSAGE (CRC,
 magic, framing), MESSAGE_TOO_LARGE (``max.message.bytes``), INVALID_RECORD
-(control batches, more than one batch, keyless records on a compacted
-topic), TOPIC_AUTHORIZATION_FAILED (no WRITE on the topic), INVALID_TOPIC_EXCEPTION
+(control batches, which only a partition's leader writes; a producer id without
+a sequence; more than one batch; keyless records on a compacted topic),
+TOPIC_AUTHORIZATION_FAILED (no WRITE on the topic), INVALID_TOPIC_EXCEPTION
 (internal topics such as
 ``__consumer_offsets``), UNSUPPORTED_COMPRESSION_TYPE, OUT_OF_ORDER_SEQUENCE_NUMBER and
-INVALID_PRODUCER_EPOCH (idempotence); a batch behind one this replica refused
+INVALID_PRODUCER_EPOCH (idempotence), INVALID_TXN_STATE (a non-transactional
+batch from a producer whose transaction is open); a batch behind one this replica refused
 with a retriable answer gets that answer rather than OUT_OF_ORDER (see
 :mod:`producer_state`). A retried batch already in the log is answered with
 its original offset. A batch refused for some of its records
@@ -53,6 +62,8 @@ from eventplatform.log.protocol.apis import PRODUCE
 from eventplatform.log.protocol.schema import Versions
 from eventplatform.log.replica.partition import ACKS_ALL, Partition, ProduceResult
 from eventplatform.log.security.quotas import PRODUCER_BYTE_RATE
+from eventplatform.log.storage import BatchHeader, StorageError
+from eventplatform.log.storage.record_batch import parse_header
 
 API = PRODUCE
 VERSIONS = Versions.parse("0-9")
@@ -68,10 +79,9 @@ async def handle(context: RequestContext, request: Body) -> Body | Deferred | No
     elif acks not in ACKS:
         error = ProduceResult(ErrorCode.INVALID_REQUIRED_ACKS, message=f"acks={acks}")
         responses = _answer_all(request, error)
-    elif request["transactional_id"] is not None:
-        error = ProduceResult(
-            ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, message="transactions are not offered"
-        )
+    elif _has_transactional_batches(request) and not _may_write_transactions(context, request):
+        message = f"WRITE on the transactional id {request['transactional_id']!r}"
+        error = ProduceResult(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, message=message)
         responses = _answer_all(request, error)
     else:
         responses, waits = await _append_all(context, request)
@@ -92,6 +102,44 @@ async def handle(context: RequestContext, request: Body) -> Body | Deferred | No
     if acks == 0:
         return None
     return {"responses": responses}
+
+
+def _has_transactional_batches(request: Body) -> bool:
+    """Whether any partition's batch has the transactional attribute (whatever else is
+    wrong with it: the partition answers that)."""
+    for topic in request["topic_data"]:
+        for entry in topic["partition_data"]:
+            header = _header(entry["records"])
+            if header is not None and header.is_transactional:
+                return True
+    return False
+
+
+def _may_write_transactions(context: RequestContext, request: Body) -> bool:
+    transactional_id = request["transactional_id"]
+    return transactional_id is not None and authorize(
+        context, AclOperation.WRITE, AclResourceType.TRANSACTIONAL_ID, transactional_id
+    )
+
+
+def _header(records: bytes | None) -> BatchHeader | None:
+    """The header of a partition's first batch, or None when it does not parse."""
+    if not records:
+        return None
+    try:
+        return parse_header(records)
+    except StorageError:
+        return None
+
+
+def _unsequenced(records: bytes) -> ProduceResult | None:
+    """INVALID_RECORD for a client's batch with a producer id and no sequence, as Kafka's
+    validator answers: only coordinators append those."""
+    header = _header(records)
+    if header is None or header.is_control or header.producer_id < 0 or header.base_sequence >= 0:
+        return None  # a control batch is refused as one, by the partition
+    message = f"a batch of producer {header.producer_id} has sequence {header.base_sequence}"
+    return ProduceResult(ErrorCode.INVALID_RECORD, message=message)
 
 
 def _request_bytes(request: Body) -> int:
@@ -142,6 +190,8 @@ async def _append_all(context: RequestContext, request: Body) -> tuple[list[Body
                 result = ProduceResult(ErrorCode.CORRUPT_MESSAGE, message="no record data")
             elif (partition := topic.partitions[index]) is None:
                 result = ProduceResult(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+            elif (unsequenced := _unsequenced(records)) is not None:
+                result = unsequenced
             else:
                 result = partition.append(records, acks=acks)
                 epoch = None

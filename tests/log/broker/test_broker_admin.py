@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
 from admin_requests import (
     APPEND,
     BROKER_RESOURCE,
@@ -30,6 +31,7 @@ from eventplatform.log.protocol.apis import (
     ALTER_CONFIGS,
     DELETE_RECORDS,
     DESCRIBE_CONFIGS,
+    FIND_COORDINATOR,
     INIT_PRODUCER_ID,
     OFFSET_FOR_LEADER_EPOCH,
 )
@@ -337,10 +339,27 @@ async def test_producer_ids_are_never_reused_across_restarts(
     assert seen == sorted(seen)
 
 
-async def test_transactional_ids_are_refused(tmp_path: Path, wire: Any) -> None:
+async def test_a_transactional_id_gets_its_producer_id_with_the_epoch_raised_each_time(
+    tmp_path: Path, wire: Any
+) -> None:
     async with wire.open_broker(tmp_path) as running:
         client = await running.connect()
-        body = {"transactional_id": "tx", "transaction_timeout_ms": 1000}
-        response = await client.request(INIT_PRODUCER_ID, 1, body)
-        assert response["error_code"] == ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-        assert response["producer_id"] == -1
+        found = await client.request(FIND_COORDINATOR, 2, {"key": "tx", "key_type": 1})
+        assert found["error_code"] == ErrorCode.NONE  # as clients ask first: it makes the topic
+        body = {"transactional_id": "tx", "transaction_timeout_ms": 60_000}
+        first = None
+        for _attempt in range(100):  # __transaction_state is made and loaded at first use
+            first = await client.request(INIT_PRODUCER_ID, 1, body)
+            if first["error_code"] == ErrorCode.NONE:
+                break
+            assert first["error_code"] in (
+                ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+            ), first
+            await trio.sleep(0.05)
+        assert first is not None and first["error_code"] == ErrorCode.NONE
+        again = await client.request(INIT_PRODUCER_ID, 1, body)
+        assert (again["producer_id"], again["producer_epoch"]) == (first["producer_id"], 1)
+        too_long = {"transactional_id": "tx", "transaction_timeout_ms": 10**9}
+        refused = await client.request(INIT_PRODUCER_ID, 1, too_long)
+        assert refused["error_code"] == ErrorCode.INVALID_TRANSACTION_TIMEOUT

@@ -271,7 +271,7 @@ async def test_a_served_api_at_an_unsupported_version_gets_unsupported_version(
 ) -> None:
     async with wire.open_broker(tmp_path) as running:
         client = await running.connect()
-        init = await client.request(INIT_PRODUCER_ID, 2, {"transactional_id": None})
+        init = await client.request(INIT_PRODUCER_ID, 5, {"transactional_id": None})
         assert init["error_code"] == ErrorCode.UNSUPPORTED_VERSION
         fetch = await client.request(FETCH, 12, wire.fetch_body({TOPIC: [(0, 0)]}))
         assert fetch["error_code"] == ErrorCode.UNSUPPORTED_VERSION
