@@ -34,6 +34,7 @@ from eventplatform.log.broker.handlers import (
     describe_configs,
     describe_groups,
     describe_log_dirs,
+    describe_producers,
     describe_topic_partitions,
     describe_transactions,
     describe_user_scram_credentials,
@@ -123,6 +124,7 @@ HANDLER_MODULES: list[ModuleType] = [
     txn_offset_commit,
     describe_transactions,
     list_transactions,
+    describe_producers,
 ]
 
 

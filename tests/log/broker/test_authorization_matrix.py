@@ -43,6 +43,7 @@ from eventplatform.log.broker.handlers import (
     describe_configs,
     describe_groups,
     describe_log_dirs,
+    describe_producers,
     describe_topic_partitions,
     describe_transactions,
     describe_user_scram_credentials,
@@ -792,6 +793,14 @@ CASES = [
         ],
         per_partition("topics", "partitions"),
         ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+    ),
+    Case(
+        describe_producers,
+        0,
+        {"topics": [{"name": TOPIC, "partition_indexes": [0]}]},
+        [topic_grant(Op.READ)],
+        per_partition("topics", "partitions"),
+        ErrorCode.TOPIC_AUTHORIZATION_FAILED,
     ),
     Case(
         describe_transactions,
