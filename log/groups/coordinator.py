@@ -388,6 +388,13 @@ class GroupCoordinator:
         failed = offset_store_error(error)
         return {p: failed if code == ErrorCode.NONE else code for p, code in results.items()}
 
+    def unstable_offsets(
+        self, group_id: str, partitions: Sequence[TopicPartition]
+    ) -> set[TopicPartition]:
+        """The partitions among ``partitions`` whose offsets an unfinished transaction
+        committed (KIP-447's unstable offsets)."""
+        return {p for p in partitions if self.core.offsets.has_pending(group_id, [p])}
+
     def complete_transaction(self, index: int, producer_id: int, commit: bool) -> None:
         """A marker of ``producer_id`` was written on ``__consumer_offsets`` partition
         ``index``: its pending offsets in that partition's groups commit or go."""

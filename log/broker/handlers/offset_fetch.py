@@ -1,4 +1,4 @@
-"""OffsetFetch (key 9), v1-5.
+"""OffsetFetch (key 9), v1-7.
 
 Returns a group's committed offsets, whatever the group's state (a group
 may use the broker for offsets only). A partition without a commit gets
@@ -6,7 +6,10 @@ offset -1 and empty metadata. From v2 a null topic list means every offset
 the group has, and group-level errors (COORDINATOR_LOAD_IN_PROGRESS,
 COORDINATOR_NOT_AVAILABLE) are the top-level ``error_code`` with no topics;
 v1 repeats them on every requested partition. v5 adds the committed leader
-epoch.
+epoch, v6 is flexible. From v7 a client may ``require_stable`` offsets (KIP-447,
+what read_committed consumers ask): a partition whose offset a transaction has
+committed and whose marker has not come yet answers UNSTABLE_OFFSET_COMMIT, and the
+client asks again.
 """
 
 from __future__ import annotations
@@ -23,7 +26,8 @@ from eventplatform.log.protocol.apis import OFFSET_FETCH
 from eventplatform.log.protocol.schema import Versions
 
 API = OFFSET_FETCH
-VERSIONS = Versions.parse("1-5")
+VERSIONS = Versions.parse("1-7")
+REQUIRE_STABLE_VERSION = 7
 FIRST_TOP_LEVEL_ERROR_VERSION = 2
 NO_OFFSET = -1
 
@@ -53,12 +57,21 @@ async def handle(context: RequestContext, request: Body) -> Body:
         if context.version >= FIRST_TOP_LEVEL_ERROR_VERSION:
             return {"throttle_time_ms": 0, "error_code": error, "topics": []}
         offsets = dict.fromkeys(partitions or [])
+    unstable: set[TopicPartition] = set()
+    stable_only = context.version >= REQUIRE_STABLE_VERSION and request["require_stable"]
+    if coordinator is not None and stable_only:
+        unstable = coordinator.unstable_offsets(request["group_id"], list(offsets))
     readable = topic_permission(context, AclOperation.DESCRIBE)
     answer = _by_topic(
         {tp: o for tp, o in offsets.items() if partitions is not None or readable(tp.topic)},
         error,
     )
     for topic_answer in answer:
+        for entry in topic_answer["partitions"]:
+            if TopicPartition(topic_answer["name"], entry["partition_index"]) in unstable:
+                entry.update(
+                    committed_offset=NO_OFFSET, error_code=ErrorCode.UNSTABLE_OFFSET_COMMIT
+                )
         if not readable(topic_answer["name"]):
             for entry in topic_answer["partitions"]:
                 entry.update(

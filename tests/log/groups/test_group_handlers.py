@@ -34,6 +34,7 @@ from eventplatform.log.broker.handlers import (
     offset_fetch,
     produce,
     sync_group,
+    txn_offset_commit,
 )
 from eventplatform.log.config import BrokerConfig
 from eventplatform.log.groups.coordinator import GroupCoordinator
@@ -67,7 +68,7 @@ GROUP_MODULES = [
 ]
 ADVERTISED = {
     8: (2, 7),
-    9: (1, 5),
+    9: (1, 7),
     10: (0, 2),
     11: (0, 5),
     12: (0, 3),
@@ -505,3 +506,39 @@ async def test_list_groups_filters_by_state_from_v4_and_by_type_from_v5(broker: 
     assert [g["group_id"] for g in classic["groups"]] == ["idle"]
     consumer = await call(broker, list_groups, 5, {"types_filter": ["consumer"]})
     assert consumer["groups"] == []
+
+
+async def test_offsets_of_an_unfinished_transaction_are_unstable_until_its_marker(
+    broker: Broker,
+) -> None:
+    group = "copier"
+    commit = {
+        "transactional_id": "tx",
+        "group_id": group,
+        "producer_id": 41,
+        "producer_epoch": 0,
+        "topics": [
+            {"name": "events", "partitions": [{"partition_index": 0, "committed_offset": 9}]}
+        ],
+    }
+    answer = await call(broker, txn_offset_commit, 3, commit)
+    assert answer["topics"][0]["partitions"][0]["error_code"] == ErrorCode.NONE
+
+    def fetch(stable: bool) -> dict[str, Any]:
+        body = {
+            "group_id": group,
+            "topics": [{"name": "events", "partition_indexes": [0]}],
+            "require_stable": stable,
+        }
+        return call(broker, offset_fetch, 7, body)
+
+    (entry,) = (await fetch(True))["topics"][0]["partitions"]
+    assert entry["error_code"] == ErrorCode.UNSTABLE_OFFSET_COMMIT
+    (entry,) = (await fetch(False))["topics"][0]["partitions"]
+    assert (entry["error_code"], entry["committed_offset"]) == (ErrorCode.NONE, -1)
+    assert broker.groups is not None
+    index = broker.groups.ownership.index_of(group)
+    assert index is not None
+    broker.groups.complete_transaction(index, 41, commit=True)  # the marker's arrival
+    (entry,) = (await fetch(True))["topics"][0]["partitions"]
+    assert (entry["error_code"], entry["committed_offset"]) == (ErrorCode.NONE, 9)
