@@ -29,7 +29,6 @@ DEFAULT_SETUPS = ("single", "cluster")
 """Where an entry of the expectations file applies when it names no setups: the
 secured setup runs a chosen few tests, each listed for it by name."""
 REASONS = {
-    "transactions": "needs Kafka transactions, which this broker does not implement",
     "sasl": "needs a SASL listener, which the single and cluster setups do not serve",
     "ssl": "needs an SSL listener, which the single and cluster setups do not serve",
     "acls": "needs an authorizer, or Kafka's kafka-acls.sh",

@@ -113,7 +113,7 @@ def test_a_runner_aborted_before_its_summary_leaves_each_tests_first_failure() -
 
 def test_the_verdict_flags_unlisted_failures_and_skips_and_listed_passes() -> None:
     expectations = {
-        "0103_transactions": Expectation("0103_transactions", "transactions", ("single",), "x"),
+        "0103_transactions": Expectation("0103_transactions", "three-brokers", ("single",), "x"),
         "0107_topic_recreate": Expectation(
             "0107_topic_recreate", "three-brokers", ("single",), "x"
         ),
