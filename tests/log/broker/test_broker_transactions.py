@@ -13,6 +13,7 @@ import trio
 from eventplatform.log.protocol import ErrorCode
 from eventplatform.log.protocol.apis import (
     ADD_PARTITIONS_TO_TXN,
+    DESCRIBE_PRODUCERS,
     END_TXN,
     FIND_COORDINATOR,
     INIT_PRODUCER_ID,
@@ -405,3 +406,29 @@ async def test_a_transaction_ended_through_the_coordinator(tmp_path: Path, wire:
         fetched = await client.fetch(TOPIC, 0, isolation_level=READ_COMMITTED)
         assert fetched["aborted_transactions"] == [{"producer_id": producer_id, "first_offset": 0}]
         assert await data_values(client, wire, 0, READ_COMMITTED) == [b"aborted", b"committed"]
+
+
+async def test_describe_producers_shows_an_open_transaction_and_its_end(
+    tmp_path: Path, wire: Any
+) -> None:
+    async with wire.open_broker(tmp_path) as running:
+        client, broker = await setup(running)
+        producer_id, epoch = await client.init_producer_id()
+        transaction = TransactionalClient(client, broker, producer_id, epoch)
+        await plain(client, wire, b"first")
+        start = await transaction.send(b"a", b"b")
+        body = {"topics": [{"name": TOPIC, "partition_indexes": [0, 9]}]}
+
+        async def described() -> list[dict[str, Any]]:
+            answer = await client.request(DESCRIBE_PRODUCERS, 0, body)
+            found, missing = answer["topics"][0]["partitions"]
+            assert missing["error_code"] == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            assert found["error_code"] == ErrorCode.NONE
+            return [p for p in found["active_producers"] if p["producer_id"] == producer_id]
+
+        (open_,) = await described()
+        assert (open_["producer_epoch"], open_["last_sequence"]) == (epoch, 1)
+        assert open_["current_txn_start_offset"] == start
+        transaction.end(commit=True)
+        (ended,) = await described()
+        assert ended["current_txn_start_offset"] == -1
