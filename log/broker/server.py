@@ -44,6 +44,7 @@ from eventplatform.log.broker.context import Handler
 from eventplatform.log.broker.descriptors import descriptors_in_use, open_files_limit
 from eventplatform.log.broker.dispatcher import HANDLER_MODULES, build_handlers
 from eventplatform.log.broker.erasing import run_erasures
+from eventplatform.log.broker.transaction_markers import write_markers
 from eventplatform.log.cluster.network import TCP, Network, TlsNetwork
 from eventplatform.log.cluster.node import BrokerMember, ControllerNode
 from eventplatform.log.config import BrokerConfig, BrokerConfigError
@@ -60,7 +61,6 @@ from eventplatform.log.security.tls import (
 )
 from eventplatform.log.storage.partition_log import wall_clock_ms
 from eventplatform.log.transactions.coordinator import TransactionCoordinator
-from eventplatform.log.transactions.markers import write_markers
 
 log = logging.getLogger("eventplatform.broker")
 

@@ -12,7 +12,8 @@ meanwhile; ids of partitions it does not lead are NOT_COORDINATOR.
 Each move the core decides is appended to the id's partition and answered only
 once the partition's ISR holds it (``offsets.commit.timeout.ms``), so a
 coordinator that dies loses nothing it answered. A move into PrepareCommit or
-PrepareAbort is followed by the markers (:mod:`.markers`): each partition's
+PrepareAbort is followed by the markers
+(:mod:`~eventplatform.log.broker.transaction_markers`): each partition's
 leader writes a commit or abort marker, this broker's own partitions directly and
 the others' through WriteTxnMarkers, retried until every partition has one or
 the partition is gone; then the Complete record is written. A new leader of the

@@ -1,5 +1,5 @@
 """WriteTxnMarkers (key 27), v0-1: a transaction coordinator has a partition's leader
-write a transaction's commit or abort marker (:mod:`~eventplatform.log.transactions.markers`).
+write a transaction's commit or abort marker (:mod:`~eventplatform.log.broker.transaction_markers`).
 
 Between brokers only: not listed in ApiVersions, and the caller needs
 CLUSTER_ACTION on the cluster (CLUSTER_AUTHORIZATION_FAILED for every partition).
@@ -14,10 +14,10 @@ import trio
 
 from eventplatform.log.broker.authorizer import AclOperation, authorize_cluster
 from eventplatform.log.broker.context import Body, RequestContext
+from eventplatform.log.broker.transaction_markers import write_marker
 from eventplatform.log.protocol import ErrorCode
 from eventplatform.log.protocol.apis import WRITE_TXN_MARKERS
 from eventplatform.log.protocol.schema import Versions
-from eventplatform.log.transactions.markers import write_marker
 
 API = WRITE_TXN_MARKERS
 VERSIONS = Versions.parse("0-1")
