@@ -63,10 +63,12 @@ from eventplatform.log.protocol.schema import Versions
 from eventplatform.log.replica.partition import ACKS_ALL, Partition, ProduceResult
 from eventplatform.log.security.quotas import PRODUCER_BYTE_RATE
 from eventplatform.log.storage import BatchHeader, StorageError
-from eventplatform.log.storage.record_batch import parse_header
+from eventplatform.log.storage.record_batch import TRANSACTIONAL_BIT, parse_header
 
 API = PRODUCE
 VERSIONS = Versions.parse("0-9")
+_ATTRIBUTES_LOW = 22
+"""Where a batch's attributes (int16 at byte 21) keep their low byte."""
 FIRST_RECORD_BATCH_VERSION = 3
 ACKS = (0, 1, -1)
 
@@ -109,8 +111,13 @@ def _has_transactional_batches(request: Body) -> bool:
     wrong with it: the partition answers that)."""
     for topic in request["topic_data"]:
         for entry in topic["partition_data"]:
-            header = _header(entry["records"])
-            if header is not None and header.is_transactional:
+            records = entry["records"]
+            # the attributes' low byte, read in place: no header is parsed twice here
+            if (
+                records
+                and len(records) > _ATTRIBUTES_LOW
+                and records[_ATTRIBUTES_LOW] & TRANSACTIONAL_BIT
+            ):
                 return True
     return False
 
