@@ -23,6 +23,7 @@ import contextlib
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -58,14 +59,59 @@ log = logging.getLogger(__name__)
 BATCH_SIZE_DEFAULT = 1000
 POLL_TIMEOUT_S_DEFAULT = 0.5
 """How long a poll waits for the first record when none is there."""
-BATCH_LINGER_S_DEFAULT = 0.005
-"""How long a batch waits for more records once the first has come."""
+BATCH_LINGER_S_DEFAULT = 0.02
+"""How long a batch that is not full waits for more records, when records come often
+enough that more are due within it (see :class:`ArrivalRate`)."""
+RATE_WINDOW_S = 1.0
+"""The span over which a runner counts the records it polled to know their rate."""
 GROUP_COMMIT_INTERVAL_S = 1.0
 """How often applied offsets are committed to the group (the store's checkpoints, not
 these, say where a runner resumes; the group's show lag)."""
 RETRY_BACKOFF_S = 0.5
 RETRY_BACKOFF_S_MAX = 10.0
 TopicPartition = tuple[str, int]
+
+
+class ArrivalRate:
+    """How many records a runner polled per second lately, to know whether a batch that
+    is not full is worth holding for more.
+
+    A batch costs the runner a fixed part (the transaction, the checkpoint, one
+    statement per table, the commit) besides its events: applied one or two at a
+    time, as they come at a few hundred a second, records cost the runner several
+    times what they cost in batches of tens. Holding a batch for ``linger_s`` when
+    at least one more record is due within it (the rate over the last
+    ``window_s``, times ``linger_s``) gathers them, at the price of that much
+    latency; when records are rare, holding would gather nothing, and a batch goes
+    at once.
+    """
+
+    __slots__ = ("_counts", "_polled", "window_s")
+
+    def __init__(self, window_s: float = RATE_WINDOW_S) -> None:
+        self.window_s = window_s
+        self._counts: deque[tuple[float, int]] = deque()
+        self._polled = 0
+
+    def note(self, count: int, now: float) -> None:
+        """``count`` records were polled at ``now`` (seconds, monotonic)."""
+        if count:
+            self._counts.append((now, count))
+            self._polled += count
+        self._forget(now)
+
+    def per_second(self, now: float) -> float:
+        self._forget(now)
+        return self._polled / self.window_s
+
+    def worth_lingering(self, linger_s: float, now: float) -> bool:
+        """Whether at least one more record is due within ``linger_s``."""
+        return linger_s > 0 and self.per_second(now) * linger_s >= 1.0
+
+    def _forget(self, now: float) -> None:
+        counts, start = self._counts, now - self.window_s
+        while counts and counts[0][0] < start:
+            self._polled -= counts.popleft()[1]
 
 
 @dataclass(slots=True)
@@ -128,6 +174,7 @@ class ProjectionRunner:
         self.batch_size = batch_size
         self.poll_timeout_s = poll_timeout_s
         self.batch_linger_s = batch_linger_s
+        self.arrivals = ArrivalRate()
         self.stats = RunnerStats()
         self.expected: dict[TopicPartition, int | None] = {}
         self._idle_since = time.monotonic()
@@ -209,14 +256,18 @@ class ProjectionRunner:
                 connection.close()
 
     def _poll(self) -> list[Record]:
-        # What is fetched already makes a batch at once: a large one when the runner is
-        # behind, a small one when it keeps up. With nothing there, wait for a record
-        # and take what follows it within the linger.
-        messages = self._consumer.consume(self.batch_size, 0)
-        if not messages:
-            messages = self._consumer.consume(1, self.poll_timeout_s)
-            if messages and self.batch_size > 1 and self.batch_linger_s > 0:
-                messages += self._consumer.consume(self.batch_size - 1, self.batch_linger_s)
+        # What is fetched already makes a batch: a full one when the runner is behind.
+        # With nothing there, wait for a record. A batch that is not full waits for
+        # more within the linger, if records come often enough that more are due.
+        consume = self._consumer.consume
+        messages = consume(self.batch_size, 0) or consume(1, self.poll_timeout_s)
+        now = time.monotonic()
+        self.arrivals.note(len(messages), now)
+        missing = self.batch_size - len(messages)
+        if messages and missing and self.arrivals.worth_lingering(self.batch_linger_s, now):
+            later = consume(missing, self.batch_linger_s)
+            self.arrivals.note(len(later), time.monotonic())
+            messages += later
         records = []
         for message in messages:
             error = message.error()
