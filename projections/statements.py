@@ -272,6 +272,17 @@ def _insert(table: Table, postgres: bool, source: FromClause | None) -> Any:
     return statement.from_select(columns, select(*(source.c[name] for name in columns)))
 
 
+def corrected_upsert_statement(postgres: bool, source: FromClause | None = None) -> Any:
+    """Record each corrected root's latest content, in place of what was recorded."""
+    statement = _insert(schema.corrected_events, postgres, source)
+    excluded = statement.excluded
+    kept = ("event_id", "correction_offset", "replacement", "retracted")
+    return statement.on_conflict_do_update(
+        index_elements=["projection", "topic", "partition", "offset"],
+        set_={name: excluded[name] for name in kept},
+    )
+
+
 def index_append_statement(postgres: bool, source: FromClause | None = None) -> Any:
     """Append ranks to a row key's open index entry."""
     table = schema.event_index

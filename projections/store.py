@@ -95,6 +95,7 @@ from eventplatform.projections.statements import (
     Upsert,
     advance_statement,
     check_all_moved,
+    corrected_upsert_statement,
     comparable_key,
     corrected_rows_query,
     driver_errors,
@@ -140,6 +141,10 @@ class ProjectionStore:
         self.index_append = Upsert(
             schema.event_index, index_append_statement, engine.dialect, bind_processors=False
         )
+        self.record_correction = Upsert(
+            schema.corrected_events, corrected_upsert_statement, engine.dialect, bind_processors=False
+        )
+        """Rows of ``ep_corrected_events`` in column order, the replacement as JSON text."""
         self.scopes = {name: scope_of(projection.name, name) for name in projection.plans}
         self.stored_forms = {
             name: stored_forms(plan, self.postgresql) for name, plan in projection.plans.items()
@@ -828,31 +833,26 @@ class StoreTransaction:
         """Remember each root's new effective content: its latest correction's outcome."""
         if not corrected:
             return
+        name = self.projection.name
         rows = []
         for root, correction in corrected:
             assert root.position is not None and correction.position is not None
             payload = correction.event.replacement
+            position = root.position
+            replacement = None if payload is None else payload.model_dump_json()
             rows.append(
-                {
-                    "projection": self.projection.name,
-                    "topic": root.position.topic,
-                    "partition": root.position.partition,
-                    "offset": root.position.offset,
-                    "event_id": str(root.event_id),
-                    "correction_offset": correction.position.offset,
-                    "replacement": None if payload is None else payload.model_dump(mode="json"),
-                    "retracted": payload is None,
-                }
+                [
+                    name,
+                    position.topic,
+                    position.partition,
+                    position.offset,
+                    str(root.event_id),
+                    correction.position.offset,
+                    replacement,
+                    payload is None,
+                ]
             )
-        statement = upsert_insert(schema.corrected_events, self.store.postgresql)
-        statement = statement.on_conflict_do_update(
-            index_elements=["projection", "topic", "partition", "offset"],
-            set_={
-                name: statement.excluded[name]
-                for name in ("event_id", "correction_offset", "replacement", "retracted")
-            },
-        )
-        self.connection.execute(statement, rows)
+        self.store.record_correction.execute(self, rows)
 
     def record_erased(self, positions: Sequence[Position]) -> None:
         """Remember that the records at ``positions`` were erased when the projection met
