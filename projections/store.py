@@ -95,9 +95,9 @@ from eventplatform.projections.statements import (
     Upsert,
     advance_statement,
     check_all_moved,
-    corrected_upsert_statement,
     comparable_key,
     corrected_rows_query,
+    corrected_upsert_statement,
     driver_errors,
     index_append_statement,
     index_rows_query,
@@ -142,7 +142,10 @@ class ProjectionStore:
             schema.event_index, index_append_statement, engine.dialect, bind_processors=False
         )
         self.record_correction = Upsert(
-            schema.corrected_events, corrected_upsert_statement, engine.dialect, bind_processors=False
+            schema.corrected_events,
+            corrected_upsert_statement,
+            engine.dialect,
+            bind_processors=False,
         )
         """Rows of ``ep_corrected_events`` in column order, the replacement as JSON text."""
         self.scopes = {name: scope_of(projection.name, name) for name in projection.plans}
