@@ -24,6 +24,10 @@ READ_TIMEOUT_S = 30.0
 SCAN_GAP_RECORDS = 500
 SCAN_MESSAGES_MAX = 1000
 """Messages one call hands over while scanning."""
+SCAN_WAIT_S = 0.01
+"""How long one call waits to fill its messages while scanning: it hands over what
+is there by then. A scan that ends near a partition's end would otherwise wait for
+messages the log does not hold yet."""
 # A point read must not sit out a long-poll fetch for data that is already there.
 READER_FETCH_WAIT_MS = 10
 POLL_S = 0.2
@@ -160,19 +164,18 @@ class KafkaEventReader:
             deadline = time.monotonic() + READ_TIMEOUT_S
             while unfinished:
                 if time.monotonic() > deadline:
-                    late = next(scan for scan in scans.values() if not scan.finished())
+                    late = next(scan for scan in scans.values() if not scan.done)
                     raise LogReadError(f"{late.topic}/{late.partition}: timed out reading")
-                for message in consumer.consume(SCAN_MESSAGES_MAX, POLL_S):
+                for message in consumer.consume(SCAN_MESSAGES_MAX, SCAN_WAIT_S):
                     if message.error() is not None:
                         raise LogReadError(f"{message.topic()}: {message.error()}")
                     scan = scans.get((message.topic(), message.partition()))  # type: ignore[arg-type]
-                    if scan is None or scan.finished():
+                    if scan is None or scan.done:
                         continue
-                    jump = scan.take(message, found)
-                    if scan.finished():
-                        unfinished -= 1  # (pausing it would slow the next read's fetches)
-                    elif jump:
+                    if scan.take(message, found):
                         consumer.seek(scan.start())
+                    elif scan.done:
+                        unfinished -= 1  # (pausing it would slow the next read's fetches)
         finally:
             consumer.unassign()
         return found
@@ -193,28 +196,32 @@ class KafkaEventReader:
 class _Scan:
     """One partition's read: the offsets still wanted, in order."""
 
-    __slots__ = ("index", "partition", "pending", "topic")
+    __slots__ = ("done", "index", "partition", "pending", "sought", "topic")
 
     def __init__(self, topic: str, partition: int, pending: list[int]) -> None:
         self.topic = topic
         self.partition = partition
         self.pending = pending
         self.index = 0
-
-    def finished(self) -> bool:
-        return self.index == len(self.pending)
+        self.done = False
+        self.sought = -1
+        """The offset of the last seek: messages before it still come, from fetches
+        made before it, and must not make another."""
 
     def start(self) -> confluent_kafka.TopicPartition:
         """Where reading goes on: the next offset wanted."""
         return confluent_kafka.TopicPartition(self.topic, self.partition, self.pending[self.index])
 
     def take(self, message: Any, found: dict[Position, LogValue]) -> bool:
-        """Note a consumed record; whether the next wanted offset is worth a seek."""
+        """Note a consumed record; whether to seek to the next wanted offset, a gap away."""
         offset: int | None = message.offset()
         if offset is None:
             return False
         pending = self.pending
         index = self.index
+        wanted = pending[index]
+        if offset < wanted:  # most records of a scan: passed on the way
+            return wanted - offset > SCAN_GAP_RECORDS and self._seek_once(wanted)
         while index < len(pending) and pending[index] < offset:
             index += 1  # compacted away or a control record: nothing to read
         if index < len(pending) and pending[index] == offset:
@@ -226,4 +233,14 @@ class _Scan:
                 found[position] = ErasedRecord.of(position, message.key(), message.timestamp()[1])
             index += 1
         self.index = index
-        return index < len(pending) and pending[index] - offset > SCAN_GAP_RECORDS
+        if index == len(pending):
+            self.done = True
+            return False
+        wanted = pending[index]
+        return wanted - offset > SCAN_GAP_RECORDS and self._seek_once(wanted)
+
+    def _seek_once(self, offset: int) -> bool:
+        if self.sought == offset:
+            return False
+        self.sought = offset
+        return True

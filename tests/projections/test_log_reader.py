@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterator
+from typing import Any
 
 import orjson
 import pytest
 
 from eventplatform.events import Event, EventProducer, EventRef, Position
+from eventplatform.projections import kafka
 from eventplatform.projections.kafka import SCAN_GAP_RECORDS, KafkaEventReader
 from eventplatform.testing import running_broker
 
@@ -78,3 +80,43 @@ def test_positions_the_log_does_not_hold_are_left_out(
 
     assert list(found) == [refs[7].position]
     assert number_at(found[refs[7].position]) == 7
+
+
+class CountingConsumer:
+    """The reader's consumer, its seeks counted."""
+
+    def __init__(self, consumer: Any) -> None:
+        self._consumer = consumer
+        self.seeks = 0
+
+    def seek(self, partition: Any) -> None:
+        self.seeks += 1
+        self._consumer.seek(partition)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._consumer, name)
+
+
+def test_a_read_seeks_once_per_wide_gap(
+    appended: tuple[str, list[EventRef]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bootstrap, refs = appended
+    monkeypatch.setattr(kafka, "SCAN_GAP_RECORDS", 20)
+    partition = refs[0].position.partition
+    own = sorted(
+        (ref.position for ref in refs if ref.position.partition == partition),
+        key=lambda position: position.offset,
+    )
+    wanted = [own[0], own[1], own[100], own[101], own[300]]  # two gaps wider than 20
+    reader = KafkaEventReader(bootstrap)
+    counting = CountingConsumer(reader._consumer)
+    reader._consumer = counting  # type: ignore[assignment]
+    try:
+        found = reader(wanted)
+    finally:
+        reader.close()
+
+    assert set(found) == set(wanted)
+    # Records before a seek's target still come from fetches made before it: they
+    # must not seek again.
+    assert counting.seeks == 2
