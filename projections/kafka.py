@@ -164,17 +164,17 @@ class KafkaEventReader:
             deadline = time.monotonic() + READ_TIMEOUT_S
             while unfinished:
                 if time.monotonic() > deadline:
-                    late = next(scan for scan in scans.values() if not scan.done)
+                    late = next(scan for scan in scans.values() if not scan.finished())
                     raise LogReadError(f"{late.topic}/{late.partition}: timed out reading")
                 for message in consumer.consume(SCAN_MESSAGES_MAX, SCAN_WAIT_S):
                     if message.error() is not None:
                         raise LogReadError(f"{message.topic()}: {message.error()}")
                     scan = scans.get((message.topic(), message.partition()))  # type: ignore[arg-type]
-                    if scan is None or scan.done:
+                    if scan is None or scan.finished():
                         continue
                     if scan.take(message, found):
                         consumer.seek(scan.start())
-                    elif scan.done:
+                    elif scan.finished():
                         unfinished -= 1  # (pausing it would slow the next read's fetches)
         finally:
             consumer.unassign()
@@ -207,6 +207,9 @@ class _Scan:
         self.sought = -1
         """The offset of the last seek: messages before it still come, from fetches
         made before it, and must not make another."""
+
+    def finished(self) -> bool:
+        return self.done
 
     def start(self) -> confluent_kafka.TopicPartition:
         """Where reading goes on: the next offset wanted."""
