@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PACKAGES := platform log projections spark_projections apps
 
-.PHONY: demo test lint typecheck pytest venv bench-storage bench-broker bench-projections bench-entities bench-corrections bench-producer bench-read-your-writes bench-replay bench-replay-kafka bench-collector bench-log-tail bench-replication bench-security bench bench-quick sim faults entity-race compat compat-secured compat-quick compat-build clean
+.PHONY: demo test lint typecheck pytest venv bench-storage bench-broker bench-projections bench-entities bench-corrections bench-producer bench-read-your-writes bench-batch-cost bench-replay bench-replay-kafka bench-collector bench-log-tail bench-replication bench-security bench bench-quick sim faults entity-race compat compat-secured compat-quick compat-build clean
 
 venv: $(STAMP)
 
@@ -67,6 +67,9 @@ bench-producer: $(STAMP)
 bench-read-your-writes: $(STAMP)
 	mkdir -p build && $(BIN)/python -m bench.read_your_writes --json build/bench-read-your-writes.json
 
+bench-batch-cost: $(STAMP)
+	mkdir -p build && $(BIN)/python -m bench.batch_cost --json build/bench-batch-cost.json
+
 # Entities: conditional appends, entity loads in a 10-million-event partition, version memory,
 # and commands beside the eventsourcing library on PostgreSQL (about 20 minutes).
 bench-entities: $(BENCH_STAMP)
@@ -81,6 +84,7 @@ bench: $(BENCH_STAMP)
 bench-quick: $(BENCH_STAMP)
 	$(BIN)/python -m bench.suite --quick --markdown build/bench-quick/benchmarks.md --json build/bench-quick/benchmarks.json
 	mkdir -p build/bench-quick && $(BIN)/python -m bench.security --quick --json build/bench-quick/security.json
+	$(BIN)/python -m bench.batch_cost --quick --json build/bench-quick/batch-cost.json
 
 bench-replay: $(STAMP)
 	$(BIN)/python -m bench.replay --phases --rebuild-repeat 3
