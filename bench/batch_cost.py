@@ -21,8 +21,8 @@ For each database (a fresh SQLite file, or a fresh PostgreSQL database made and
 dropped on ``--postgres``) and each batch size, ``--batches`` batches run (fewer for
 large sizes: at most ``--events`` events per size), and the thread CPU time
 (``time.thread_time``) of each is noted. Reported: the median CPU per batch and per
-event, and a least-squares line through the medians: its intercept is the fixed
-cost of a batch and its slope the cost of an event.
+event, and the fixed cost F of a batch and the cost c of an event that fit the
+medians best (least squares of the cost per event, F / N + c).
 """
 
 from __future__ import annotations
@@ -115,13 +115,15 @@ def measure(
 
 
 def fitted(medians: dict[int, float]) -> tuple[float, float]:
-    """The least-squares line through (size, seconds): intercept and slope."""
-    sizes = list(medians)
-    mean_x = statistics.fmean(sizes)
-    mean_y = statistics.fmean(medians.values())
-    spread = sum((size - mean_x) ** 2 for size in sizes)
-    slope = sum((size - mean_x) * (medians[size] - mean_y) for size in sizes) / spread
-    return mean_y - slope * mean_x, slope
+    """The fixed cost F and the cost per event c of ``seconds = F + c * size``, fitted by
+    least squares to the cost per event, ``F / size + c``, so that each size weighs
+    alike (fitting the cost per batch would let the largest batches decide alone)."""
+    xs = [1 / size for size in medians]
+    ys = [seconds / size for size, seconds in medians.items()]
+    mean_x, mean_y = statistics.fmean(xs), statistics.fmean(ys)
+    spread = sum((x - mean_x) ** 2 for x in xs)
+    fixed = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)) / spread
+    return fixed, mean_y - fixed * mean_x
 
 
 def report(results: dict[str, dict[int, list[float]]]) -> str:
@@ -143,7 +145,7 @@ def report(results: dict[str, dict[int, list[float]]]) -> str:
             fixed, per_event = fitted(medians)
             lines.append(
                 f"{database}: a batch costs about {fixed * 1e6:,.0f} µs plus "
-                f"{per_event * 1e6:,.1f} µs per event (least squares over the medians)"
+                f"{per_event * 1e6:,.1f} µs per event (least squares over the medians per event)"
             )
     return markdown_table(rows) + "\n\n" + "\n".join(lines)
 
