@@ -59,7 +59,7 @@ log = logging.getLogger(__name__)
 BATCH_SIZE_DEFAULT = 1000
 POLL_TIMEOUT_S_DEFAULT = 0.5
 """How long a poll waits for the first record when none is there."""
-BATCH_LINGER_S_DEFAULT = 0.02
+BATCH_LINGER_S_DEFAULT = 0.01
 """How long a batch that is not full waits for more records, when records come often
 enough that more are due within it (see :class:`ArrivalRate`)."""
 BATCH_GATHER_RECORDS = 16

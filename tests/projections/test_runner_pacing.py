@@ -26,7 +26,7 @@ from eventplatform.projections.runner import (
 from eventplatform.projections.store import ProjectionStore
 from eventplatform.testing import BrokerProcess, running_broker
 
-LINGER_S = 0.02
+LINGER_S = 0.01
 
 # The rate, sans IO ---------------------------------------------------------------
 
@@ -42,12 +42,12 @@ def test_a_rate_counts_the_records_of_the_last_window() -> None:
 
 def test_lingering_is_worth_it_only_when_a_record_is_due_within_the_linger() -> None:
     rate = ArrivalRate(window_s=1.0)
-    rate.note(40, now=10.0)
-    assert not rate.worth_lingering(LINGER_S, now=10.0)  # 40/s: 0.8 records in 20 ms
-    rate.note(10, now=10.5)
-    assert rate.worth_lingering(LINGER_S, now=10.5)  # 50/s: one record in 20 ms
+    rate.note(80, now=10.0)
+    assert not rate.worth_lingering(LINGER_S, now=10.0)  # 80/s: 0.8 records in 10 ms
+    rate.note(20, now=10.5)
+    assert rate.worth_lingering(LINGER_S, now=10.5)  # 100/s: one record in 10 ms
     assert not rate.worth_lingering(0.0, now=10.5)  # no linger set
-    assert not rate.worth_lingering(LINGER_S, now=11.2)  # the 40 are forgotten
+    assert not rate.worth_lingering(LINGER_S, now=11.2)  # the 80 are forgotten
 
 
 def test_nothing_polled_counts_nothing() -> None:
@@ -56,10 +56,10 @@ def test_nothing_polled_counts_nothing() -> None:
     assert rate.per_second(now=1.0) == 0
 
 
-def test_the_default_linger_gathers_records_from_fifty_a_second() -> None:
+def test_the_default_linger_gathers_records_from_a_hundred_a_second() -> None:
     assert BATCH_LINGER_S_DEFAULT == LINGER_S
     rate = ArrivalRate()
-    rate.note(49, now=0.0)
+    rate.note(99, now=0.0)
     assert not rate.worth_lingering(BATCH_LINGER_S_DEFAULT, now=0.5)
     rate.note(1, now=0.5)
     assert rate.worth_lingering(BATCH_LINGER_S_DEFAULT, now=0.5)
