@@ -196,20 +196,19 @@ class KafkaEventReader:
 class _Scan:
     """One partition's read: the offsets still wanted, in order."""
 
-    __slots__ = ("done", "index", "partition", "pending", "sought", "topic")
+    __slots__ = ("index", "partition", "pending", "sought", "topic")
 
     def __init__(self, topic: str, partition: int, pending: list[int]) -> None:
         self.topic = topic
         self.partition = partition
         self.pending = pending
         self.index = 0
-        self.done = False
         self.sought = -1
         """The offset of the last seek: messages before it still come, from fetches
         made before it, and must not make another."""
 
     def finished(self) -> bool:
-        return self.done
+        return self.index == len(self.pending)
 
     def start(self) -> confluent_kafka.TopicPartition:
         """Where reading goes on: the next offset wanted."""
@@ -237,7 +236,6 @@ class _Scan:
             index += 1
         self.index = index
         if index == len(pending):
-            self.done = True
             return False
         wanted = pending[index]
         return wanted - offset > SCAN_GAP_RECORDS and self._seek_once(wanted)
