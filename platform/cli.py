@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from eventplatform.cli_failures import PlatformGroup
 from eventplatform.cli_support import client_config_of_options
 from eventplatform.client_config import BOOTSTRAP_DEFAULT, BOOTSTRAP_ENV, CLIENT_CONFIG_ENV
 from eventplatform.cluster_cli import controllers_option, data_dir_option
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
     from eventplatform.tools.reassign import Target
 
 
-@click.group()
+@click.group(cls=PlatformGroup)
 @click.version_option(package_name="eventplatform")
 def main() -> None:
     """eventplatform: an event-sourcing platform on a Kafka-compatible commit log."""
@@ -42,9 +43,15 @@ def main() -> None:
 @click.option(
     "--directory",
     type=click.Path(path_type=Path, file_okay=False),
-    default=Path(".eventplatform"),
+    default=Path(".eventplatform/demo"),
     show_default=True,
-    help="Where the demo's log (data/) and projection database go; replaced on each run.",
+    help="The demo's own folder for its log (data/) and projection database; a later "
+    "demo replaces it, and a folder with other data in it is refused.",
+)
+@click.option(
+    "--reset",
+    is_flag=True,
+    help="Delete what --directory holds even though no demo made it.",
 )
 @click.option(
     "--hours",
@@ -70,6 +77,7 @@ def main() -> None:
 @click.option("--record-bytes", type=click.IntRange(1), default=100, show_default=True)
 def demo(
     directory: Path,
+    reset: bool,
     hours: float,
     sessions_per_hour: float,
     spark_master: str | None,
@@ -92,7 +100,7 @@ def demo(
         return
     from eventplatform.demo import DemoError, DemoSettings, run_demo
 
-    settings = DemoSettings(directory, hours, sessions_per_hour, spark_master)
+    settings = DemoSettings(directory, hours, sessions_per_hour, spark_master, reset=reset)
     try:
         run_demo(settings, click.echo)
     except DemoError as exc:
@@ -625,7 +633,12 @@ def groups_describe(cluster: ClusterSettings, group: str) -> None:
     metavar="ISO",
     help="To the first record at or after this time (without an offset: UTC).",
 )
-@click.option("--dry-run", is_flag=True, help="Print the new offsets, change nothing.")
+@click.option(
+    "--execute", is_flag=True, help="Commit the new offsets; without it, only print the plan."
+)
+@click.option(
+    "--dry-run", is_flag=True, help="Print the new offsets, change nothing (the default)."
+)
 @_cluster_options
 def groups_reset_offsets(
     cluster: ClusterSettings,
@@ -636,11 +649,15 @@ def groups_reset_offsets(
     to_latest: bool,
     to_offset: int | None,
     to_datetime: str | None,
+    execute: bool,
     dry_run: bool,
 ) -> None:
-    """Move GROUP's committed offsets on a topic; refused while the group has members."""
+    """Plan moving GROUP's committed offsets on a topic, and with --execute move them;
+    refused while the group has members."""
     from eventplatform.tools.groups import reset_group_offsets, reset_target
 
+    if execute and dry_run:
+        raise click.UsageError("--execute and --dry-run exclude each other")
     with _reported_errors():
         target = reset_target(
             to_earliest=to_earliest,
@@ -654,7 +671,7 @@ def groups_reset_offsets(
             topic=topic,
             partition=partition,
             target=target,
-            dry_run=dry_run,
+            dry_run=not execute,
             echo=click.echo,
         )
 

@@ -44,6 +44,7 @@ from typing import Any, TypeVar
 
 import click
 
+from eventplatform.cli_failures import note_brokers, note_database
 from eventplatform.client_config import (
     BOOTSTRAP_DEFAULT,
     BOOTSTRAP_ENV,
@@ -122,9 +123,11 @@ def client_config_of_options(bootstrap: str | None, client_config: Path | None) 
     """The :class:`ClientConfig` of ``--bootstrap`` and ``--client-config``; a usage
     error naming the bad setting and its source otherwise."""
     try:
-        return load_client_config(bootstrap=bootstrap, config_file=client_config)
+        client = load_client_config(bootstrap=bootstrap, config_file=client_config)
     except ClientConfigError as error:
         raise click.UsageError(str(error)) from error
+    note_brokers(client.bootstrap)
+    return client
 
 
 def database_option(command: Decorated) -> Decorated:
@@ -142,7 +145,9 @@ def database_url_of(database: str | None) -> str:
     """The URL ``--database`` gave, else ``$EVENTPLATFORM_DATABASE_URL``, else the local file."""
     from eventplatform.projections.database import database_url
 
-    return database_url(database)
+    url = database_url(database)
+    note_database(url)
+    return url
 
 
 @contextmanager

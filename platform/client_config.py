@@ -24,13 +24,22 @@ from (``file:line`` or the variable). So does a combination that cannot work, su
 as SASL settings without a SASL protocol. Secrets (:data:`SECRET_KEYS`) are never
 part of a message or a ``repr``.
 
+Every client also logs through :data:`KAFKA_LOG` (``eventplatform.kafka``), at
+warning level and above, instead of librdkafka's own lines on standard error; a
+line that repeats (a broker that stays unreachable is reported by every connection
+attempt) is logged once per :data:`KAFKA_LOG_REPEAT_QUIET_S` (see :class:`RepeatsFilter`).
+
 This module reads files and the environment but imports no client, so the SDK's
 pure model, the command line and Spark's driver can all use it.
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import re
+import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,11 +50,13 @@ __all__ = [
     "BOOTSTRAP_ENV",
     "CLIENT_CONFIG_ENV",
     "ENV_PREFIX",
+    "KAFKA_LOG",
     "KNOWN_KEYS",
     "SECRET_KEYS",
     "ClientConfig",
     "ClientConfigError",
     "KafkaConnection",
+    "RepeatsFilter",
     "client_config_of",
     "environment_name",
     "kafka_settings",
@@ -56,6 +67,11 @@ BOOTSTRAP_ENV = "EVENTPLATFORM_BOOTSTRAP"
 BOOTSTRAP_DEFAULT = "127.0.0.1:9092"
 CLIENT_CONFIG_ENV = "EVENTPLATFORM_CLIENT_CONFIG"
 ENV_PREFIX = "EVENTPLATFORM_KAFKA_"
+KAFKA_LOG_REPEAT_QUIET_S = 300.0
+"""How long a librdkafka line, once logged, is not logged again (the same line with
+other timings counts as the same)."""
+KAFKA_LOG_REPEATS_REMEMBERED = 256
+"""Distinct lines :class:`RepeatsFilter` remembers; the oldest is forgotten first."""
 ARGUMENT_SOURCE = "argument"
 DEFAULT_SOURCE = "default"
 CONFIG_FILE_BYTES_MAX = 1024 * 1024
@@ -170,9 +186,10 @@ class ClientConfig:
     def security_protocol(self) -> str:
         return self.settings.get("security.protocol", PROTOCOL_DEFAULT)
 
-    def librdkafka(self) -> dict[str, str]:
-        """The settings a confluent-kafka Producer, Consumer or AdminClient takes."""
-        return {"bootstrap.servers": self.bootstrap, **self.settings}
+    def librdkafka(self) -> dict[str, Any]:
+        """The settings a confluent-kafka Producer, Consumer or AdminClient takes: the
+        brokers, the security keys, and :data:`KAFKA_LOG` for librdkafka's log."""
+        return {"bootstrap.servers": self.bootstrap, **self.settings, "logger": KAFKA_LOG}
 
     def spark_options(self) -> dict[str, str]:
         """The ``eventlog`` source's options for the brokers, security as ``kafka.*``."""
@@ -321,6 +338,47 @@ def _check_combination(settings: Mapping[str, str], sources: Mapping[str, str]) 
         present = "ssl.certificate.location" if has_certificate else "ssl.key.location"
         missing = "ssl.key.location" if has_certificate else "ssl.certificate.location"
         raise ClientConfigError(f"{present} (from {sources[present]}) needs {missing} as well")
+
+
+class RepeatsFilter(logging.Filter):
+    """Lets a librdkafka line through once per ``quiet_s``.
+
+    librdkafka reports each failed attempt: an unreachable broker gives a line per
+    connection attempt per client, dozens a second. Lines that differ only in the
+    client's name, the thread and the timings count as one. ``clock`` is for tests.
+    """
+
+    _VARYING = re.compile(r"rdkafka#\w+-\d+|\[thrd:[^\]]*\]:?\s*|\(after \d+ms[^)]*\)")
+
+    def __init__(
+        self,
+        quiet_s: float = KAFKA_LOG_REPEAT_QUIET_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        super().__init__()
+        self.quiet_s = quiet_s
+        self._clock = clock
+        self._logged_at: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        key = self._VARYING.sub("", record.getMessage())
+        now = self._clock()
+        with self._lock:
+            logged_at = self._logged_at.get(key)
+            if logged_at is not None and now - logged_at < self.quiet_s:
+                return False
+            self._logged_at.pop(key, None)
+            self._logged_at[key] = now
+            while len(self._logged_at) > KAFKA_LOG_REPEATS_REMEMBERED:
+                del self._logged_at[next(iter(self._logged_at))]
+        return True
+
+
+KAFKA_LOG = logging.getLogger("eventplatform.kafka")
+"""The logger every platform client hands librdkafka (its ``logger`` setting)."""
+KAFKA_LOG.setLevel(logging.WARNING)
+KAFKA_LOG.addFilter(RepeatsFilter())
 
 
 def client_config_of(connection: KafkaConnection) -> ClientConfig:

@@ -2,7 +2,9 @@
 
 Each step prints what it did and how long it took:
 
-1. a broker starts in this process, on a fresh data directory;
+1. a broker starts in this process, on a fresh data directory in the demo's own
+   folder (``.eventplatform/demo``: not the folders ``platform serve`` and
+   ``--database`` use by default);
 2. the migrations create the platform's and the demo apps' tables (SQLite);
 3. the apps' simulations append some hours of events: with the bundled
    apps, website traffic, a fleet's metrics (one agent faulty for a while)
@@ -21,6 +23,10 @@ their part, ``App(demo="package.module:attribute")``, an
 :class:`~eventplatform.projections.AppDemo` saying what to simulate, correct,
 replay and compute with Spark. The broker's folder and the database stay
 behind for ``platform query``.
+
+A run replaces what an earlier demo left in its folder, which it knows by the
+:data:`DEMO_MARKER` file there. A folder with anything else in it is refused
+unless ``reset`` is given: the demo never deletes data it did not make.
 """
 
 from __future__ import annotations
@@ -55,6 +61,9 @@ APPLY_TIMEOUT_S = 300.0
 BROKER_OVERRIDES = ("num.partitions=4", "group.initial.rebalance.delay.ms=0")
 STORY_ORDER = ("activity", "metrics", "logs")
 """The bundled apps in the order the demo tells their story; other apps follow, by name."""
+DEMO_DIRECTORY_DEFAULT = Path(".eventplatform/demo")
+DEMO_MARKER = "made-by-platform-demo"
+"""The file that marks a folder as the demo's, so that a later run may replace it."""
 SPARK_SETTINGS = {"spark.ui.showConsoleProgress": "false"}
 """The demo prints its own progress; Spark's bars would garble it."""
 
@@ -72,6 +81,8 @@ class DemoSettings:
     sessions_per_hour: float
     spark_master: str | None
     seed: int = 0
+    reset: bool = False
+    """Replace the folder's contents even when no earlier demo made them."""
 
     @property
     def data_dir(self) -> Path:
@@ -118,7 +129,7 @@ def run_demo(settings: DemoSettings, echo: Echo) -> None:
     parts = demo_apps()
     apps = [part.app for part in parts]
     streamed = [name for part in parts for name in part.demo.streamed]
-    _fresh(settings)
+    prepare_directory(settings)
     config = BrokerConfig.load(None, BROKER_OVERRIDES, data_dir=settings.data_dir, listen_port=0)
     url = settings.database_url
     with ExitStack() as stack:
@@ -146,8 +157,10 @@ def run_demo(settings: DemoSettings, echo: Echo) -> None:
     echo(
         f"\nThe log is in {settings.data_dir}, the projections in {url}.\n"
         f"Keep a broker running on it:  platform serve --data-dir {settings.data_dir}\n"
-        'Query the projections:        platform query "SELECT * FROM logs_counts LIMIT 5"\n'
-        "The apps' named queries:      platform query --list"
+        f"Query the projections:        platform query --database {url} "
+        '"SELECT * FROM logs_counts LIMIT 5"\n'
+        f"The apps' named queries:      platform query --database {url} --list\n"
+        f"Or, for every command:        export EVENTPLATFORM_DATABASE_URL={url}"
     )
 
 
@@ -186,13 +199,27 @@ def _wait_applied(parts: Sequence[DemoApp], url: str, bootstrap: ClientConfig) -
                 wait_caught_up([projection.name], url, bootstrap, topics, APPLY_TIMEOUT_S)
 
 
-def _fresh(settings: DemoSettings) -> None:
-    """The demo starts from nothing: an earlier demo's log and database go."""
-    shutil.rmtree(settings.data_dir, ignore_errors=True)
-    database = settings.directory / "projections.db"
-    for path in (database, Path(f"{database}-wal"), Path(f"{database}-shm")):
-        path.unlink(missing_ok=True)
-    settings.directory.mkdir(parents=True, exist_ok=True)
+def prepare_directory(settings: DemoSettings) -> None:
+    """The demo starts from nothing in its folder: an earlier demo's log and database go.
+
+    Raises DemoError, deleting nothing, for a folder that holds anything no demo made
+    (no :data:`DEMO_MARKER`), unless ``settings.reset``."""
+    directory = settings.directory
+    if directory.exists() and not directory.is_dir():
+        raise DemoError(f"{directory} is a file, not a folder for the demo")
+    contents = sorted(path.name for path in directory.iterdir()) if directory.is_dir() else []
+    if contents and DEMO_MARKER not in contents and not settings.reset:
+        shown = ", ".join(contents[:5]) + (", ..." if len(contents) > 5 else "")
+        raise DemoError(
+            f"{directory} holds data the demo did not make ({shown}); give the demo "
+            "another --directory, or --reset to delete what is there"
+        )
+    if contents:
+        shutil.rmtree(directory)
+    directory.mkdir(parents=True)
+    (directory / DEMO_MARKER).write_text(
+        "This folder is platform demo's: a later run of the demo replaces all of it.\n"
+    )
 
 
 @contextmanager

@@ -121,7 +121,10 @@ def projections_status(
     for status in statuses:
         seconds = "-" if status.lag_seconds is None else f"{status.lag_seconds:.1f}s"
         click.echo(f"{status.name}: {status.status}")
-        click.echo(f"  lag: {status.lag_events} events, {seconds}")
+        if status.lag_error is not None:
+            click.echo(f"  lag: unknown ({status.lag_error})")
+        else:
+            click.echo(f"  lag: {status.lag_events} events, {seconds}")
         for partition in status.partitions:
             click.echo(
                 f"    {partition.topic}/{partition.partition}: next {partition.next_offset}, "

@@ -19,10 +19,9 @@ from typing import Any
 import click
 import orjson
 
-from eventplatform.cli_support import database_option
+from eventplatform.cli_support import database_option, database_url_of
 from eventplatform.db_cli import apps_option
 from eventplatform.projections.apps import installed_apps
-from eventplatform.projections.database import database_url
 from eventplatform.projections.errors import ProjectionError
 from eventplatform.projections.query import (
     QueryResult,
@@ -84,13 +83,13 @@ def query(
             named = find_named_query(apps, sql_or_name)
             parameters = named_parameters(named, since=since, given=given)
             result = run_named_query(
-                database_url(database), named, parameters, allow_superuser=allow_superuser
+                database_url_of(database), named, parameters, allow_superuser=allow_superuser
             )
         else:
             if since is not None:
                 raise click.UsageError("--since is for named queries; bind :since in your SQL")
             result = run_query(
-                database_url(database), sql_or_name, given, allow_superuser=allow_superuser
+                database_url_of(database), sql_or_name, given, allow_superuser=allow_superuser
             )
     except ProjectionError as exc:
         raise click.ClickException(str(exc)) from exc

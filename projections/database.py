@@ -29,6 +29,10 @@ DATABASE_URL_ENV = "EVENTPLATFORM_DATABASE_URL"
 DATABASE_URL_DEFAULT = "sqlite:///.eventplatform/projections.db"
 READ_ONLY_OPTION = "ep_read_only"
 """A connection execution option: its transactions only read (see :func:`reading`)."""
+POSTGRES_CONNECT_TIMEOUT_S = 10
+"""How long opening a PostgreSQL connection may take (libpq's ``connect_timeout``, whole
+seconds) unless the URL sets its own: an unreachable server fails a command in that
+time, rather than in the operating system's TCP timeout of minutes."""
 SQLITE_BUSY_TIMEOUT_S = 30.0
 SQLITE_CACHE_KIB = 65_536
 SQLITE_WAL_CHECKPOINT_PAGES = 10_000
@@ -72,6 +76,9 @@ def create_store_engine(url: str, **options: Any) -> Engine:
         parsed = parsed.set(drivername="postgresql+psycopg")
     if parsed.get_backend_name() == "sqlite":
         return _sqlite_engine(parsed, **options)
+    if parsed.get_backend_name() == "postgresql" and "connect_timeout" not in parsed.query:
+        connect_args = {"connect_timeout": POSTGRES_CONNECT_TIMEOUT_S}
+        options["connect_args"] = {**connect_args, **options.get("connect_args", {})}
     return create_engine(parsed, pool_pre_ping=True, **options)
 
 

@@ -59,21 +59,24 @@ class LogReadError(ProjectionError):
 
 
 def log_ends(
-    bootstrap: KafkaConnection, topics: Sequence[str]
+    bootstrap: KafkaConnection, topics: Sequence[str], timeout_s: float = READ_TIMEOUT_S
 ) -> dict[tuple[str, int], tuple[int, int]]:
-    """Each partition's log start and end offsets, for the given topics."""
+    """Each partition's log start and end offsets, for the given topics, asked within
+    ``timeout_s`` in all; a KafkaException when the cluster does not answer in time."""
+    deadline = time.monotonic() + timeout_s
     consumer = confluent_kafka.Consumer(
         {**kafka_settings(bootstrap), "group.id": "eventplatform.status"}
     )
     try:
-        metadata = consumer.list_topics(timeout=READ_TIMEOUT_S)
+        metadata = consumer.list_topics(timeout=timeout_s)
         ends: dict[tuple[str, int], tuple[int, int]] = {}
         for topic in topics:
             described = metadata.topics.get(topic)
             if described is None or described.error is not None:
                 continue
             for partition in described.partitions:
-                watermarks = _watermarks(consumer, confluent_kafka.TopicPartition(topic, partition))
+                tp = confluent_kafka.TopicPartition(topic, partition)
+                watermarks = _watermarks(consumer, tp, deadline)
                 if watermarks is not None:
                     ends[(topic, partition)] = (watermarks[0], watermarks[1])
         return ends
@@ -82,12 +85,11 @@ def log_ends(
 
 
 def _watermarks(
-    consumer: confluent_kafka.Consumer, partition: confluent_kafka.TopicPartition
+    consumer: confluent_kafka.Consumer, partition: confluent_kafka.TopicPartition, deadline: float
 ) -> tuple[int, int] | None:
-    """A partition's low and high watermarks, asked again (within READ_TIMEOUT_S) while
+    """A partition's low and high watermarks, asked again (until ``deadline``) while
     the answer is a failure a leader's death explains: librdkafka destroys its handle of
     a broker the cluster has fenced, failing the request that waited on it."""
-    deadline = time.monotonic() + READ_TIMEOUT_S
     while True:
         try:
             found: tuple[int, int] | None = consumer.get_watermark_offsets(
@@ -124,12 +126,19 @@ class KafkaEventReader:
     def close(self) -> None:
         self._consumer.close()
 
-    def timestamps(self, offsets: Mapping[tuple[str, int], int]) -> dict[tuple[str, int], int]:
-        """The timestamp (ms) of the record at each partition's given offset."""
+    def timestamps(
+        self, offsets: Mapping[tuple[str, int], int], timeout_s: float = READ_TIMEOUT_S
+    ) -> dict[tuple[str, int], int]:
+        """The timestamp (ms) of the record at each partition's given offset, those read
+        within ``timeout_s`` in all."""
+        deadline = time.monotonic() + timeout_s
         stamps: dict[tuple[str, int], int] = {}
         for (topic, partition), offset in offsets.items():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
             self._consumer.assign([confluent_kafka.TopicPartition(topic, partition, offset)])
-            message = self._consumer.poll(READ_TIMEOUT_S)
+            message = self._consumer.poll(left)
             if message is not None and message.error() is None:
                 stamps[(topic, partition)] = message.timestamp()[1]
         self._consumer.unassign()

@@ -14,11 +14,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+import confluent_kafka
 from sqlalchemy import Engine, select
 from sqlalchemy.engine import make_url
 from sqlalchemy.pool import NullPool
 
-from eventplatform.client_config import KafkaConnection
+from eventplatform.client_config import KafkaConnection, client_config_of
 from eventplatform.events import EventError, EventRef, Position
 from eventplatform.events.erasure import ErasedRecord
 from eventplatform.projections import schema
@@ -34,11 +35,15 @@ from eventplatform.projections.registry import (
     checkpoints_of,
     parked_count,
     registered,
+    reported_status,
     row_counts,
 )
 from eventplatform.projections.runner import COMMITS, ProjectionRunner
 from eventplatform.projections.store import ProjectionStore
 
+STATUS_LOG_TIMEOUT_S = 10.0
+"""How long a status waits for the log's ends, and again for the lagging partitions'
+timestamps, before it reports what the database knows alone."""
 WAIT_POLL_S_MIN = 0.001
 WAIT_POLL_S_MAX = 0.01
 WAIT_ENGINES_MAX = 8
@@ -96,6 +101,8 @@ class ProjectionStatus:
     last_error: str | None
     last_error_at: datetime | None
     updated_at: datetime | None
+    lag_error: str | None = None
+    """Why the lag is unknown (the cluster did not answer), or None."""
 
     @property
     def lag_events(self) -> int:
@@ -114,22 +121,54 @@ def projection_status(
     bootstrap: KafkaConnection | None,
     name: str | None = None,
 ) -> list[ProjectionStatus]:
-    """Status of every known projection (installed or registered), or of one."""
+    """Status of every known projection (installed or registered), or of one.
+
+    The log's ends are asked once for every projection's topics, within
+    :data:`STATUS_LOG_TIMEOUT_S`: when the cluster does not answer, each status says
+    why in ``lag_error`` and the rest of it still comes from the database."""
     engine = create_store_engine(database_url)
     try:
         with reading(engine) as connection:
             known = {row.name: row for row in registered(connection)}
             declared = {p.name: p for app in apps for p in app.projections}
             names = [name] if name else sorted(set(known) | set(declared))
-            result = []
             for each in names:
                 if each not in known and each not in declared:
                     find_projection(each, apps)  # raises, naming the known projections
-                row, projection = known.get(each), declared.get(each)
-                result.append(_status(connection, each, projection, row, bootstrap))
-            return result
+            topics = {each: _topics_of(declared.get(each), known.get(each)) for each in names}
+            log = _LogView.read(bootstrap, sorted({t for ts in topics.values() for t in ts}))
+            return [
+                _status(connection, each, declared.get(each), known.get(each), topics[each], log)
+                for each in names
+            ]
     finally:
         engine.dispose()
+
+
+def _topics_of(projection: Projection | None, row: Any) -> list[str]:
+    return list(projection.topics) if projection else list(row.topics if row else [])
+
+
+@dataclass(frozen=True)
+class _LogView:
+    """What a status needs of the log: each partition's bounds, and the connection to ask
+    timestamps on; or why the log could not be asked."""
+
+    bootstrap: KafkaConnection | None
+    ends: dict[tuple[str, int], tuple[int, int]]
+    error: str | None
+
+    @classmethod
+    def read(cls, bootstrap: KafkaConnection | None, topics: list[str]) -> _LogView:
+        if bootstrap is None or not topics:
+            return cls(bootstrap, {}, None)
+        try:
+            return cls(bootstrap, log_ends(bootstrap, topics, STATUS_LOG_TIMEOUT_S), None)
+        except confluent_kafka.KafkaException as exc:
+            error = exc.args[0] if exc.args else exc
+            reason = error.str() if isinstance(error, confluent_kafka.KafkaError) else str(error)
+            brokers = client_config_of(bootstrap).bootstrap
+            return cls(bootstrap, {}, f"the cluster at {brokers} did not answer: {reason}")
 
 
 def _status(
@@ -137,34 +176,42 @@ def _status(
     name: str,
     projection: Projection | None,
     row: Any,
-    bootstrap: KafkaConnection | None,
+    topics: list[str],
+    log: _LogView,
 ) -> ProjectionStatus:
     checkpoints = checkpoints_of(connection, name)
-    topics = list(projection.topics) if projection else list(row.topics if row else [])
-    partitions = _lags(bootstrap, topics, checkpoints) if bootstrap else []
+    partitions = _lags(log, topics, checkpoints) if log.error is None else []
+    rows = row_counts(connection, projection.tables) if projection else {}
     return ProjectionStatus(
         name=name,
-        status=row.status if row else "never run",
+        status=reported_status(row, any(rows.values())),
         group_id=projection.group_id if projection else row.group_id,
         partitions=partitions,
-        rows=row_counts(connection, projection.tables) if projection else {},
+        rows=rows,
         parked=parked_count(connection, name),
         last_error=row.last_error if row else None,
         last_error_at=row.last_error_at if row else None,
         updated_at=row.updated_at if row else None,
+        lag_error=log.error,
     )
 
 
 def _lags(
-    bootstrap: KafkaConnection, topics: list[str], checkpoints: dict[tuple[str, int], int]
+    log: _LogView, topics: list[str], checkpoints: dict[tuple[str, int], int]
 ) -> list[PartitionLag]:
-    ends = log_ends(bootstrap, topics)
+    ends = {tp: bounds for tp, bounds in log.ends.items() if tp[0] in topics}
     behind = {
         partition: checkpoints.get(partition, start)
         for partition, (start, end) in ends.items()
         if checkpoints.get(partition, start) < end
     }
-    times = KafkaEventReader(bootstrap).timestamps(behind) if behind else {}
+    times: dict[tuple[str, int], int] = {}
+    if behind and log.bootstrap is not None:
+        reader = KafkaEventReader(log.bootstrap)
+        try:
+            times = reader.timestamps(behind, STATUS_LOG_TIMEOUT_S)
+        finally:
+            reader.close()
     now_ms = time.time() * 1000
     lags = []
     for (topic, partition), (start, end) in sorted(ends.items()):

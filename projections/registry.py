@@ -8,7 +8,7 @@ unapplied event gives the lag in seconds.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import func, inspect, select
@@ -18,6 +18,12 @@ from eventplatform.projections.statements import upsert_insert
 from eventplatform.projections.store import ProjectionStore
 
 STATUS_RUNNING = "running"
+STATUS_NEVER_RUN = "never run"
+RUNNER_HEARTBEAT_S = 10.0
+"""How often a running runner refreshes its row's ``updated_at``, even when idle."""
+RUNNER_SILENT_S = 3 * RUNNER_HEARTBEAT_S
+"""A row that says running but was not refreshed for this long belongs to a runner that
+ended without saying so (killed, or its machine lost)."""
 
 
 def register_projection(store: ProjectionStore, status: str = STATUS_RUNNING) -> None:
@@ -50,6 +56,28 @@ def set_status(store: ProjectionStore, status: str, *, error: str | None = None)
         connection.execute(
             table.update().where(table.c.name == store.projection.name).values(values)
         )
+
+
+def reported_status(
+    row: RegisteredProjection | None, has_rows: bool, now: datetime | None = None
+) -> str:
+    """The status to show for a projection: its row's, unless the row says running and
+    its runner went silent; for a projection with no row, whether its tables hold rows
+    anyway (filled by replay or a batch job, not by a runner)."""
+    if row is None and has_rows:
+        return "no runner; its tables hold rows from replay or a batch job"
+    if row is None:
+        return STATUS_NEVER_RUN
+    if row.status != STATUS_RUNNING:
+        return row.status
+    updated = row.updated_at if row.updated_at.tzinfo else row.updated_at.replace(tzinfo=UTC)
+    silent = (now or datetime.now(UTC)) - updated
+    if silent > timedelta(seconds=RUNNER_SILENT_S):
+        return (
+            f"not running: its runner has not been heard from for {silent.total_seconds():.0f}s "
+            "(it ended without stopping)"
+        )
+    return STATUS_RUNNING
 
 
 @dataclass(frozen=True)

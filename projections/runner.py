@@ -51,7 +51,12 @@ from eventplatform.projections.errors import (
 from eventplatform.projections.fold import link_problem
 from eventplatform.projections.kafka import KafkaEventReader
 from eventplatform.projections.premerge import BatchDelta
-from eventplatform.projections.registry import register_projection, set_status
+from eventplatform.projections.registry import (
+    RUNNER_HEARTBEAT_S,
+    STATUS_RUNNING,
+    register_projection,
+    set_status,
+)
 from eventplatform.projections.store import ProjectionStore, StoreTransaction
 
 log = logging.getLogger(__name__)
@@ -180,7 +185,7 @@ class ProjectionRunner:
         self.arrivals = ArrivalRate()
         self.stats = RunnerStats()
         self.expected: dict[TopicPartition, int | None] = {}
-        self._idle_since = time.monotonic()
+        self._idle_since = self._heard_at = time.monotonic()
         self._on_assign = on_assign
         self._on_commit = on_commit
         self._uncommitted: dict[TopicPartition, int] = {}
@@ -214,9 +219,10 @@ class ProjectionRunner:
             on_revoke=self._revoked,
             on_lost=self._revoked,
         )
-        self._idle_since = time.monotonic()
+        self._idle_since = self._heard_at = time.monotonic()
         try:
             while stop is None or not stop.is_set():
+                self._heartbeat()
                 records = self._poll()
                 if records:
                     self._apply_with_retry(records)
@@ -232,6 +238,19 @@ class ProjectionRunner:
             set_status(self.store, "stopped")
         finally:
             self.close()
+
+    def _heartbeat(self) -> None:
+        """Refresh the registry's row every RUNNER_HEARTBEAT_S, so that a status can tell a
+        running runner from one that was killed; a store that fails it is retried at the
+        next beat (the batches say more about the store than the beat does)."""
+        now = time.monotonic()
+        if now - self._heard_at < RUNNER_HEARTBEAT_S:
+            return
+        self._heard_at = now
+        try:
+            set_status(self.store, STATUS_RUNNING)
+        except DBAPIError as exc:
+            log.info("%s: refreshing its status: %s", self.projection.name, exc)
 
     def _idle_for(self, seconds: float) -> bool:
         """Idle (nothing polled) for ``seconds`` since the last batch or assignment."""

@@ -25,6 +25,7 @@ from eventplatform.tools.kafka_clients import (
     LATEST,
     admin_client,
     describe_error,
+    error_of_request,
     partition_offsets,
     topic_partition_ids,
     wait_for,
@@ -258,7 +259,7 @@ def list_groups(cluster: ClusterSettings, *, echo: Echo) -> None:
     future = admin.list_consumer_groups(request_timeout=cluster.request_timeout_s)
     result = wait_for(future, cluster, "cannot list consumer groups")
     if result.errors:
-        raise KafkaRequestError(f"cannot list consumer groups: {describe_error(result.errors[0])}")
+        raise error_of_request(cluster, "cannot list consumer groups", result.errors[0])
     states = {listing.group_id: state_name(listing.state) for listing in result.valid}
     if not states:
         echo("no consumer groups")
@@ -381,7 +382,8 @@ def reset_group_offsets(
 ) -> None:
     """Move the group's committed offsets on ``topic`` (one partition or all) to ``target``.
 
-    Prints the plan either way; with ``dry_run`` nothing is committed.
+    Prints the plan either way; with ``dry_run`` nothing is committed (the command
+    line plans unless given ``--execute``, as Kafka's own tool does).
     Raises :class:`GroupActiveError` when the group has members.
     """
     admin = admin_client(cluster)
@@ -410,7 +412,7 @@ def reset_group_offsets(
     for line in reset_lines(topic, plan):
         echo(line)
     if dry_run:
-        echo("dry run: no offsets were changed")
+        echo("plan only: no offsets were changed (add --execute to commit them)")
         return
     commit_offsets(admin, cluster, group, topic, plan)
     echo(f"group {group}: offsets reset on {len(plan)} partitions of {topic}")

@@ -74,6 +74,12 @@ def request_error(
     error = kafka_error_of(exception)
     if error is None:
         return KafkaRequestError(f"{action}: {exception}")
+    return error_of_request(cluster, action, error)
+
+
+def error_of_request(cluster: ClusterSettings, action: str, error: KafkaError) -> KafkaRequestError:
+    """The one-line :class:`KafkaRequestError` for ``error``, met while doing ``action``;
+    an error that means no broker answered names the brokers asked."""
     if error.name() in UNREACHABLE_ERRORS:
         return KafkaRequestError(
             f"{action}: no answer from the cluster at {cluster.bootstrap} "

@@ -34,7 +34,7 @@ def reset_rows(reset_output: str) -> dict[int, tuple[str, str]]:
     """``partition -> (current, new)`` from ``groups reset-offsets``."""
     rows = {}
     for line in reset_output.splitlines()[1:]:
-        if not line or line.startswith(("dry run", "group ")):
+        if not line or line.startswith(("plan only", "group ")):
             continue
         _topic, partition, current, new, *_note = line.split()
         rows[int(partition)] = (current, new)
@@ -163,7 +163,7 @@ def test_reset_offsets_to_each_target(platform: Platform, unique_name: str) -> N
     )
 
     earliest = platform.ok(
-        "groups", "reset-offsets", group, "--topic", unique_name, "--to-earliest"
+        "groups", "reset-offsets", group, "--topic", unique_name, "--to-earliest", "--execute"
     )
     assert reset_rows(earliest.stdout) == {0: ("4", "0"), 1: ("4", "0")}
 
@@ -177,17 +177,22 @@ def test_reset_offsets_to_each_target(platform: Platform, unique_name: str) -> N
         "1",
         "--to-offset",
         "3",
+        "--execute",
     )
     assert reset_rows(one.stdout) == {1: ("0", "3")}
 
     clamped = platform.ok(
-        "groups", "reset-offsets", group, "--topic", unique_name, "--to-offset", "99"
+        "groups", "reset-offsets", group, "--topic", unique_name, "--to-offset", "99", "--execute"
     )
     assert reset_rows(clamped.stdout) == {0: ("0", "4"), 1: ("3", "4")}
     assert "past the log end" in clamped.stdout
 
-    platform.ok("groups", "reset-offsets", group, "--topic", unique_name, "--to-earliest")
-    latest = platform.ok("groups", "reset-offsets", group, "--topic", unique_name, "--to-latest")
+    platform.ok(
+        "groups", "reset-offsets", group, "--topic", unique_name, "--to-earliest", "--execute"
+    )
+    latest = platform.ok(
+        "groups", "reset-offsets", group, "--topic", unique_name, "--to-latest", "--execute"
+    )
     assert reset_rows(latest.stdout) == {0: ("0", "4"), 1: ("0", "4")}
 
     assert offset_rows(platform.ok("groups", "describe", group).stdout) == {
@@ -207,7 +212,7 @@ def test_reset_offsets_to_a_datetime(platform: Platform, unique_name: str) -> No
     iso = boundary.replace("+00:00", "Z")
 
     reset = platform.ok(
-        "groups", "reset-offsets", group, "--topic", unique_name, "--to-datetime", iso
+        "groups", "reset-offsets", group, "--topic", unique_name, "--to-datetime", iso, "--execute"
     )
     assert reset_rows(reset.stdout) == {0: ("-", "2")}
 
@@ -219,6 +224,7 @@ def test_reset_offsets_to_a_datetime(platform: Platform, unique_name: str) -> No
         unique_name,
         "--to-datetime",
         "2999-01-01T00:00:00Z",
+        "--execute",
     )
     assert reset_rows(later.stdout) == {0: ("2", "3")}
     assert "no record at or after the datetime" in later.stdout
@@ -244,11 +250,49 @@ def test_dry_run_changes_nothing(platform: Platform, unique_name: str) -> None:
     )
 
     assert reset_rows(dry.stdout) == {0: ("4", "0"), 1: ("4", "0")}
-    assert "dry run: no offsets were changed" in dry.stdout
+    assert "plan only: no offsets were changed" in dry.stdout
     assert offset_rows(platform.ok("groups", "describe", group).stdout) == {
         0: ["4", "4", "0", "-"],
         1: ["4", "4", "0", "-"],
     }
+
+
+def test_reset_offsets_plans_unless_told_to_execute(platform: Platform, unique_name: str) -> None:
+    seed_topic(platform, unique_name)
+    group = f"{unique_name}-group"
+    platform.ok(
+        "consume",
+        unique_name,
+        "--group",
+        group,
+        "--from-beginning",
+        "--max-messages",
+        "8",
+        "--timeout",
+        WAIT_S,
+    )
+
+    plan = platform.ok("groups", "reset-offsets", group, "--topic", unique_name, "--to-earliest")
+
+    assert reset_rows(plan.stdout) == {0: ("4", "0"), 1: ("4", "0")}
+    assert "add --execute to commit them" in plan.stdout
+    assert offset_rows(platform.ok("groups", "describe", group).stdout) == {
+        0: ["4", "4", "0", "-"],
+        1: ["4", "4", "0", "-"],
+    }
+    assert (
+        "exclude each other"
+        in platform(
+            "groups",
+            "reset-offsets",
+            group,
+            "--topic",
+            unique_name,
+            "--to-earliest",
+            "--execute",
+            "--dry-run",
+        ).output
+    )
 
 
 def test_reset_is_refused_while_the_group_has_members(
@@ -263,7 +307,9 @@ def test_reset_is_refused_while_the_group_has_members(
         )
 
     assert error.startswith(f"Error: group '{group}' is Stable with 1 active members")
-    after = platform.ok("groups", "reset-offsets", group, "--topic", unique_name, "--to-latest")
+    after = platform.ok(
+        "groups", "reset-offsets", group, "--topic", unique_name, "--to-latest", "--execute"
+    )
     assert reset_rows(after.stdout) == {0: ("-", "4"), 1: ("-", "4")}
 
 

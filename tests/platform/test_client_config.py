@@ -4,6 +4,7 @@ where it came from; secrets never show."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
@@ -12,8 +13,10 @@ from click.testing import CliRunner
 from eventplatform.cli import main
 from eventplatform.client_config import (
     BOOTSTRAP_DEFAULT,
+    KAFKA_LOG,
     ClientConfig,
     ClientConfigError,
+    RepeatsFilter,
     environment_name,
     kafka_settings,
     load_client_config,
@@ -60,15 +63,16 @@ def test_a_properties_file_gives_brokers_and_security(tmp_path: Path, authority:
         "sasl.username": "alice",
         "sasl.password": SECRET,
         "ssl.ca.location": str(authority),
+        "logger": KAFKA_LOG,
     }
     assert config.sources["sasl.username"] == f"{tmp_path / 'client.properties'}:7"
 
 
 def test_nothing_configured_is_plaintext_to_the_default_broker() -> None:
     config = load_client_config(environ={})
-    assert config.librdkafka() == {"bootstrap.servers": BOOTSTRAP_DEFAULT}
+    assert config.librdkafka() == {"bootstrap.servers": BOOTSTRAP_DEFAULT, "logger": KAFKA_LOG}
     assert config.security_protocol == "PLAINTEXT"
-    assert kafka_settings(ClientConfig("h:1")) == {"bootstrap.servers": "h:1"}
+    assert kafka_settings(ClientConfig("h:1")) == {"bootstrap.servers": "h:1", "logger": KAFKA_LOG}
 
 
 def test_the_environment_overrides_the_file_and_arguments_override_both(
@@ -107,6 +111,7 @@ def test_the_environment_alone_can_secure_a_client(authority: Path) -> None:
         "bootstrap.servers": "b:9093",
         "security.protocol": "SSL",
         "ssl.ca.location": str(authority),
+        "logger": KAFKA_LOG,
     }
 
 
@@ -217,3 +222,31 @@ def test_the_tools_take_the_brokers_from_the_environment(tmp_path: Path) -> None
     )
     assert result.exit_code == 1
     assert "127.0.0.1:1" in result.stderr
+
+
+def _librdkafka_record(client: str, text: str) -> logging.LogRecord:
+    return logging.LogRecord(
+        "eventplatform.kafka", logging.ERROR, "", 0, "%s [%s] %s", ("FAIL", client, text), None
+    )
+
+
+def test_a_repeated_librdkafka_line_is_logged_once_per_quiet_period() -> None:
+    now = [0.0]
+    repeats = RepeatsFilter(quiet_s=300, clock=lambda: now[0])
+    refused = "[thrd:h:1/bootstrap]: h:1/bootstrap: Connect to ipv4#h:1 failed: Connection refused"
+    assert repeats.filter(
+        _librdkafka_record("rdkafka#consumer-1", refused + " (after 0ms in state CONNECT)")
+    )
+    now[0] = 10.0
+    assert not repeats.filter(
+        _librdkafka_record("rdkafka#consumer-2", refused + " (after 3ms in state CONNECT)")
+    )
+    assert repeats.filter(_librdkafka_record("rdkafka#consumer-1", "[thrd:main]: other trouble"))
+    now[0] = 301.0
+    assert repeats.filter(_librdkafka_record("rdkafka#consumer-1", refused))
+
+
+def test_every_client_logs_librdkafka_at_warning_and_above_through_one_logger() -> None:
+    assert kafka_settings("h:1")["logger"] is KAFKA_LOG
+    assert KAFKA_LOG.getEffectiveLevel() == logging.WARNING
+    assert any(isinstance(f, RepeatsFilter) for f in KAFKA_LOG.filters)

@@ -12,6 +12,7 @@ from eventplatform.apps.activity_tracking import app as activity
 from eventplatform.apps.log_aggregation import app as logs
 from eventplatform.apps.metrics import app as metrics
 from eventplatform.cli import main
+from eventplatform.demo import DEMO_DIRECTORY_DEFAULT, DEMO_MARKER, DemoSettings, prepare_directory
 
 APPS = (activity, metrics, logs)
 
@@ -32,18 +33,20 @@ def test_the_demo_runs_to_the_end_and_its_replay_check_passes(
     for app in APPS:
         for named in app.queries:
             assert f"$ platform query {app.name}.{named.name}" in output
-    assert "platform serve --data-dir .eventplatform/data" in output
-    assert (tmp_path / ".eventplatform" / "data").is_dir()
+    assert "platform serve --data-dir .eventplatform/demo/data" in output
+    assert (tmp_path / ".eventplatform" / "demo" / "data").is_dir()
+    database = ["--database", "sqlite:///.eventplatform/demo/projections.db"]
 
     # What it leaves behind is there to explore, read-only.
     for table in ("activity_sessions", "metrics_rollups", "metrics_daily_rollups", "logs_recent"):
         counted = runner.invoke(
-            main, ["query", f"SELECT COUNT(*) AS n FROM {table}", "--format", "csv"]
+            main, ["query", f"SELECT COUNT(*) AS n FROM {table}", "--format", "csv", *database]
         )
         assert counted.exit_code == 0, counted.output
         assert int(counted.output.splitlines()[1]) > 0, table
     leaked = runner.invoke(
-        main, ["query", "logs.search", "--param", "q=hunter2-s3cr3t", "--format", "csv"]
+        main,
+        ["query", "logs.search", "--param", "q=hunter2-s3cr3t", "--format", "csv", *database],
     )
     assert leaked.exit_code == 0 and leaked.output.splitlines()[1:] == [], leaked.output
     cpu = runner.invoke(
@@ -53,6 +56,7 @@ def test_the_demo_runs_to_the_end_and_its_replay_check_passes(
             "SELECT MAX(maximum) FROM metrics_rollups WHERE series LIKE 'cpu%'",
             "--format",
             "csv",
+            *database,
         ],
     )
     assert float(cpu.output.splitlines()[1]) <= 100.0  # the faulty agent's x100 is gone
@@ -61,3 +65,34 @@ def test_the_demo_runs_to_the_end_and_its_replay_check_passes(
     again = runner.invoke(main, ["demo", "--hours", "0.5", "--sessions-per-hour", "300"])
     assert again.exit_code == 0, again.output
     assert again.output.count("replay check passed") == 1
+
+
+def test_the_demo_refuses_a_folder_holding_data_it_did_not_make(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression: the demo deleted .eventplatform/data and projections.db, the default
+    paths of platform serve and --database, without asking."""
+    monkeypatch.chdir(tmp_path)
+    served = tmp_path / ".eventplatform" / "data" / "orders-0"
+    served.mkdir(parents=True)
+    (served / "00000000000000000000.log").write_bytes(b"an app's records")
+    (tmp_path / ".eventplatform" / "projections.db").write_bytes(b"an app's tables")
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep me")
+
+    refused = CliRunner().invoke(main, ["demo", "--directory", "mine"])
+
+    assert refused.exit_code == 1, refused.output
+    assert "holds data the demo did not make (notes.txt)" in refused.output
+    assert "--reset" in refused.output
+    assert (mine / "notes.txt").read_text() == "keep me"
+    settings = DemoSettings(DEMO_DIRECTORY_DEFAULT, 1.0, 1.0, None)
+    prepare_directory(settings)  # the default is the demo's own folder, beside the app's data
+    assert (served / "00000000000000000000.log").read_bytes() == b"an app's records"
+    assert (tmp_path / ".eventplatform" / "projections.db").read_bytes() == b"an app's tables"
+    (tmp_path / DEMO_DIRECTORY_DEFAULT / "data").mkdir()
+    prepare_directory(settings)  # a demo's own folder is replaced
+    assert sorted(p.name for p in (tmp_path / DEMO_DIRECTORY_DEFAULT).iterdir()) == [DEMO_MARKER]
+    prepare_directory(DemoSettings(mine, 1.0, 1.0, None, reset=True))
+    assert sorted(p.name for p in mine.iterdir()) == [DEMO_MARKER]

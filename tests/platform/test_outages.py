@@ -1,0 +1,297 @@
+"""Outages, as an operator meets them: the cluster down, the database down, Ctrl-C.
+
+Every long-running command (a projection runner, the apps' collectors, a log
+tail, a broker) runs as a real ``platform`` process. Each must end on SIGINT
+within :data:`EXIT_BOUND_S`, print at most :data:`FEW_LINES` lines and no
+traceback; with the cluster unreachable, the ones that keep running must stay
+quiet (librdkafka reports every connection attempt, dozens a second). Commands
+that cannot reach a database fail in one line that names it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import projection_test_app
+import pytest
+from click.testing import CliRunner
+from sqlalchemy import select
+
+from eventplatform.cli import main
+from eventplatform.projections import registry, schema
+from eventplatform.projections.database import create_store_engine
+from eventplatform.projections.migrate import upgrade
+from eventplatform.projections.registry import RegisteredProjection, reported_status
+from eventplatform.projections.runner import ProjectionRunner
+from eventplatform.projections.store import ProjectionStore
+from eventplatform.testing import BrokerProcess
+
+PLATFORM = Path(sys.executable).with_name("platform")
+SUPPORT = Path(__file__).resolve().parents[1] / "support"
+STARTUP_S = 3.0
+"""How long a command runs before it is interrupted (it is up well within it)."""
+QUIET_WATCH_S = 5.0
+"""How long a command runs against an unreachable cluster before its lines are counted."""
+EXIT_BOUND_S = 15.0
+FEW_LINES = 6
+FAIL_BOUND_S = 15.0
+
+
+def dead_address() -> str:
+    """A loopback port nothing listens on (bound once, then closed)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return f"127.0.0.1:{probe.getsockname()[1]}"
+
+
+@contextmanager
+def platform_process(
+    arguments: list[str], cwd: Path, bootstrap: str
+) -> Iterator[subprocess.Popen[str]]:
+    python_path = os.pathsep.join(filter(None, [str(SUPPORT), os.environ.get("PYTHONPATH")]))
+    process = subprocess.Popen(
+        [str(PLATFORM), *arguments],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=cwd,
+        env={
+            **os.environ,
+            "PYTHONPATH": python_path,
+            "PYTHONUNBUFFERED": "1",
+            "EVENTPLATFORM_BOOTSTRAP": bootstrap,
+        },
+    )
+    try:
+        yield process
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate(timeout=EXIT_BOUND_S)
+
+
+def interrupted(process: subprocess.Popen[str]) -> tuple[int, str, float]:
+    """SIGINT, then the exit status, everything printed, and the seconds until exit."""
+    started = time.monotonic()
+    process.send_signal(signal.SIGINT)
+    output, _ = process.communicate(timeout=EXIT_BOUND_S)
+    return process.returncode, output, time.monotonic() - started
+
+
+def assert_clean(status: int, output: str, seconds: float) -> None:
+    assert status in (0, 130), output
+    assert "Traceback" not in output, output
+    assert len(output.strip().splitlines()) <= FEW_LINES, output
+    assert seconds < EXIT_BOUND_S
+
+
+def migrated_database(tmp_path: Path) -> str:
+    url = f"sqlite:///{tmp_path / 'projections.db'}"
+    upgrade(url, [projection_test_app.app])
+    return url
+
+
+def long_running(name: str, tmp_path: Path) -> list[str]:
+    """The arguments of each long-running command, on ports the system picks."""
+    if name == "projections run":
+        return [
+            "projections",
+            "run",
+            projection_test_app.totals_projection.name,
+            "--app",
+            projection_test_app.__name__,
+            "--database",
+            migrated_database(tmp_path),
+        ]
+    followed = tmp_path / "service.log"
+    followed.write_text("first line\n")
+    return {
+        "statsd": ["apps", "metrics", "statsd", "--listen", "127.0.0.1:0"],
+        "syslog": ["apps", "logs", "syslog", "--udp", "127.0.0.1:0", "--tcp", "127.0.0.1:0"],
+        "beacons": ["apps", "activity", "collect", "--listen", "127.0.0.1:0", "--open"],
+        "tail": ["apps", "logs", "tail", str(followed), "--service", "svc"],
+        "serve": [
+            "serve",
+            "--data-dir",
+            str(tmp_path / "data"),
+            "--listen",
+            "127.0.0.1:0",
+            "--log-level",
+            "WARNING",
+        ],
+    }[name]
+
+
+LONG_RUNNING = ["projections run", "statsd", "syslog", "beacons", "tail", "serve"]
+
+
+@pytest.mark.parametrize("name", LONG_RUNNING)
+def test_ctrl_c_ends_a_long_running_command_cleanly(
+    name: str, broker: BrokerProcess, tmp_path: Path
+) -> None:
+    """Regression: Ctrl-C printed 40-97 lines of traceback in the collectors."""
+    with platform_process(long_running(name, tmp_path), tmp_path, broker.bootstrap) as process:
+        time.sleep(STARTUP_S)
+        assert process.poll() is None, process.communicate()[0]
+        assert_clean(*interrupted(process))
+
+
+@pytest.mark.parametrize("name", ["projections run", "statsd", "beacons"])
+def test_a_long_running_command_waits_quietly_for_an_unreachable_cluster(
+    name: str, tmp_path: Path
+) -> None:
+    """Regression: a runner against a dead broker wrote about 38 librdkafka lines a second."""
+    unreachable = dead_address()
+    with platform_process(long_running(name, tmp_path), tmp_path, unreachable) as process:
+        before = _send_statsd_when_listening(process) if name == "statsd" else ""
+        time.sleep(QUIET_WATCH_S)
+        assert process.poll() is None, before + process.communicate()[0]
+        status, output, seconds = interrupted(process)
+    assert_clean(status, before + output, seconds)
+
+
+def _send_statsd_when_listening(process: subprocess.Popen[str]) -> str:
+    """Read up to the line that names the port, and send a metric there, so the collector
+    has something to append while the cluster is unreachable; what was read."""
+    assert process.stdout is not None
+    read = ""
+    for _ in range(FEW_LINES):
+        line = process.stdout.readline()
+        read += line
+        if line.startswith("receiving StatsD on udp://"):
+            host, port = line.rsplit("//", 1)[1].strip().rsplit(":", 1)
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sender:
+                sender.sendto(b"requests:1|c", (host, int(port)))
+            return read
+    raise AssertionError(f"the collector did not say where it listens: {read}")
+
+
+def test_a_runner_fails_in_one_line_naming_a_database_it_cannot_reach(tmp_path: Path) -> None:
+    url = f"postgresql://postgres:hush@{dead_address()}/nothing"
+    arguments = [
+        "projections",
+        "run",
+        projection_test_app.totals_projection.name,
+        "--app",
+        projection_test_app.__name__,
+        "--database",
+        url,
+    ]
+    started = time.monotonic()
+    with platform_process(arguments, tmp_path, dead_address()) as process:
+        output, _ = process.communicate(timeout=FAIL_BOUND_S)
+    assert time.monotonic() - started < FAIL_BOUND_S
+    assert process.returncode == 1, output
+    errors = [line for line in output.splitlines() if line.startswith("Error: ")]
+    assert errors and errors[0].startswith("Error: database postgresql://postgres:***@127.0.0.1:")
+    assert "hush" not in output and "Traceback" not in output, output
+
+
+def test_a_database_without_the_platforms_tables_says_to_upgrade(tmp_path: Path) -> None:
+    """Regression: projections status on a fresh database printed a traceback."""
+    url = f"sqlite:///{tmp_path / 'empty.db'}"
+    result = CliRunner().invoke(main, ["projections", "list", "--database", url])
+    assert result.exit_code == 1, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and "run `platform db upgrade`" in lines[0], result.output
+    assert lines[0].startswith(f"Error: database {url}: no such table: ep_projections")
+
+
+def test_status_reports_the_database_when_the_cluster_does_not_answer(tmp_path: Path) -> None:
+    """Regression: projections status took 32 s, printed 578 lines, then a traceback."""
+    url = migrated_database(tmp_path)
+    started = time.monotonic()
+    result = CliRunner().invoke(
+        main,
+        [
+            "projections",
+            "status",
+            "--app",
+            projection_test_app.__name__,
+            "--database",
+            url,
+            "--bootstrap",
+            dead_address(),
+        ],
+    )
+    assert time.monotonic() - started < FAIL_BOUND_S
+    assert result.exit_code == 0, result.output
+    assert "lag: unknown (the cluster at 127.0.0.1:" in result.output
+    assert "rows pt_totals: 0" in result.output
+
+
+def test_groups_list_names_the_cluster_it_could_not_reach() -> None:
+    unreachable = dead_address()
+    result = CliRunner().invoke(
+        main, ["groups", "list", "--bootstrap", unreachable, "--request-timeout", "1"]
+    )
+    assert result.exit_code == 1, result.output
+    assert f"no answer from the cluster at {unreachable}" in result.output
+
+
+def _row(status: str, updated_at: datetime) -> RegisteredProjection:
+    return RegisteredProjection("p", "projection.p", ["t"], ["t1"], status, None, None, updated_at)
+
+
+def test_a_running_row_whose_runner_went_silent_is_not_running() -> None:
+    """Regression: status said running after the runner was SIGKILLed."""
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    fresh = now - timedelta(seconds=registry.RUNNER_HEARTBEAT_S)
+    silent = now - timedelta(seconds=registry.RUNNER_SILENT_S + 1)
+    assert reported_status(_row("running", fresh), True, now) == "running"
+    assert reported_status(_row("running", silent.replace(tzinfo=None)), True, now).startswith(
+        "not running: its runner has not been heard from for 31s"
+    )
+    assert reported_status(_row("stopped", silent), True, now) == "stopped"
+
+
+def test_a_projection_no_runner_ran_but_whose_tables_hold_rows_says_so() -> None:
+    """Regression: metrics.daily said 'never run' while its tables had rows."""
+    assert reported_status(None, False) == "never run"
+    assert reported_status(None, True).startswith("no runner; its tables hold rows")
+
+
+def test_an_idle_runner_keeps_its_row_fresh(
+    broker: BrokerProcess, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("eventplatform.projections.runner.RUNNER_HEARTBEAT_S", 0.2)
+    url = migrated_database(tmp_path)
+    engine = create_store_engine(url)
+    store = ProjectionStore(engine, projection_test_app.totals_projection)
+    runner = ProjectionRunner(store, broker.bootstrap, poll_timeout_s=0.05)
+    stop = threading.Event()
+    thread = threading.Thread(target=runner.run, args=(stop,))
+    thread.start()
+    try:
+        first = _updated_at(engine)
+        deadline = time.monotonic() + EXIT_BOUND_S
+        while _updated_at(engine) == first and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _updated_at(engine) > first
+    finally:
+        stop.set()
+        thread.join(EXIT_BOUND_S)
+        engine.dispose()
+
+
+def _updated_at(engine: object) -> datetime:
+    table = schema.projections
+    with engine.connect() as connection:  # type: ignore[attr-defined]
+        value = connection.execute(select(table.c.updated_at)).scalar()
+    deadline = time.monotonic() + EXIT_BOUND_S
+    while value is None and time.monotonic() < deadline:  # the runner registers first
+        time.sleep(0.05)
+        with engine.connect() as connection:  # type: ignore[attr-defined]
+            value = connection.execute(select(table.c.updated_at)).scalar()
+    assert value is not None
+    return value  # type: ignore[no-any-return]
