@@ -72,24 +72,38 @@ def cluster_up(
     """Start a cluster of BROKERS nodes, each broker and controller, as separate processes.
 
     Without --detach it runs until Ctrl-C, then stops every node with a controlled
-    shutdown; with --detach, `platform cluster down` stops it."""
+    shutdown; with --detach, `platform cluster down` stops it. Nodes an earlier
+    detached up left running are left alone: only the missing ones start."""
     from eventplatform.local_cluster import LocalCluster, LocalClusterError
 
     try:
         local = LocalCluster.create(
             data_dir, brokers, overrides, rack_prefix=rack_prefix, secure=secure
         )
-        local.start()
+        running = local.detached_running()
+        missing = [node_id for node_id in local.nodes if node_id not in running]
+        local.start(missing)
     except LocalClusterError as exc:
         raise ToolError(str(exc)) from exc
-    click.echo(f"{brokers}-node cluster is up")
+    if running:
+        started = ", ".join(map(str, missing)) or "none"
+        click.echo(
+            f"{brokers}-node cluster is up: started node(s) {started}; the others ran already"
+        )
+    else:
+        click.echo(f"{brokers}-node cluster is up")
     click.echo(f"  bootstrap:   {local.bootstrap}")
     click.echo(f"  controllers: {local.voters}")
     click.echo(f"  logs:        {data_dir}/node-<id>.log")
     if local.secure:
         _print_secure_configs(local)
-    if detach:
-        local.write_pids()
+    if detach or running:
+        # Nodes an earlier detached up left run on: this up joins them, detached too.
+        local.write_pids(running)
+        if running and not detach:
+            click.echo(
+                "detached, as the nodes already running are: `platform cluster down` stops all"
+            )
         return
     click.echo("Ctrl-C stops it.")
     try:

@@ -37,7 +37,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,6 +47,8 @@ import orjson
 from eventplatform.dev_certificates import issue, make_authority
 
 LAYOUT_FILE = "cluster.json"
+PIDS_FILE = "pids.json"
+"""The processes of a detached ``cluster up``, for ``cluster down`` and the next ``up``."""
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 30.0
 HOST = "127.0.0.1"
@@ -361,23 +363,51 @@ class LocalCluster:
         process = self.nodes[node_id].process
         return process is not None and process.poll() is None
 
-    def write_pids(self) -> None:
-        pids = {str(n.node_id): n.process.pid for n in self.nodes.values() if n.process}
-        (self.directory / "pids.json").write_bytes(orjson.dumps(pids))
+    def write_pids(self, running: Mapping[int, int] | None = None) -> None:
+        """Record the nodes' processes for ``cluster down``: those this object started,
+        and ``running`` (node id to pid), the ones an earlier detached ``up`` left."""
+        pids = dict(running or {})
+        pids.update({n.node_id: n.process.pid for n in self.nodes.values() if n.process})
+        document = {str(node_id): pid for node_id, pid in sorted(pids.items())}
+        (self.directory / PIDS_FILE).write_bytes(orjson.dumps(document))
+
+    def detached_running(self) -> dict[int, int]:
+        """The nodes an earlier detached ``cluster up`` started that still run: node id to
+        pid. A recorded pid counts only while it is that node's ``platform serve`` (a pid
+        the system gave to another process since is not)."""
+        try:
+            recorded = orjson.loads((self.directory / PIDS_FILE).read_bytes())
+            pids = {int(node_id): int(pid) for node_id, pid in recorded.items()}
+        except (OSError, orjson.JSONDecodeError, AttributeError, TypeError, ValueError):
+            return {}
+        return {node_id: pid for node_id, pid in pids.items() if self._serves_node(pid, node_id)}
+
+    def _serves_node(self, pid: int, node_id: int) -> bool:
+        if not _signal(pid, 0):
+            return False
+        try:
+            arguments = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            return True  # no /proc here: a live pid is all there is to go by
+        data_dir = self.directory / f"node-{node_id}"
+        return any(
+            argument in (str(data_dir).encode(), str(data_dir.resolve()).encode())
+            for argument in arguments
+        )
 
     def stop_detached(self) -> int:
         """SIGTERM the processes a detached ``cluster up`` left; how many were running."""
-        path = self.directory / "pids.json"
+        path = self.directory / PIDS_FILE
         if not path.exists():
             return 0
-        pids = [int(pid) for pid in orjson.loads(path.read_bytes()).values()]
+        pids = list(self.detached_running().values())
         stopped = [pid for pid in pids if _signal(pid, signal.SIGTERM)]
         deadline = time.monotonic() + STOP_TIMEOUT_S
         while time.monotonic() < deadline and any(_signal(pid, 0) for pid in stopped):
             time.sleep(0.1)
         for pid in stopped:
             _signal(pid, signal.SIGKILL)
-        path.unlink()
+        path.unlink(missing_ok=True)
         return len(stopped)
 
 

@@ -33,8 +33,6 @@ from eventplatform.projections.query import (
 )
 
 FORMATS = ("table", "csv", "json", "parquet")
-TABLE_FLOAT_DIGITS = 6
-"""Significant digits of a float in the aligned table (CSV, JSON and Parquet keep all)."""
 NAME_PATTERN = re.compile(r"^[A-Za-z_][\w.-]*\.[\w-]+$")
 """A named query's full name, ``<app>.<query>``; SQL always has a space somewhere."""
 
@@ -180,7 +178,7 @@ def _cell(value: Any) -> str:
     if value is None:
         return ""
     if isinstance(value, float):
-        return f"{value:.{TABLE_FLOAT_DIGITS}g}"
+        return repr(value)  # the shortest text that reads back as the same float
     if isinstance(value, datetime | date | time):
         return value.isoformat(sep=" ") if isinstance(value, datetime) else value.isoformat()
     if isinstance(value, bytes):
@@ -189,14 +187,12 @@ def _cell(value: Any) -> str:
 
 
 def _csv_value(value: Any) -> Any:
-    if isinstance(value, float):
-        return repr(value)  # every digit: CSV is for further work
     return "" if value is None else _cell(value)
 
 
 def _json_default(value: Any) -> Any:
-    if isinstance(value, Decimal):
-        return int(value) if value == value.to_integral_value() else float(value)
+    if isinstance(value, Decimal):  # a JSON number with the value's own digits, not a float's
+        return orjson.Fragment(str(value)) if value.is_finite() else None
     if isinstance(value, bytes):
         return value.hex()
     raise TypeError(f"{type(value).__name__} is not JSON serializable")

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
+import socket
 import threading
 import time
 from collections import deque
@@ -198,6 +200,7 @@ class ProjectionRunner:
         self._consumer = confluent_kafka.Consumer(
             {
                 **connection.librdkafka(),
+                "client.id": runner_client_id(self.projection.name),
                 "group.id": self.projection.group_id,
                 "enable.auto.commit": False,
                 "auto.offset.reset": "earliest",
@@ -462,6 +465,12 @@ class ProjectionRunner:
             self.expected[partition] = checkpoint
             offset = confluent_kafka.OFFSET_BEGINNING if checkpoint is None else checkpoint
             self._consumer.seek(confluent_kafka.TopicPartition(*partition, offset))
+
+
+def runner_client_id(projection: str) -> str:
+    """The ``client.id`` a runner's consumer gives, so that a group's description names
+    each member by projection, host and process (not librdkafka's ``rdkafka``)."""
+    return f"{projection}@{socket.gethostname() or 'localhost'}:{os.getpid()}"
 
 
 def _envelope(step: Step) -> Any:

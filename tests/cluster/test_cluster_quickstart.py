@@ -9,10 +9,13 @@ and kcat's metadata listing. Every wait is bounded.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 PLATFORM = Path(sys.executable).with_name("platform")
@@ -98,3 +101,38 @@ def test_the_quickstart_runs_against_a_three_node_cluster(tmp_path: Path) -> Non
     finally:
         down = run("cluster", "down", "--data-dir", str(data_dir))
         assert "stopped 3 nodes" in down.stdout
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_cluster_up_starts_only_the_missing_node_and_down_stops_all(tmp_path: Path) -> None:
+    """Regression: after one node was killed, cluster up started the live ones too, failed
+    on their locked logs, and the cluster down that followed left the restarted node."""
+    data_dir = tmp_path / "cluster"
+    arguments = ("cluster", "up", "--brokers", "3", "--data-dir", str(data_dir), "--detach")
+    run(*arguments)
+    pids_file = data_dir / "pids.json"
+    try:
+        first = {int(k): v for k, v in json.loads(pids_file.read_text()).items()}
+        os.kill(first[2], signal.SIGKILL)
+        deadline = time.monotonic() + COMMAND_TIMEOUT_S
+        while _alive(first[2]) and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+        again = run(*arguments)
+
+        assert "started node(s) 2; the others ran already" in again.stdout
+        second = {int(k): v for k, v in json.loads(pids_file.read_text()).items()}
+        assert second[1] == first[1] and second[3] == first[3] and second[2] != first[2]
+        assert all(_alive(pid) for pid in second.values())
+        assert "started node(s) none" in run(*arguments).stdout
+    finally:
+        down = run("cluster", "down", "--data-dir", str(data_dir))
+    assert "stopped 3 nodes" in down.stdout
+    assert not any(_alive(pid) for pid in second.values())

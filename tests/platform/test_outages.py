@@ -295,3 +295,32 @@ def _updated_at(engine: object) -> datetime:
             value = connection.execute(select(table.c.updated_at)).scalar()
     assert value is not None
     return value  # type: ignore[no-any-return]
+
+
+def test_a_runner_shows_in_its_group_by_projection_host_and_process(
+    broker: BrokerProcess, tmp_path: Path
+) -> None:
+    """Regression: a group's members showed up as rdkafka-<uuid>."""
+    url = migrated_database(tmp_path)
+    engine = create_store_engine(url)
+    projection = projection_test_app.totals_projection
+    for topic in projection.topics:  # a member joins once its topics exist
+        CliRunner().invoke(main, ["topics", "create", topic, "--bootstrap", broker.bootstrap])
+    runner = ProjectionRunner(ProjectionStore(engine, projection), broker.bootstrap)
+    stop = threading.Event()
+    thread = threading.Thread(target=runner.run, args=(stop,))
+    thread.start()
+    try:
+        expected = f"{projection.name}@{socket.gethostname()}:{os.getpid()}"
+        deadline = time.monotonic() + EXIT_BOUND_S
+        described = ""
+        while expected not in described and time.monotonic() < deadline:
+            time.sleep(0.2)
+            described = CliRunner().invoke(
+                main, ["groups", "describe", projection.group_id, "--bootstrap", broker.bootstrap]
+            ).output
+        assert expected in described, described
+    finally:
+        stop.set()
+        thread.join(EXIT_BOUND_S)
+        engine.dispose()

@@ -131,6 +131,27 @@ def test_csv_json_and_parquet_hold_the_same_rows(database: str, tmp_path: Path) 
     assert [(row["path"], int(row["views"])) for row in table.to_pylist()] == EXPECTED
 
 
+def test_numbers_keep_every_digit_in_the_table_and_in_json(database: str) -> None:
+    """Regression: the table rounded floats to 6 significant digits (10251412.345 showed as
+    1.02514e+07), and JSON turned PostgreSQL's numeric into floats."""
+    numeric = "CAST('12345678901234.123456789' AS NUMERIC(30, 9))"
+    if database.startswith("sqlite"):
+        numeric = "'12345678901234.123456789'"  # SQLite has no exact type; text shows the check
+    sql = f"SELECT 10251412.345 AS amount, {numeric} AS exact"
+    table = platform_query(database, sql)
+    assert table.exit_code == 0, table.output
+    assert "10251412.345" in table.output.splitlines()[2]
+    as_json = platform_query(database, sql, "--format", "json")
+    assert as_json.exit_code == 0, as_json.output
+    if database.startswith("postgresql"):
+        assert '"exact": 12345678901234.123456789' in as_json.output
+        assert '"amount": 10251412.345' in as_json.output
+    else:
+        assert json.loads(as_json.output) == [
+            {"amount": 10251412.345, "exact": "12345678901234.123456789"}
+        ]
+
+
 def test_an_output_file_gets_the_table(database: str, tmp_path: Path) -> None:
     output = tmp_path / "top.csv"
     result = platform_query(database, SQL, "--format", "csv", "--output", str(output))
