@@ -316,9 +316,14 @@ def test_a_runner_shows_in_its_group_by_projection_host_and_process(
         described = ""
         while expected not in described and time.monotonic() < deadline:
             time.sleep(0.2)
-            described = CliRunner().invoke(
-                main, ["groups", "describe", projection.group_id, "--bootstrap", broker.bootstrap]
-            ).output
+            described = (
+                CliRunner()
+                .invoke(
+                    main,
+                    ["groups", "describe", projection.group_id, "--bootstrap", broker.bootstrap],
+                )
+                .output
+            )
         assert expected in described, described
     finally:
         stop.set()
