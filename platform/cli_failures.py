@@ -29,6 +29,8 @@ import click
 
 INTERRUPTED_EXIT_STATUS = 130
 """The status of a command ended by SIGINT, as shells report it (128 + 2)."""
+CHAIN_DEPTH_MAX = 8
+"""How far back through an exception's causes an interrupt is looked for."""
 DATABASE_META_KEY = "eventplatform.database"
 BROKERS_META_KEY = "eventplatform.brokers"
 MISSING_TABLE_SIGNS = ("no such table", "does not exist", "undefinedtable")
@@ -67,14 +69,17 @@ def note_brokers(bootstrap: str) -> None:
         context.meta[BROKERS_META_KEY] = bootstrap
 
 
-def interrupted(exc: BaseException) -> bool:
+def interrupted(exc: BaseException | None, depth: int = 0) -> bool:
     """A KeyboardInterrupt, a group of exceptions that holds one, or an exception raised
-    while one was being handled (a clean-up that failed on the way out)."""
+    while one was being handled (a clean-up that failed on the way out, a call into
+    Spark's JVM that the interrupt broke), up to :data:`CHAIN_DEPTH_MAX` links back."""
+    if exc is None or depth > CHAIN_DEPTH_MAX:
+        return False
     if isinstance(exc, KeyboardInterrupt):
         return True
     if isinstance(exc, BaseExceptionGroup):
-        return any(interrupted(inner) for inner in exc.exceptions)
-    return isinstance(exc.__context__, KeyboardInterrupt)
+        return any(interrupted(inner, depth + 1) for inner in exc.exceptions)
+    return interrupted(exc.__cause__ or exc.__context__, depth + 1)
 
 
 def failure_message(exc: BaseException, meta: dict[str, Any]) -> str | None:

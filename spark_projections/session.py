@@ -14,8 +14,11 @@ that define the projections importable.
 from __future__ import annotations
 
 import os
+import signal
 import sys
-from collections.abc import Mapping
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from eventplatform.spark_projections.errors import ReplayConfigError
@@ -81,6 +84,29 @@ def spark_session(
     builder = SparkSession.builder.master(master_of(master)).appName(app_name)
     for key, value in settings_of(settings).items():
         builder = builder.config(key, value)
-    session = builder.getOrCreate()
-    session.dataSource.register(EventLogDataSource)
+    with _interrupts_deferred():
+        session = builder.getOrCreate()
+        session.dataSource.register(EventLogDataSource)
     return session
+
+
+@contextmanager
+def _interrupts_deferred() -> Iterator[None]:
+    """Ctrl-C (SIGINT) during the block takes effect when it ends.
+
+    Creating the first session launches Spark's JVM and waits for it to say where
+    it listens. Interrupted half way, the launch forgets the JVM, which then runs on
+    after this process ends (Spark starts it ignoring SIGINT) and prints a stack trace.
+    So the signal is blocked, not handled, while the session is made: it stays
+    pending, and arrives, to whatever handler is then installed (Spark installs one
+    that cancels its jobs and raises KeyboardInterrupt), once the session exists and
+    this process's exit ends the JVM with it. Threads started in the block keep
+    the signal blocked, as they should: only the main thread handles it."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
