@@ -60,6 +60,7 @@ __all__ = [
     "BOOTSTRAP_ENV",
     "address",
     "append_in_chunks",
+    "append_queue_metrics",
     "bootstrap_option",
     "client_config_of_options",
     "client_options",
@@ -272,6 +273,42 @@ def metrics_socket_of(listen: str | None) -> socket.socket | None:
         return bind_metrics_socket(*parse_metrics_listen(listen))
     except MetricsEndpointError as error:
         raise click.UsageError(str(error)) from error
+
+
+def append_queue_metrics(collector: str, queue: Any) -> list[Any]:
+    """The Prometheus figures of a collector's :class:`~eventplatform.events.AppendQueue`,
+    labelled ``collector``: events queued, appended, dropped, failed appends, and those
+    waiting now (docs/metrics.md). For a prometheus_client collector's ``collect``."""
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+    stats = queue.stats
+    counters = (
+        ("events_queued", "Events queued for appending.", stats.queued),
+        ("events_appended", "Events the log acknowledged.", stats.appended),
+        (
+            "events_dropped",
+            "Events dropped: the queue was full, or their append failed.",
+            stats.dropped,
+        ),
+        (
+            "append_errors",
+            "Appends the log refused or did not answer in time.",
+            stats.append_errors,
+        ),
+    )
+    metrics: list[Any] = []
+    for name, text, value in counters:
+        counter = CounterMetricFamily(f"eventplatform_ingest_{name}", text, labels=["collector"])
+        counter.add_metric([collector], value)
+        metrics.append(counter)
+    waiting = GaugeMetricFamily(
+        "eventplatform_ingest_events_waiting",
+        "Events queued and not yet appended.",
+        labels=["collector"],
+    )
+    waiting.add_metric([collector], queue.waiting)
+    metrics.append(waiting)
+    return metrics
 
 
 async def serve_metrics(sock: socket.socket, *collectors: Any, task_status: Any = None) -> None:
