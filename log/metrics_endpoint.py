@@ -171,14 +171,20 @@ async def _serve_connection(
 
 
 async def _next_request(stream: trio.SocketStream, connection: h11.Connection) -> Any:
-    """The request's head, or None when the client closed before sending one."""
+    """The request's head, or None when the client closed before sending one; a head that
+    is not whole within REQUEST_HEAD_BYTES_MAX read raises (431)."""
+    received = 0
     while True:
         event = connection.next_event()
+        if received > REQUEST_HEAD_BYTES_MAX:
+            raise h11.RemoteProtocolError("request head too large", error_status_hint=431)
         if isinstance(event, h11.Request):
             return event
         if event is not h11.NEED_DATA:
             return None
-        connection.receive_data(await stream.receive_some(READ_BYTES))
+        data = await stream.receive_some(READ_BYTES)
+        received += len(data)
+        connection.receive_data(data)
 
 
 def _answer(request: h11.Request, registry: CollectorRegistry) -> tuple[int, bytes]:
