@@ -139,8 +139,9 @@ class RunnerStats:
 @dataclass(frozen=True, slots=True)
 class PartitionProgress:
     """Where a runner stands in one partition it is assigned: the next offset it will
-    apply (None before its first), the log end it last saw (None before it knows it),
-    and the log time of the last event it applied (epoch milliseconds, or None)."""
+    apply (None before its first), the log end it last saw (None before it knows it;
+    never below the next offset), and the log time of the last event it applied
+    (epoch milliseconds, or None)."""
 
     next_offset: int | None
     log_end: int | None
@@ -150,7 +151,7 @@ class PartitionProgress:
     def lag_events(self) -> int | None:
         if self.log_end is None:
             return None
-        return max(self.log_end - (self.next_offset or 0), 0)
+        return self.log_end - (self.next_offset or 0)
 
 
 class CommitSignal:
@@ -415,10 +416,13 @@ class ProjectionRunner:
         expected = dict(self.expected)
         ends = dict(self.log_ends)
         stamps = dict(self.applied_timestamps_ms)
-        return {
-            partition: PartitionProgress(next_offset, ends.get(partition), stamps.get(partition))
-            for partition, next_offset in expected.items()
-        }
+        progress = {}
+        for partition, next_offset in expected.items():
+            end = ends.get(partition)
+            if end is not None and next_offset is not None:
+                end = max(end, next_offset)  # the runner applied past the end it last read
+            progress[partition] = PartitionProgress(next_offset, end, stamps.get(partition))
+        return progress
 
     def _note_progress(self, now: float) -> None:
         """Refresh the log ends every LAG_REFRESH_INTERVAL_S; log a line of progress every
@@ -432,7 +436,7 @@ class ProjectionRunner:
         lags = [p.lag_events for p in self.progress().values()]
         known = [lag for lag in lags if lag is not None]
         log.info(
-            "%s: applied %d events in the last %.0f s (%d in all, %d parked), lag %s events "
+            "%s: applied %d events in the last %.1f s (%d in all, %d parked), lag %s events "
             "over %d partitions",
             self.projection.name,
             applied,

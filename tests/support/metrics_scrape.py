@@ -73,13 +73,20 @@ def scrape_until(
 
 def metrics_url_in(output: Callable[[], str], timeout_s: float = URL_WAIT_TIMEOUT_S) -> str:
     """The endpoint a process logged ("metrics on http://..."), waiting for the line."""
+    return found_in(output, _URL, timeout_s).group(1)
+
+
+def found_in(
+    output: Callable[[], str], pattern: re.Pattern[str], timeout_s: float = URL_WAIT_TIMEOUT_S
+) -> re.Match[str]:
+    """The first match of ``pattern`` in a process's output, waiting for it."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        found = _URL.search(output())
+        found = pattern.search(output())
         if found:
-            return found.group(1)
+            return found
         time.sleep(WAIT_INTERVAL_S)
-    raise AssertionError(f"no metrics endpoint logged:\n{output()[-3000:]}")
+    raise AssertionError(f"no {pattern.pattern!r} in the output:\n{output()[-3000:]}")
 
 
 def file_text(path: Path) -> Callable[[], str]:
