@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from eventplatform.cli_failures import PlatformGroup
-from eventplatform.cli_support import client_config_of_options
+from eventplatform.cli_support import client_config_of_options, metrics_listen_option
 from eventplatform.client_config import BOOTSTRAP_DEFAULT, BOOTSTRAP_ENV, CLIENT_CONFIG_ENV
 from eventplatform.cluster_cli import controllers_option, data_dir_option
 from eventplatform.tools.arguments import (
@@ -137,6 +137,7 @@ def demo(
     help="Set one broker setting, after the config file; repeatable.",
 )
 @click.option("--log-level", default="INFO", show_default=True)
+@metrics_listen_option
 def serve(
     data_dir: Path | None,
     listen: str,
@@ -144,6 +145,7 @@ def serve(
     config_file: Path | None,
     overrides: tuple[str, ...],
     log_level: str,
+    metrics_listen: str | None,
 ) -> None:
     """Run a Kafka-compatible broker until SIGINT or SIGTERM."""
     from eventplatform.log.broker.runner import run_broker
@@ -158,6 +160,7 @@ def serve(
             overrides=overrides,
             log_level=log_level,
             echo=click.echo,
+            metrics_listen=metrics_listen,
         )
     except BrokerConfigError as exc:
         raise click.UsageError(str(exc)) from exc

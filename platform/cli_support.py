@@ -61,14 +61,18 @@ __all__ = [
     "BOOTSTRAP_ENV",
     "address",
     "append_in_chunks",
+    "append_queue_metrics",
     "bootstrap_option",
     "client_config_of_options",
     "client_options",
     "database_option",
     "database_url_of",
     "log_to_stderr",
+    "metrics_listen_option",
+    "metrics_socket_of",
     "moment",
     "reported_errors",
+    "serve_metrics",
     "this_host",
     "window",
     "window_options",
@@ -228,3 +232,100 @@ def log_to_stderr() -> None:
 def this_host() -> str:
     """This machine's name, the default ``--host`` of ingested lines."""
     return socket.gethostname() or "localhost"
+
+
+METRICS_LISTEN_HELP = (
+    "Serve Prometheus metrics at http://HOST:PORT/metrics (port 0 picks a free one; "
+    "the log says which). Off unless given (docs/metrics.md)."
+)
+
+
+def metrics_listen_option(command: Decorated) -> Decorated:
+    """``--metrics-listen HOST:PORT``: the command receives ``metrics_listen``, a checked
+    address or None (off, the default); :func:`metrics_socket_of` binds it."""
+
+    def checked(context: click.Context, parameter: click.Parameter, value: str | None) -> Any:
+        from eventplatform.log.metrics_endpoint import MetricsEndpointError, parse_metrics_listen
+
+        if value is not None:
+            try:
+                parse_metrics_listen(value)
+            except MetricsEndpointError as error:
+                raise click.BadParameter(str(error)) from error
+        return value
+
+    return click.option(
+        "--metrics-listen",
+        default=None,
+        metavar="HOST:PORT",
+        callback=checked,
+        help=METRICS_LISTEN_HELP,
+    )(command)
+
+
+def metrics_socket_of(listen: str | None) -> socket.socket | None:
+    """The listening socket ``--metrics-listen`` asks for, bound now, so that an address
+    in use stops the command before it starts; None when the endpoint is off."""
+    from eventplatform.log.metrics_endpoint import (
+        MetricsEndpointError,
+        bind_metrics_socket,
+        parse_metrics_listen,
+    )
+
+    if listen is None:
+        return None
+    try:
+        return bind_metrics_socket(*parse_metrics_listen(listen))
+    except MetricsEndpointError as error:
+        raise click.UsageError(str(error)) from error
+
+
+def append_queue_metrics(collector: str, queue: Any) -> list[Any]:
+    """The Prometheus figures of a collector's :class:`~eventplatform.events.AppendQueue`,
+    labelled ``collector``: events queued, appended, dropped, failed appends, and those
+    waiting now (docs/metrics.md). For a prometheus_client collector's ``collect``."""
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+    stats = queue.stats
+    counters = (
+        ("events_queued", "Events queued for appending.", stats.queued),
+        ("events_appended", "Events the log acknowledged.", stats.appended),
+        (
+            "events_dropped",
+            "Events dropped: the queue was full, or their append failed.",
+            stats.dropped,
+        ),
+        (
+            "append_errors",
+            "Appends the log refused or did not answer in time.",
+            stats.append_errors,
+        ),
+    )
+    metrics: list[Any] = []
+    for name, text, value in counters:
+        counter = CounterMetricFamily(f"eventplatform_ingest_{name}", text, labels=["collector"])
+        counter.add_metric([collector], value)
+        metrics.append(counter)
+    waiting = GaugeMetricFamily(
+        "eventplatform_ingest_events_waiting",
+        "Events queued and not yet appended.",
+        labels=["collector"],
+    )
+    waiting.add_metric([collector], queue.waiting)
+    metrics.append(waiting)
+    return metrics
+
+
+async def serve_metrics(sock: socket.socket, *collectors: Any, task_status: Any = None) -> None:
+    """Serve a registry of this process's own, with the standard process figures and
+    ``collectors`` (prometheus_client collectors, read at each scrape), on ``sock``
+    until cancelled. A trio task: ``await nursery.start(serve_metrics, sock, ...)``."""
+    import trio
+
+    from eventplatform.log.metrics_endpoint import new_registry
+    from eventplatform.log.metrics_endpoint import serve_metrics as serve
+
+    registry = new_registry()
+    for collector in collectors:
+        registry.register(collector)
+    await serve(registry, sock, task_status=task_status or trio.TASK_STATUS_IGNORED)

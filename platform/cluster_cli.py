@@ -60,6 +60,12 @@ def cluster() -> None:
     help="Mutual TLS between the nodes, SASL_SSL for applications and ACLs, with a local "
     "CA for development (first start only); prints the client configs to use.",
 )
+@click.option(
+    "--metrics",
+    is_flag=True,
+    help="Each node serves Prometheus metrics on a port of its own (chosen free, then "
+    "kept; docs/metrics.md); prints the endpoints.",
+)
 @click.option("--detach", is_flag=True, help="Leave the nodes running and return.")
 def cluster_up(
     brokers: int,
@@ -67,6 +73,7 @@ def cluster_up(
     overrides: tuple[str, ...],
     rack_prefix: str,
     secure: bool,
+    metrics: bool,
     detach: bool,
 ) -> None:
     """Start a cluster of BROKERS nodes, each broker and controller, as separate processes.
@@ -78,7 +85,7 @@ def cluster_up(
 
     try:
         local = LocalCluster.create(
-            data_dir, brokers, overrides, rack_prefix=rack_prefix, secure=secure
+            data_dir, brokers, overrides, rack_prefix=rack_prefix, secure=secure, metrics=metrics
         )
         running = local.detached_running()
         missing = [node_id for node_id in local.nodes if node_id not in running]
@@ -95,6 +102,8 @@ def cluster_up(
     click.echo(f"  bootstrap:   {local.bootstrap}")
     click.echo(f"  controllers: {local.voters}")
     click.echo(f"  logs:        {data_dir}/node-<id>.log")
+    for node_id, url in local.metrics_urls.items():
+        click.echo(f"  metrics:     node {node_id} at {url}")
     if local.secure:
         _print_secure_configs(local)
     if detach or running:

@@ -80,6 +80,8 @@ class Node:
     """The node's ``broker.rack``; empty for none."""
     client_port: int = 0
     """The SASL_SSL listener's port of a secure cluster's broker; 0 for none."""
+    metrics_port: int = 0
+    """The port of the node's metrics endpoint (``--metrics-listen``); 0 for none."""
     process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -111,9 +113,12 @@ class LocalCluster:
         rack_prefix: str = "",
         *,
         secure: bool = False,
+        metrics: bool = False,
     ) -> LocalCluster:
         """The cluster laid out in ``directory``: read back, or new with free ports. With a
-        ``rack_prefix``, broker N is in rack ``<rack_prefix>N``, each in a rack of its own."""
+        ``rack_prefix``, broker N is in rack ``<rack_prefix>N``, each in a rack of its own.
+        With ``metrics``, each node serves its metrics endpoint on a port of its own
+        (chosen free when first asked for, then kept)."""
         directory.mkdir(parents=True, exist_ok=True)
         layout = directory / LAYOUT_FILE
         if layout.exists():
@@ -123,6 +128,8 @@ class LocalCluster:
                 raise LocalClusterError(
                     f"{directory} holds a cluster of {held} brokers, not {brokers}"
                 )
+            if metrics:
+                cluster.serve_metrics()
             return cluster
         total = brokers + controllers
         ports = free_ports(3 * total)
@@ -141,8 +148,24 @@ class LocalCluster:
                 nodes[n].client_port = ports[2 * total + n - 1]
             _make_certificates(directory / CERTIFICATES_DIRECTORY)
         cluster = cls(directory, nodes, [*DEFAULT_SETTINGS, *settings], secure)
+        if metrics:
+            cluster.serve_metrics()
         cluster.save()
         return cluster
+
+    def serve_metrics(self) -> None:
+        """Give every node without one a free port for its metrics endpoint, and save."""
+        missing = [node for node in self.nodes.values() if not node.metrics_port]
+        taken = {
+            port
+            for node in self.nodes.values()
+            for port in (node.kafka_port, node.quorum_port, node.client_port, node.metrics_port)
+        }
+        ports = [port for port in free_ports(2 * len(missing)) if port not in taken]
+        for node, port in zip(missing, ports, strict=False):
+            node.metrics_port = port
+        if missing:
+            self.save()
 
     @classmethod
     def load(cls, directory: Path) -> LocalCluster:
@@ -156,6 +179,7 @@ class LocalCluster:
                     str(entry.get("roles", "broker,controller")),
                     str(entry.get("rack", "")),
                     int(entry.get("client", 0)),
+                    int(entry.get("metrics", 0)),
                 )
                 for entry in document["nodes"]
             }
@@ -176,6 +200,7 @@ class LocalCluster:
                     "roles": n.roles,
                     "rack": n.rack,
                     "client": n.client_port,
+                    "metrics": n.metrics_port,
                 }
                 for n in self.nodes.values()
             ],
@@ -206,6 +231,15 @@ class LocalCluster:
     def client_bootstrap(self) -> str:
         """The CLIENT (SASL_SSL) listeners of a secure cluster."""
         return ",".join(f"{HOST}:{n.client_port}" for n in self.nodes.values() if n.client_port)
+
+    @property
+    def metrics_urls(self) -> dict[int, str]:
+        """Each node's metrics endpoint, of the nodes that serve one."""
+        return {
+            n.node_id: f"http://{HOST}:{n.metrics_port}/metrics"
+            for n in self.nodes.values()
+            if n.metrics_port
+        }
 
     @property
     def certificates(self) -> Path:
@@ -268,6 +302,8 @@ class LocalCluster:
             "--listen",
             f"{HOST}:{node.kafka_port}",
         ]
+        if node.metrics_port:
+            command += ["--metrics-listen", f"{HOST}:{node.metrics_port}"]
         factor = min(3, len(self.broker_ids))
         settings = [
             f"node.id={node_id}",

@@ -12,6 +12,8 @@ from eventplatform.cli_support import (
     client_options,
     database_option,
     database_url_of,
+    metrics_listen_option,
+    metrics_socket_of,
     reported_errors,
 )
 from eventplatform.client_config import ClientConfig
@@ -46,6 +48,14 @@ def projections() -> None:
     default="INFO",
     show_default=True,
 )
+@click.option(
+    "--progress-interval",
+    type=click.FloatRange(min=0.1),
+    default=30.0,
+    show_default=True,
+    help="Seconds between the progress lines it logs (events applied, lag).",
+)
+@metrics_listen_option
 @client_options
 @database_option
 @apps_option
@@ -54,6 +64,8 @@ def projections_run(
     batch_size: int,
     consumer_settings: tuple[str, ...],
     log_level: str,
+    progress_interval: float,
+    metrics_listen: str | None,
     client: ClientConfig,
     database: str | None,
     app_references: tuple[str, ...],
@@ -64,6 +76,7 @@ def projections_run(
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    metrics_socket = metrics_socket_of(metrics_listen)
     stop = threading.Event()
     for signal_number in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signal_number, lambda *_: stop.set())
@@ -76,6 +89,8 @@ def projections_run(
             batch_size=batch_size,
             consumer_config=_settings(consumer_settings),
             stop=stop,
+            metrics_socket=metrics_socket,
+            progress_interval_s=progress_interval,
         )
     stats = runner.stats
     click.echo(

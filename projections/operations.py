@@ -7,6 +7,7 @@ can call the same functions.
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -22,6 +23,7 @@ from sqlalchemy.pool import NullPool
 from eventplatform.client_config import KafkaConnection, client_config_of
 from eventplatform.events import EventError, EventRef, Position
 from eventplatform.events.erasure import ErasedRecord
+from eventplatform.log.metrics_endpoint import MetricsThread, new_registry
 from eventplatform.projections import schema
 from eventplatform.projections.apps import App, find_projection
 from eventplatform.projections.batch import Record, plan_batch
@@ -29,6 +31,7 @@ from eventplatform.projections.corrections import apply_correction
 from eventplatform.projections.database import create_store_engine, reading
 from eventplatform.projections.errors import ApplyTimeoutError, HandlerError
 from eventplatform.projections.kafka import KafkaEventReader, log_ends
+from eventplatform.projections.metrics import RunnerCollector
 from eventplatform.projections.model import Projection
 from eventplatform.projections.premerge import BatchDelta
 from eventplatform.projections.registry import (
@@ -38,7 +41,11 @@ from eventplatform.projections.registry import (
     reported_status,
     row_counts,
 )
-from eventplatform.projections.runner import COMMITS, ProjectionRunner
+from eventplatform.projections.runner import (
+    COMMITS,
+    PROGRESS_LOG_INTERVAL_S_DEFAULT,
+    ProjectionRunner,
+)
 from eventplatform.projections.store import ProjectionStore
 
 STATUS_LOG_TIMEOUT_S = 10.0
@@ -62,20 +69,34 @@ def run_projection(
     consumer_config: Mapping[str, Any] | None = None,
     stop: threading.Event | None = None,
     idle_exit_s: float | None = None,
+    metrics_socket: socket.socket | None = None,
+    progress_interval_s: float = PROGRESS_LOG_INTERVAL_S_DEFAULT,
 ) -> ProjectionRunner:
-    """Run projection ``name`` as a group member until ``stop`` (or idle, if asked)."""
+    """Run projection ``name`` as a group member until ``stop`` (or idle, if asked).
+
+    With a ``metrics_socket`` (bound by the caller, so that a bad address fails first),
+    the runner's metrics are served on it from a thread of their own while it runs."""
     projection = find_projection(name, apps)
     engine = create_store_engine(database_url)
+    endpoint = None
     try:
         runner = ProjectionRunner(
             ProjectionStore(engine, projection),
             bootstrap,
             batch_size=batch_size,
             consumer_config=consumer_config,
+            progress_interval_s=progress_interval_s,
         )
+        if metrics_socket is not None:
+            registry = new_registry()
+            registry.register(RunnerCollector(runner))
+            endpoint = MetricsThread(registry, metrics_socket)
+            endpoint.start()
         runner.run(stop, idle_exit_s=idle_exit_s)
         return runner
     finally:
+        if endpoint is not None:
+            endpoint.stop()
         engine.dispose()
 
 

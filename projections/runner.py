@@ -79,6 +79,11 @@ GROUP_COMMIT_INTERVAL_S = 1.0
 these, say where a runner resumes; the group's show lag)."""
 RETRY_BACKOFF_S = 0.5
 RETRY_BACKOFF_S_MAX = 10.0
+LAG_REFRESH_INTERVAL_S = 1.0
+"""How often the runner reads its partitions' log ends (for its lag) from the consumer."""
+WATERMARK_TIMEOUT_S = 2.0
+"""How long asking the broker for a log end may take, when the consumer has none yet."""
+PROGRESS_LOG_INTERVAL_S_DEFAULT = 30.0
 TopicPartition = tuple[str, int]
 
 
@@ -126,11 +131,34 @@ class ArrivalRate:
 
 @dataclass(slots=True)
 class RunnerStats:
+    """Running totals. ``events`` counts every record of a committed batch, its
+    corrections and parked events included; ``corrections`` counts the corrections
+    applied (not parked)."""
+
     batches: int = 0
     events: int = 0
     parked: int = 0
     conflicts: int = 0
     retries: int = 0
+    corrections: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionProgress:
+    """Where a runner stands in one partition it is assigned: the next offset it will
+    apply (None before its first), the log end it last saw (None before it knows it;
+    never below the next offset), and the log time of the last event it applied
+    (epoch milliseconds, or None)."""
+
+    next_offset: int | None
+    log_end: int | None
+    applied_timestamp_ms: int | None
+
+    @property
+    def lag_events(self) -> int | None:
+        if self.log_end is None:
+            return None
+        return self.log_end - (self.next_offset or 0)
 
 
 class CommitSignal:
@@ -176,9 +204,11 @@ class ProjectionRunner:
         consumer_config: Mapping[str, Any] | None = None,
         on_assign: Callable[[list[TopicPartition]], None] | None = None,
         on_commit: Callable[[RunnerStats], None] | None = None,
+        progress_interval_s: float = PROGRESS_LOG_INTERVAL_S_DEFAULT,
     ) -> None:
         """``on_assign`` hears of each assignment (after the seek to the checkpoints),
-        ``on_commit`` of each committed batch, with the running totals."""
+        ``on_commit`` of each committed batch, with the running totals. Every
+        ``progress_interval_s`` the runner logs one line of progress and lag."""
         self.store = store
         self.projection = store.projection
         self.batch_size = batch_size
@@ -187,6 +217,15 @@ class ProjectionRunner:
         self.arrivals = ArrivalRate()
         self.stats = RunnerStats()
         self.expected: dict[TopicPartition, int | None] = {}
+        self.log_ends: dict[TopicPartition, int] = {}
+        """The log end of each assigned partition, read every LAG_REFRESH_INTERVAL_S."""
+        self.applied_timestamps_ms: dict[TopicPartition, int] = {}
+        """The log time of the last event applied, per partition."""
+        self.progress_interval_s = progress_interval_s
+        self._polled_timestamps_ms: dict[TopicPartition, int] = {}
+        self._lag_read_at = -LAG_REFRESH_INTERVAL_S
+        self._progress_at = time.monotonic()
+        self._progress_events = 0
         self._idle_since = self._heard_at = time.monotonic()
         self._on_assign = on_assign
         self._on_commit = on_commit
@@ -232,6 +271,7 @@ class ProjectionRunner:
                     self._idle_since = time.monotonic()
                 elif idle_exit_s is not None and self._idle_for(idle_exit_s):
                     break
+                self._note_progress(time.monotonic())
         except ProjectionStoppedError:
             raise  # its status ("failed", with the error) is already recorded
         except BaseException as exc:
@@ -302,6 +342,9 @@ class ProjectionRunner:
                 log.warning("%s: consumer error: %s", self.projection.name, error)
                 continue
             position = Position(message.topic(), message.partition(), message.offset())  # type: ignore[arg-type]
+            self._polled_timestamps_ms[(position.topic, position.partition)] = message.timestamp()[
+                1
+            ]
             # A consumer's header values are bytes (or None): no conversion needed.
             records.append(Record(position, message.value(), message.headers()))  # type: ignore[arg-type]
         self._reader.remember((record.position, record.value) for record in records)
@@ -325,7 +368,10 @@ class ProjectionRunner:
         self._commit_to_group(force=True)
         self._reader.forget()
         for partition in partitions:
-            self.expected.pop((partition.topic, partition.partition), None)
+            key = (partition.topic, partition.partition)
+            self.expected.pop(key, None)
+            self.log_ends.pop(key, None)
+            self.applied_timestamps_ms.pop(key, None)
         consumer.unassign()
 
     def _apply_with_retry(self, records: list[Record]) -> None:
@@ -371,14 +417,76 @@ class ProjectionRunner:
             self._run_steps(transaction, plan.steps)
         for partition, (_, next_offset) in plan.moves.items():
             self.expected[partition] = next_offset
+            stamp = self._polled_timestamps_ms.get(partition)
+            if stamp is not None:
+                self.applied_timestamps_ms[partition] = stamp
         self.stats.batches += 1
         self.stats.events += plan.events
+        self.stats.corrections += sum(
+            1 for step in plan.steps if isinstance(step, Step) and step.kind == "correct"
+        )
         for partition, (_, next_offset) in plan.moves.items():
             self._uncommitted[partition] = next_offset
         COMMITS.committed()
         self._commit_to_group()
         if self._on_commit is not None:
             self._on_commit(self.stats)
+
+    def progress(self) -> dict[TopicPartition, PartitionProgress]:
+        """Where the runner stands in each partition it is assigned (safe to call from
+        another thread: it copies what the runner's thread writes)."""
+        expected = dict(self.expected)
+        ends = dict(self.log_ends)
+        stamps = dict(self.applied_timestamps_ms)
+        progress = {}
+        for partition, next_offset in expected.items():
+            end = ends.get(partition)
+            if end is not None and next_offset is not None:
+                end = max(end, next_offset)  # the runner applied past the end it last read
+            progress[partition] = PartitionProgress(next_offset, end, stamps.get(partition))
+        return progress
+
+    def _note_progress(self, now: float) -> None:
+        """Refresh the log ends every LAG_REFRESH_INTERVAL_S; log a line of progress every
+        ``progress_interval_s``."""
+        if now - self._lag_read_at >= LAG_REFRESH_INTERVAL_S:
+            self._lag_read_at = now
+            self._read_log_ends()
+        if now - self._progress_at < self.progress_interval_s:
+            return
+        applied = self.stats.events - self._progress_events
+        lags = [p.lag_events for p in self.progress().values()]
+        known = [lag for lag in lags if lag is not None]
+        log.info(
+            "%s: applied %d events in the last %.1f s (%d in all, %d parked), lag %s events "
+            "over %d partitions",
+            self.projection.name,
+            applied,
+            now - self._progress_at,
+            self.stats.events,
+            self.stats.parked,
+            sum(known) if len(known) == len(lags) else "unknown",
+            len(lags),
+        )
+        self._progress_at = now
+        self._progress_events = self.stats.events
+
+    def _read_log_ends(self) -> None:
+        """The high watermark of each assigned partition: the one the consumer's fetches
+        brought back, else (before its first fetch) the broker's answer."""
+        for partition in list(self.expected):
+            place = confluent_kafka.TopicPartition(*partition)
+            try:
+                _, high = self._consumer.get_watermark_offsets(place, cached=True)
+                if high < 0:
+                    _, high = self._consumer.get_watermark_offsets(
+                        place, timeout=WATERMARK_TIMEOUT_S, cached=False
+                    )
+            except (confluent_kafka.KafkaException, RuntimeError) as exc:
+                log.debug("%s: no log end for %s: %s", self.projection.name, partition, exc)
+                continue
+            if high >= 0:
+                self.log_ends[partition] = high
 
     def _commit_to_group(self, *, force: bool = False) -> None:
         """Commit the applied offsets to the group, at most every GROUP_COMMIT_INTERVAL_S."""

@@ -19,7 +19,10 @@ from eventplatform.cli_support import (
     database_option,
     database_url_of,
     log_to_stderr,
+    metrics_listen_option,
+    metrics_socket_of,
     reported_errors,
+    serve_metrics,
     this_host,
     window,
     window_options,
@@ -153,6 +156,7 @@ def logs_ingest(client: ClientConfig, service: str, host: str) -> None:
     type=click.Path(exists=True, dir_okay=False),
     help="Require client certificates this CA signed (PEM).",
 )
+@metrics_listen_option
 def logs_syslog(
     client: ClientConfig,
     udp_listen: str,
@@ -161,6 +165,7 @@ def logs_syslog(
     tls_cert: str | None,
     tls_key: str | None,
     tls_client_ca: str | None,
+    metrics_listen: str | None,
 ) -> None:
     """Receive RFC 5424 syslog over UDP, TCP and TLS and append the lines."""
     import ssl
@@ -168,7 +173,11 @@ def logs_syslog(
     import trio
 
     from eventplatform.apps.log_aggregation.retention import ensure_topic
-    from eventplatform.apps.log_aggregation.syslog import SyslogListener, tls_context
+    from eventplatform.apps.log_aggregation.syslog import (
+        SyslogCollector,
+        SyslogListener,
+        tls_context,
+    )
     from eventplatform.events import EventProducer
 
     log_to_stderr()
@@ -185,12 +194,16 @@ def logs_syslog(
             context = tls_context(tls_cert, tls_key, tls_client_ca)
         except (ssl.SSLError, OSError) as exc:
             raise click.UsageError(f"the TLS certificate or key does not load: {exc}") from exc
+    metrics_socket = metrics_socket_of(metrics_listen)
     ensure_topic(client)
 
     async def run() -> None:
         with EventProducer(client, config={"linger.ms": 5}) as producer:
             listener = SyslogListener(producer)
             async with trio.open_nursery() as nursery:
+                if metrics_socket is not None:
+                    collector = SyslogCollector(listener)
+                    await nursery.start(serve_metrics, metrics_socket, collector)
                 nursery.start_soon(listener.run_writer)
                 if udp is not None:
                     port = await nursery.start(listener.serve_udp, *udp)

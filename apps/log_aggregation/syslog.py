@@ -31,16 +31,18 @@ import logging
 import re
 import ssl
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 import trio
+from prometheus_client.core import CounterMetricFamily
 from pydantic import ValidationError
 
 from eventplatform.apps.log_aggregation.events import ATTRIBUTES_MAX, Level, LogLine
 from eventplatform.apps.log_aggregation.secrets import redact_line
+from eventplatform.cli_support import append_queue_metrics
 from eventplatform.events import (
     BATCH_EVENTS_DEFAULT,
     QUEUE_EVENTS_DEFAULT,
@@ -52,6 +54,7 @@ from eventplatform.events import (
 log = logging.getLogger(__name__)
 
 FRAME_BYTES_MAX = 64 * 1024
+COLLECTOR_LABEL = "syslog"
 READ_BYTES = 65_536
 IDLE_TIMEOUT_S = 300.0
 TLS_HANDSHAKE_TIMEOUT_S = 10.0
@@ -182,6 +185,7 @@ def _param_value(text: str, position: int) -> tuple[str, int]:
 
 @dataclass
 class SyslogStats:
+    datagrams: int = 0
     messages: int = 0
     lines: int = 0
     garbage: Counter[str] = field(default_factory=Counter)
@@ -291,7 +295,7 @@ class SyslogListener:
         await serve_datagrams(
             host,
             port,
-            lambda datagram, sender: self._take([datagram], sender),
+            self._take_datagram,
             task_status=task_status,
         )
 
@@ -354,11 +358,45 @@ class SyslogListener:
             await stream.aclose()
 
     def _take_datagram(self, datagram: bytes, sender: str) -> None:
+        self.stats.datagrams += 1
         self._take([datagram], sender)
 
     def _take(self, messages: list[bytes], sender: str) -> None:
         lines = [line for raw in messages if (line := self.ingest.line(raw, sender)) is not None]
         self.queue.put(lines)
+
+
+class SyslogCollector:
+    """The listener's figures for its metrics endpoint, read when scraped
+    (``collector="syslog"``; docs/metrics.md)."""
+
+    def __init__(self, listener: SyslogListener) -> None:
+        self.listener = listener
+
+    def collect(self) -> Iterator[Any]:
+        stats = self.listener.stats
+        labels = [COLLECTOR_LABEL]
+        for name, text, value in (
+            ("datagrams_received", "UDP datagrams received.", stats.datagrams),
+            ("lines_received", "Syslog messages received over UDP, TCP and TLS.", stats.messages),
+            ("connections", "TCP and TLS connections accepted.", stats.connections),
+        ):
+            counter = CounterMetricFamily(
+                f"eventplatform_ingest_{name}", text, labels=["collector"]
+            )
+            counter.add_metric(labels, value)
+            yield counter
+        errors = CounterMetricFamily(
+            "eventplatform_ingest_errors",
+            "Messages that did not parse, frames that could not be framed, and TLS "
+            "handshakes refused, by reason.",
+            labels=["collector", "reason"],
+        )
+        for reason, count in sorted(stats.garbage.items()):
+            errors.add_metric([COLLECTOR_LABEL, reason], count)
+        errors.add_metric([COLLECTOR_LABEL, "tls refused"], stats.tls_refused)
+        yield errors
+        yield from append_queue_metrics(COLLECTOR_LABEL, self.listener.queue)
 
 
 def tls_context(certificate: str, key: str, client_ca: str | None = None) -> ssl.SSLContext:

@@ -16,8 +16,11 @@ from eventplatform.cli_support import (
     database_option,
     database_url_of,
     log_to_stderr,
+    metrics_listen_option,
+    metrics_socket_of,
     moment,
     reported_errors,
+    serve_metrics,
     window,
     window_options,
 )
@@ -55,21 +58,26 @@ def metrics_simulate(client: ClientConfig, hours: float, start: str | None, seed
     show_default=True,
     help="host:port to receive StatsD datagrams on (UDP; port 0 picks a free one).",
 )
-def metrics_statsd(client: ClientConfig, listen: str) -> None:
+@metrics_listen_option
+def metrics_statsd(client: ClientConfig, listen: str, metrics_listen: str | None) -> None:
     """Receive the StatsD line protocol over UDP and append the points."""
 
     import trio
 
-    from eventplatform.apps.metrics.statsd import StatsdListener
+    from eventplatform.apps.metrics.statsd import StatsdCollector, StatsdListener
     from eventplatform.events import EventProducer
 
     log_to_stderr()
     host, port = address(listen, "--listen")
+    metrics_socket = metrics_socket_of(metrics_listen)
 
     async def run() -> None:
         with EventProducer(client, config={"linger.ms": 5}) as producer:
             listener = StatsdListener(producer)
             async with trio.open_nursery() as nursery:
+                if metrics_socket is not None:
+                    collector = StatsdCollector(listener)
+                    await nursery.start(serve_metrics, metrics_socket, collector)
                 bound = await nursery.start(listener.serve, host, port)
                 click.echo(f"receiving StatsD on udp://{host}:{bound}", err=True)
 

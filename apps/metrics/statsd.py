@@ -34,9 +34,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 import trio
+from prometheus_client.core import CounterMetricFamily
 from pydantic import ValidationError
 
 from eventplatform.apps.metrics.events import Kind, MetricPoint, series_of
+from eventplatform.cli_support import append_queue_metrics
 from eventplatform.events import (
     BATCH_EVENTS_DEFAULT,
     QUEUE_EVENTS_DEFAULT,
@@ -48,6 +50,7 @@ from eventplatform.events import (
 log = logging.getLogger(__name__)
 
 LINE_BYTES_MAX = 4096
+COLLECTOR_LABEL = "statsd"
 LOGGED_PER_REASON = 10
 TYPES: dict[str, Kind] = {
     "c": "counter",
@@ -195,6 +198,36 @@ class StatsdIngest:
                 else ""
             )
             log.warning("bad StatsD line: %s%s", exc, more)
+
+
+class StatsdCollector:
+    """The listener's figures for its metrics endpoint, read when scraped
+    (``collector="statsd"``; docs/metrics.md)."""
+
+    def __init__(self, listener: StatsdListener) -> None:
+        self.listener = listener
+
+    def collect(self) -> Iterator[Any]:
+        stats = self.listener.stats
+        labels = [COLLECTOR_LABEL]
+        for name, text, value in (
+            ("datagrams_received", "UDP datagrams received.", stats.datagrams),
+            ("lines_received", "StatsD lines received, good or bad.", stats.lines),
+        ):
+            counter = CounterMetricFamily(
+                f"eventplatform_ingest_{name}", text, labels=["collector"]
+            )
+            counter.add_metric(labels, value)
+            yield counter
+        errors = CounterMetricFamily(
+            "eventplatform_ingest_errors",
+            "Lines that did not parse, by reason.",
+            labels=["collector", "reason"],
+        )
+        for reason, count in sorted(stats.bad_lines.items()):
+            errors.add_metric([COLLECTOR_LABEL, reason], count)
+        yield errors
+        yield from append_queue_metrics(COLLECTOR_LABEL, self.listener.queue)
 
 
 class StatsdListener:

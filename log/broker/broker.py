@@ -39,6 +39,7 @@ from eventplatform.log.broker.descriptors import (
 )
 from eventplatform.log.broker.group_configs import GROUP_CONFIGS_FILE, GroupConfigStore
 from eventplatform.log.broker.memory_pool import MemoryPool
+from eventplatform.log.broker.metrics import RequestStats
 from eventplatform.log.broker.sharing import ShareService
 from eventplatform.log.broker.solo import SoloNode
 from eventplatform.log.cluster.membership import Membership
@@ -147,6 +148,8 @@ class Broker:
         """Wakes the erasure task (:mod:`.erasing`) when a partition has erasures due."""
         self.request_memory = MemoryPool(config.queued_max_request_bytes)
         """Request bytes every connection together holds (``queued.max.request.bytes``)."""
+        self.request_stats = RequestStats()
+        """Requests, bytes and latencies by API, for the metrics endpoint (:mod:`.metrics`)."""
         self.groups: GroupCoordinator | None = None
         self.transactions: TransactionCoordinator | None = None
         self.membership: Membership = SoloNode(self)

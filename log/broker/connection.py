@@ -29,6 +29,7 @@ import itertools
 import logging
 import os
 import socket
+import time
 from typing import Any
 
 import trio
@@ -38,6 +39,7 @@ from eventplatform.log.broker.context import Deferred, Handler, RequestContext
 from eventplatform.log.broker.dispatcher import known_api, unsupported_version_response
 from eventplatform.log.broker.handlers.sasl_authenticate import exchange_step
 from eventplatform.log.broker.memory_pool import MemoryPool
+from eventplatform.log.broker.metrics import ApiStats
 from eventplatform.log.broker.regions import OwnedRegion
 from eventplatform.log.invariants import require
 from eventplatform.log.protocol import (
@@ -71,20 +73,41 @@ class _Pending:
     """A deferred response in the writer's queue, encoded once its body is ready.
 
     It keeps its request's pool bytes (``reserved_bytes``) until it is sent: the
-    body it waits for may still refer to the request frame."""
+    body it waits for may still refer to the request frame. Its API's figures
+    (``stats``) hear of it once its body is ready."""
 
-    __slots__ = ("api", "correlation_id", "deferred", "reserved_bytes", "version")
+    __slots__ = (
+        "api",
+        "correlation_id",
+        "deferred",
+        "reserved_bytes",
+        "started",
+        "stats",
+        "version",
+    )
 
-    def __init__(self, api: Any, version: int, correlation_id: int, deferred: Deferred) -> None:
+    def __init__(
+        self,
+        api: Any,
+        version: int,
+        correlation_id: int,
+        deferred: Deferred,
+        stats: ApiStats,
+        started: float,
+    ) -> None:
         self.api = api
         self.version = version
         self.correlation_id = correlation_id
         self.deferred = deferred
         self.reserved_bytes = 0
+        self.stats = stats
+        self.started = started
 
     async def chunks(self) -> list[Chunk]:
         body = await self.deferred.body()
-        return encode_response(self.api, self.version, self.correlation_id, body)
+        chunks = encode_response(self.api, self.version, self.correlation_id, body)
+        self.stats.answered(time.perf_counter() - self.started, _framed_length(chunks))
+        return chunks
 
 
 Response = list[Chunk] | _Pending
@@ -289,24 +312,33 @@ class Connection:
     async def _answer(self, frame: bytearray) -> Response | None:
         if self.session.reads_bare_tokens:
             return await self._bare_token(bytes(frame))
+        started = time.perf_counter()
         header, position = decode_request_header(frame)
         api = known_api(header.api_key)
         if api is None:
             raise ProtocolError(f"unknown API key {header.api_key}")
+        stats = self.broker.request_stats.received(header.api_key, len(frame) + FRAME_SIZE.size)
         refusal = self.session.permits(header.api_key, trio.current_time())
         if refusal is not None:
             raise ProtocolError(f"{api.name} refused: {refusal}")
         handler = self.handlers.get(header.api_key)
+        chunks: list[Chunk]
         if handler is None or not handler.accepts(header.api_version):
-            return self._unsupported(header.api_key, header.api_version, header.correlation_id)
-        request = decode_request_body(api, header.api_version, frame, position)
-        context = RequestContext(self.broker, header, self.peer, self.id, self.session)
-        body = await handler.handle(context, request)
-        if body is None:
-            return None
-        if isinstance(body, Deferred):
-            return _Pending(api, header.api_version, header.correlation_id, body)
-        return encode_response(api, header.api_version, header.correlation_id, body)
+            chunks = self._unsupported(header.api_key, header.api_version, header.correlation_id)
+        else:
+            request = decode_request_body(api, header.api_version, frame, position)
+            context = RequestContext(self.broker, header, self.peer, self.id, self.session)
+            body = await handler.handle(context, request)
+            if body is None:
+                stats.answered(time.perf_counter() - started, 0)
+                return None
+            if isinstance(body, Deferred):
+                return _Pending(
+                    api, header.api_version, header.correlation_id, body, stats, started
+                )
+            chunks = encode_response(api, header.api_version, header.correlation_id, body)
+        stats.answered(time.perf_counter() - started, _framed_length(chunks))
+        return chunks
 
     async def _bare_token(self, token: bytes) -> Response | None:
         """One SASL token after a v0 handshake, answered bare; a failure closes the
@@ -405,6 +437,10 @@ class Connection:
             position += sent
             remaining -= sent
         await trio.lowlevel.checkpoint()
+
+
+def _framed_length(chunks: list[Chunk]) -> int:
+    return FRAME_SIZE.size + chunks_length(chunks)
 
 
 def _close_regions(chunks: Response) -> None:

@@ -18,6 +18,11 @@ import trio
 from eventplatform.log.broker.server import serve_until_signalled
 from eventplatform.log.config import BrokerConfig, BrokerConfigError
 from eventplatform.log.invariants import crash_on_invariant_error
+from eventplatform.log.metrics_endpoint import (
+    MetricsEndpointError,
+    bind_metrics_socket,
+    parse_metrics_listen,
+)
 
 log = logging.getLogger("eventplatform.broker")
 
@@ -38,9 +43,11 @@ def run_broker(
     overrides: Iterable[str],
     log_level: str,
     echo: Callable[[str], Any],
+    metrics_listen: str | None = None,
 ) -> None:
     """Run the node ``platform serve`` describes until SIGINT or SIGTERM; a bad setting
-    raises BrokerConfigError before anything starts."""
+    (or a ``metrics_listen`` address that cannot be bound) raises BrokerConfigError
+    before anything starts."""
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
@@ -51,6 +58,12 @@ def run_broker(
     if advertised_host is not None:
         fields["advertised_host"] = advertised_host
     config = BrokerConfig.load(config_file, overrides, **fields)
+    metrics_socket = None
+    if metrics_listen is not None:
+        try:
+            metrics_socket = bind_metrics_socket(*parse_metrics_listen(metrics_listen))
+        except MetricsEndpointError as exc:
+            raise BrokerConfigError(str(exc)) from exc
     with crash_on_invariant_error(log):
-        trio.run(partial(serve_until_signalled, config))
+        trio.run(partial(serve_until_signalled, config, metrics_socket=metrics_socket))
     echo("broker stopped")

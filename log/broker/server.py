@@ -26,6 +26,7 @@ import logging
 import os
 import resource
 import signal
+import socket
 import ssl
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -44,12 +45,14 @@ from eventplatform.log.broker.context import Handler
 from eventplatform.log.broker.descriptors import descriptors_in_use, open_files_limit
 from eventplatform.log.broker.dispatcher import HANDLER_MODULES, build_handlers
 from eventplatform.log.broker.erasing import run_erasures
+from eventplatform.log.broker.metrics import BrokerCollector, QuorumCollector
 from eventplatform.log.broker.transaction_markers import write_markers
 from eventplatform.log.cluster.network import TCP, Network, TlsNetwork
 from eventplatform.log.cluster.node import BrokerMember, ControllerNode
 from eventplatform.log.config import BrokerConfig, BrokerConfigError
 from eventplatform.log.groups.coordinator import GroupCoordinator
 from eventplatform.log.invariants import find_invariant_error
+from eventplatform.log.metrics_endpoint import new_registry, serve_metrics
 from eventplatform.log.security.listeners import Endpoint, SecurityProtocol
 from eventplatform.log.security.quotas import CONNECTION_CREATION_RATE, IP
 from eventplatform.log.security.session import Session
@@ -92,9 +95,14 @@ class BrokerServer:
         network: Network = TCP,
         clock_ms: Callable[[], int] = wall_clock_ms,
         off_loop: OffLoop = trio.to_thread.run_sync,
+        metrics_socket: socket.socket | None = None,
     ) -> None:
+        """With a ``metrics_socket`` (see :mod:`eventplatform.log.metrics_endpoint`), the
+        server serves its registry, :attr:`metrics`, on it while it runs."""
         self.config = config
         self.network = network
+        self.metrics_socket = metrics_socket
+        self.metrics = new_registry()
         self.off_loop = off_loop
         self.clock_ms = clock_ms
         self.handlers: dict[int, Handler] = build_handlers(HANDLER_MODULES)
@@ -119,6 +127,7 @@ class BrokerServer:
         broker.groups = GroupCoordinator(broker.config, broker.topics, broker.clock_ms)
         broker.transactions = TransactionCoordinator(broker.config, broker.topics, wall_clock_ms)
         self.broker = broker
+        self.metrics.register(BrokerCollector(broker, lambda: self.open_connections))
         try:
             listeners = await self._bind(broker)
             async with trio.open_nursery() as nursery:
@@ -185,7 +194,10 @@ class BrokerServer:
         nursery.start_soon(run_erasures, broker)
         if "controller" in self.config.process_roles:
             self.controller = ControllerNode(self.config, broker.network)
+            self.metrics.register(QuorumCollector(self.controller))
             await nursery.start(self.controller.run)
+        if self.metrics_socket is not None:
+            await nursery.start(serve_metrics, self.metrics, self.metrics_socket)
         if self.config.clustered:
             broker.membership = BrokerMember(broker)
         await nursery.start(broker.membership.run)
@@ -442,16 +454,22 @@ async def serve(
 
 
 async def serve_until_signalled(
-    config: BrokerConfig, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED
+    config: BrokerConfig,
+    *,
+    metrics_socket: socket.socket | None = None,
+    task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve until SIGINT or SIGTERM, then shut down gracefully (``platform serve``).
 
     A cluster member first hands its leaderships over (controlled shutdown); a node
-    that is only a controller serves its quorum port alone."""
+    that is only a controller serves its quorum port alone (and, given a
+    ``metrics_socket``, its quorum's metrics)."""
     if config.process_roles == frozenset({"controller"}):
-        await _serve_controller_until_signalled(config, task_status=task_status)
+        await _serve_controller_until_signalled(
+            config, metrics_socket=metrics_socket, task_status=task_status
+        )
         return
-    server = BrokerServer(config)
+    server = BrokerServer(config, metrics_socket=metrics_socket)
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with trio.open_nursery() as nursery:
             port = await nursery.start(server.run)
@@ -465,13 +483,20 @@ async def serve_until_signalled(
 
 
 async def _serve_controller_until_signalled(
-    config: BrokerConfig, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED
+    config: BrokerConfig,
+    *,
+    metrics_socket: socket.socket | None,
+    task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     raise_open_file_limit()
     node = ControllerNode(config, cluster_network(config))
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with trio.open_nursery() as nursery:
             port = await nursery.start(node.run)
+            if metrics_socket is not None:
+                registry = new_registry()
+                registry.register(QuorumCollector(node))
+                await nursery.start(serve_metrics, registry, metrics_socket)
             log.info("serving on %s:%d (controller only)", config.listen_host, port)
             task_status.started(port)
             async for signum in signals:

@@ -58,6 +58,11 @@ class AppendQueue:
         self._send, self._receive = trio.open_memory_channel[list[Event]](math.inf)
         self._waiting = 0
 
+    @property
+    def waiting(self) -> int:
+        """Events queued and not yet appended (nor dropped)."""
+        return self._waiting
+
     def put(self, events: list[Any]) -> bool:
         """Queue ``events`` for the writer; False (and counted) when the queue is full."""
         if not events:

@@ -25,6 +25,7 @@ START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 30.0
 _SERVING = re.compile(r"serving on (\S+):(\d+)")
 _LISTENER = re.compile(r"listener (\S+) \((\S+)\) on (\S+):(\d+)")
+_METRICS = re.compile(r"metrics on (http://\S+)")
 PLATFORM = Path(sys.executable).with_name("platform")
 
 
@@ -37,10 +38,13 @@ class BrokerProcess:
         launcher: Sequence[str] = (str(PLATFORM),),
         *,
         open_files_limit: int | None = None,
+        metrics_listen: str | None = None,
     ) -> None:
         """``launcher`` is the command before ``serve``: the ``platform`` script, or a
         test's own entry point that calls the same command line. ``open_files_limit`` sets
-        the process's RLIMIT_NOFILE (soft and hard), as ``ulimit -n`` would."""
+        the process's RLIMIT_NOFILE (soft and hard), as ``ulimit -n`` would. With
+        ``metrics_listen`` (``127.0.0.1:0`` for a free port) the broker serves its metrics,
+        at :attr:`metrics_url`."""
         self.data_dir = data_dir
         self.launcher = list(launcher)
         self.overrides = list(overrides)
@@ -49,6 +53,8 @@ class BrokerProcess:
         self.process: subprocess.Popen[str] | None = None
         self.output: list[str] = []
         self.listener_ports: dict[str, int] = {}
+        self.metrics_listen = metrics_listen
+        self.metrics_url: str | None = None
         """The port each named listener bound (``listeners`` with port 0 binds free ones)."""
 
     @property
@@ -69,6 +75,8 @@ class BrokerProcess:
         ]
         for override in self.overrides:
             command += ["--override", override]
+        if self.metrics_listen is not None:
+            command += ["--metrics-listen", self.metrics_listen]
         self.process = subprocess.Popen(
             command,
             stdout=subprocess.PIPE,
@@ -109,6 +117,9 @@ class BrokerProcess:
             listener = _LISTENER.search(line)
             if listener:
                 self.listener_ports[listener.group(1)] = int(listener.group(4))
+            metrics = _METRICS.search(line)
+            if metrics:
+                self.metrics_url = metrics.group(1)
             match = _SERVING.search(line)
             if match and not ready.is_set():
                 self.port = int(match.group(2))

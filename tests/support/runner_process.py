@@ -15,7 +15,7 @@ import re
 import signal
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,7 +53,9 @@ class RunnerProcess:
         output_dir: Path,
         batch_size: int,
         consumer_settings: Mapping[str, str | int] | None = None,
+        extra_arguments: Sequence[str] = (),
     ) -> None:
+        """``extra_arguments`` follow the others (``--metrics-listen``, ``--progress-interval``)."""
         self.name = name
         self.projection = projection
         self.app = app
@@ -62,6 +64,7 @@ class RunnerProcess:
         self.output_dir = output_dir
         self.batch_size = batch_size
         self.consumer_settings = dict(consumer_settings or {})
+        self.extra_arguments = list(extra_arguments)
         self.incarnation = 0
         self.client_id = ""
         self.process: subprocess.Popen[bytes] | None = None
@@ -90,6 +93,7 @@ class RunnerProcess:
         ]
         for key, value in settings.items():
             command += ["-c", f"{key}={value}"]
+        command += self.extra_arguments
         python_path = os.pathsep.join(filter(None, [str(SUPPORT), os.environ.get("PYTHONPATH")]))
         with output.open("wb") as sink:
             self.process = subprocess.Popen(
@@ -137,6 +141,12 @@ class RunnerProcess:
         if match is None:
             return None
         return RunnerSummary(*(int(group) for group in match.groups()))
+
+    def output(self) -> str:
+        """The current incarnation's output so far."""
+        if not self.outputs or not self.outputs[-1].exists():
+            return ""
+        return self.outputs[-1].read_text(errors="replace")
 
     def tail(self, lines: int = TAIL_LINES) -> str:
         """The last lines of the current incarnation's output (and of the previous one)."""
