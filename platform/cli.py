@@ -640,8 +640,10 @@ def groups_reset_offsets(
 ) -> None:
     """Move GROUP's committed offsets on a topic; refused while the group has members."""
     from eventplatform.tools.groups import reset_group_offsets, reset_target
+    from eventplatform.tools.projection_groups import refuse_projection_group
 
     with _reported_errors():
+        refuse_projection_group(cluster, group)
         target = reset_target(
             to_earliest=to_earliest,
             to_latest=to_latest,

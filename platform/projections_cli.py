@@ -121,6 +121,7 @@ def projections_status(
     for status in statuses:
         seconds = "-" if status.lag_seconds is None else f"{status.lag_seconds:.1f}s"
         click.echo(f"{status.name}: {status.status}")
+        click.echo(f"  group: {status.group_id}")
         click.echo(f"  lag: {status.lag_events} events, {seconds}")
         for partition in status.partitions:
             click.echo(
