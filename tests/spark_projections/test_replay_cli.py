@@ -9,11 +9,10 @@ backfill through the command recomputes rows to the same values.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-
-import time
 
 import projection_test_app
 import pytest
