@@ -261,7 +261,8 @@ def _check_checkpoints(
             raise ReplayConfigError(
                 f"{projection.name} has applied {r.topic}/{r.partition} up to offset "
                 f"{applied_to}, so a rebuild on top of its tables must start there, not at "
-                f"{r.start} (or rebuild from the start of the log)"
+                f"{r.start}: a runner moved it since the plan; run the replay again (its plan "
+                "then reads from the log start)"
             )
 
 
