@@ -658,10 +658,12 @@ def groups_reset_offsets(
     """Plan moving GROUP's committed offsets on a topic, and with --execute move them;
     refused while the group has members."""
     from eventplatform.tools.groups import reset_group_offsets, reset_target
+    from eventplatform.tools.projection_groups import refuse_projection_group
 
     if execute and dry_run:
         raise click.UsageError("--execute and --dry-run exclude each other")
     with _reported_errors():
+        refuse_projection_group(cluster, group)
         target = reset_target(
             to_earliest=to_earliest,
             to_latest=to_latest,

@@ -136,6 +136,7 @@ def projections_status(
     for status in statuses:
         seconds = "-" if status.lag_seconds is None else f"{status.lag_seconds:.1f}s"
         click.echo(f"{status.name}: {status.status}")
+        click.echo(f"  group: {status.group_id}")
         if status.lag_error is not None:
             click.echo(f"  lag: unknown ({status.lag_error})")
         else:

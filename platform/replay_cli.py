@@ -119,18 +119,26 @@ def replay(
 ) -> None:
     """Rebuild or backfill a projection's tables from the log with Spark.
 
-    Rebuild: without a start, the rebuild reads every partition from the
-    start of the log into empty shadow tables. With one, it starts from a
-    copy of the live tables, which must have been applied exactly up to that
-    start. Either way the runner's checkpoints move to the end of the replay.
+    Rebuild: without a start, every partition is read from the start of the
+    log into empty shadow tables. With one, the rebuild starts from a copy of
+    the live tables when they hold exactly the events before that start; when
+    they do not, the state at the start is computed instead: empty shadows,
+    every partition read from its log start. Either way the runner's
+    checkpoints move to the end of the replay. --from-offset N skips
+    partitions whose log ends at or before N.
 
     Backfill (after fixing a window of data or a handler): every row the
     range's events touch is recomputed from the whole log and replaces the
     live row; the other rows stay as they are.
+
+    Every check (topics, partitions, offsets against the log, the database's
+    tables and checkpoints) runs before Spark starts; --dry-run runs them all
+    and prints the plan.
     """
     from eventplatform.projections.apps import find_projection
     from eventplatform.spark_projections.backfilling import backfill
-    from eventplatform.spark_projections.replay import ReplayRequest, plan_ranges, rebuild
+    from eventplatform.spark_projections.planning import ReplayRequest, plan_replay
+    from eventplatform.spark_projections.replay import rebuild
     from eventplatform.spark_projections.session import parse_pairs, spark_session
 
     starts = [from_offset is not None, from_offsets is not None, from_timestamp is not None]
@@ -160,22 +168,24 @@ def replay(
         try:
             projection = find_projection(name, load_apps(app_references))
             url = database_url_of(database)
-            ranges = plan_ranges(projection, url, options, request)
+            plan = plan_replay(projection, url, options, request, mode=mode)
             settings = parse_pairs(",".join(spark_settings), source="--spark-conf")
             spark = None if dry_run else spark_session(spark_master, settings)
             if mode == "backfill":
-                summary = backfill(spark, projection, url, ranges, options, dry_run=dry_run)
+                summary = backfill(spark, projection, url, plan.ranges, options, dry_run=dry_run)
             else:
                 summary = rebuild(
                     spark,
                     projection,
                     url,
-                    ranges,
+                    plan.ranges,
                     options,
-                    from_start=request.from_start,
+                    from_start=plan.from_start,
                     dry_run=dry_run,
                 )
         except ReplayError as error:
             raise click.ClickException(str(error)) from error
     for line in summary.lines():
         click.echo(line)
+    for note in plan.notes:
+        click.echo(f"note: {note}")

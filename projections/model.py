@@ -52,6 +52,12 @@ MIGRATION_INDEXES = "eventplatform.migration_indexes"
 """``Table.info`` key: names of indexes a migration creates in one database's own SQL
 (a full-text index); schema checks do not count them as differences."""
 POISON_POLICIES = ("park", "stop")
+GROUP_ID_PREFIX = "projection."
+"""Runners' consumer groups are ``projection.<name>.<token>``, one per database (see
+:func:`~.registry.register_projection`), unless a projection names its own."""
+GROUP_MARKER = "eventplatform.projection:"
+"""The metadata of every offset a runner commits to its group: this prefix, then the
+projection's name. Tools tell a projection's group by it, whatever its id."""
 
 # A log rank orders positions across a projection's topics and partitions:
 # topic index, partition and offset packed into one BIGINT.
@@ -153,6 +159,11 @@ class TablePlan:
         return tuple(values[name] for name in self.keys)
 
 
+def legacy_group_id(name: str) -> str:
+    """The group every runner of projection ``name`` joined before groups were per database."""
+    return f"{GROUP_ID_PREFIX}{name}"
+
+
 def _is_bookkeeping(table: Table, name: str) -> bool:
     if name == CONTRIBUTIONS_COLUMN:
         return True
@@ -194,6 +205,11 @@ class Projection:
     ``on_error`` is the poison-event policy: ``"park"`` moves an event whose
     handler raises to the dead-letter table and goes on; ``"stop"`` stops the
     runner before the event, so nothing after it is applied out of order.
+
+    ``group_id`` names the consumer group every runner of the projection joins,
+    whatever database it writes to. Without it (the usual case) each database
+    gets a group of its own, recorded in it on the first run, so runners writing
+    to two databases each read every partition.
     """
 
     def __init__(
@@ -209,7 +225,8 @@ class Projection:
             raise ProjectionDefinitionError(f"on_error must be one of {POISON_POLICIES}")
         self.name = name
         self.on_error: PoisonPolicy = on_error
-        self.group_id = group_id or f"projection.{name}"
+        self.group_id = group_id
+        """The group named in the declaration; None: one group per database."""
         self.description = description
         self.plans = {str(table.name): TablePlan.of(table) for table in tables}
         self._routes = [(plan.table, plan) for plan in self.plans.values()]

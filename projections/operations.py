@@ -55,6 +55,8 @@ WAIT_POLL_S_MIN = 0.001
 WAIT_POLL_S_MAX = 0.01
 WAIT_ENGINES_MAX = 8
 """Engines ``wait_until_applied`` keeps for the database URLs it was given."""
+NO_GROUP_YET = "-"
+"""The group a projection never run against a database shows: its first run draws it."""
 _wait_engines: dict[str, Engine] = {}
 _wait_engines_lock = threading.Lock()
 
@@ -206,7 +208,7 @@ def _status(
     return ProjectionStatus(
         name=name,
         status=reported_status(row, any(rows.values())),
-        group_id=projection.group_id if projection else row.group_id,
+        group_id=_group_of(projection, row),
         partitions=partitions,
         rows=rows,
         parked=parked_count(connection, name),
@@ -215,6 +217,13 @@ def _status(
         updated_at=row.updated_at if row else None,
         lag_error=log.error,
     )
+
+
+def _group_of(projection: Projection | None, row: Any) -> str:
+    """The group the runners join: declared, else the database's ("-" before a first run)."""
+    if projection is not None and projection.group_id:
+        return projection.group_id
+    return str(row.group_id) if row else NO_GROUP_YET
 
 
 def _lags(

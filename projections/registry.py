@@ -3,10 +3,23 @@
 Status is computed from the store and the log: per partition, the checkpoint
 against the log's end offset gives the lag in events; the age of the oldest
 unapplied event gives the lag in seconds.
+
+The registry row also holds the consumer group the projection's runners join
+when they write to this database: ``projection.<name>.<token>``, the token
+drawn at random on the first run and kept in the row. The group belongs to
+the database, not to the way it is reached: another host name, port or
+relative path to the same database finds the same row, and a second database
+draws its own token, so its runners read every partition too. A projection
+that names its group (``Projection(group_id=...)``) joins that one. A row that
+still holds the group runners shared before (``projection.<name>``) gets a token
+on the next run: the runners move to the new group and commit their checkpoints
+there on assignment, and the old group keeps its last offsets, unused.
 """
 
 from __future__ import annotations
 
+import re
+import secrets
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -14,6 +27,7 @@ from typing import Any
 from sqlalchemy import func, inspect, select
 
 from eventplatform.projections import schema
+from eventplatform.projections.model import GROUP_ID_PREFIX
 from eventplatform.projections.statements import upsert_insert
 from eventplatform.projections.store import ProjectionStore
 
@@ -24,26 +38,57 @@ RUNNER_HEARTBEAT_S = 10.0
 RUNNER_SILENT_S = 3 * RUNNER_HEARTBEAT_S
 """A row that says running but was not refreshed for this long belongs to a runner that
 ended without saying so (killed, or its machine lost)."""
+GROUP_TOKEN_BYTES = 4
+"""Random bytes of a database's group token (8 hex digits)."""
 
 
-def register_projection(store: ProjectionStore, status: str = STATUS_RUNNING) -> None:
-    """Record (or refresh) the projection's row: its group, topics and tables."""
+def register_projection(store: ProjectionStore, status: str = STATUS_RUNNING) -> str:
+    """Record (or refresh) the projection's row: its group, topics and tables.
+
+    Returns the consumer group its runners against this database join: the
+    declared one, else the one the row holds (drawn now on the first run, or
+    when the row holds the group of the shared days or a former declared one).
+    """
     projection = store.projection
+    table = schema.projections
     values = {
         "name": projection.name,
-        "group_id": projection.group_id,
+        "group_id": projection.group_id or new_group_id(projection.name),
         "topics": list(projection.topics),
         "tables": sorted(projection.plans),
         "status": status,
         "updated_at": datetime.now(UTC),
     }
-    statement = upsert_insert(schema.projections, store.postgresql).values(values)
+    statement = upsert_insert(table, store.postgresql).values(values)
+    kept = {"name"} if projection.group_id else {"name", "group_id"}
     statement = statement.on_conflict_do_update(
         index_elements=["name"],
-        set_={name: statement.excluded[name] for name in values if name != "name"},
+        set_={name: statement.excluded[name] for name in values if name not in kept},
     )
     with store.engine.begin() as connection:
-        connection.execute(statement)
+        connection.execute(statement)  # on PostgreSQL the row stays locked until the end
+        stored = connection.execute(
+            select(table.c.group_id).where(table.c.name == projection.name)
+        ).scalar_one()
+        if projection.group_id or is_database_group(projection.name, stored):
+            return str(stored)
+        connection.execute(
+            table.update()
+            .where(table.c.name == projection.name)
+            .values(group_id=values["group_id"])
+        )
+        return str(values["group_id"])
+
+
+def new_group_id(name: str) -> str:
+    """A group of projection ``name`` for one database: ``projection.<name>.<token>``."""
+    return f"{GROUP_ID_PREFIX}{name}.{secrets.token_hex(GROUP_TOKEN_BYTES)}"
+
+
+def is_database_group(name: str, group_id: str) -> bool:
+    """Whether ``group_id`` is one that :func:`new_group_id` draws for projection ``name``."""
+    token = re.escape(f"{GROUP_ID_PREFIX}{name}.")
+    return re.fullmatch(f"{token}[0-9a-f]{{{GROUP_TOKEN_BYTES * 2}}}", group_id) is not None
 
 
 def set_status(store: ProjectionStore, status: str, *, error: str | None = None) -> None:

@@ -6,7 +6,12 @@ by compare-and-set, and on assignment the runner seeks to the stored
 checkpoint rather than to the group's committed offset. A member that lost
 its partitions (a long pause, a rebalance it missed) finds its next
 compare-and-set failing and drops its batch. Offsets are still committed to
-the group after each transaction, so ``platform groups describe`` shows lag.
+the group, the checkpoints on assignment and the applied offsets after each
+transaction, so ``platform groups describe`` shows the lag the store has; each
+offset's metadata names the projection (``GROUP_MARKER``), so tools can tell
+the group is a projection's. The group is the database's (see
+:func:`~.registry.register_projection`): runners writing to another database
+are in another group, and read every partition too.
 
 Revocation needs no special care: confluent-kafka calls the rebalance
 callbacks from inside ``consume``, between batches, so a revoked partition
@@ -52,6 +57,7 @@ from eventplatform.projections.errors import (
 )
 from eventplatform.projections.fold import link_problem
 from eventplatform.projections.kafka import KafkaEventReader
+from eventplatform.projections.model import GROUP_MARKER
 from eventplatform.projections.premerge import BatchDelta
 from eventplatform.projections.registry import (
     RUNNER_HEARTBEAT_S,
@@ -233,28 +239,34 @@ class ProjectionRunner:
         self._group_committed_at = 0.0
         self._connection: Connection | None = None
         """The database connection the batches commit on, kept between them."""
-        connection = client_config_of(bootstrap)
-        self._log_reader = KafkaEventReader(connection)
+        self._bootstrap = client_config_of(bootstrap)
+        self._consumer_config = dict(consumer_config or {})
+        self._log_reader = KafkaEventReader(self._bootstrap)
         self._reader = RecentValues(self._log_reader)
-        self._consumer = confluent_kafka.Consumer(
-            {
-                **connection.librdkafka(),
-                "client.id": runner_client_id(self.projection.name),
-                "group.id": self.projection.group_id,
-                "enable.auto.commit": False,
-                "auto.offset.reset": "earliest",
-                "enable.partition.eof": False,
-                **(consumer_config or {}),
-            }
-        )
+        self._consumer: confluent_kafka.Consumer | None = None
+        self.group_id: str | None = None
+        """The consumer group joined, known once :meth:`run` registered the projection."""
+        self._marker = GROUP_MARKER + self.projection.name
 
     def run(self, stop: threading.Event | None = None, *, idle_exit_s: float | None = None) -> None:
         """Consume and apply until ``stop`` is set (or, given ``idle_exit_s``, until idle)."""
-        register_projection(self.store)
+        self.group_id = register_projection(self.store)
+        self._consumer = confluent_kafka.Consumer(
+            {
+                **self._bootstrap.librdkafka(),
+                "client.id": runner_client_id(self.projection.name),
+                "group.id": self.group_id,
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+                "enable.partition.eof": False,
+                **self._consumer_config,
+            }
+        )
         with young_collections_rare():
             self._run(stop, idle_exit_s)
 
     def _run(self, stop: threading.Event | None, idle_exit_s: float | None) -> None:
+        assert self._consumer is not None
         self._consumer.subscribe(
             list(self.projection.topics),
             on_assign=self._assigned,
@@ -301,8 +313,9 @@ class ProjectionRunner:
 
     def close(self) -> None:
         try:
-            self._commit_to_group(force=True)
-            self._consumer.close()
+            if self._consumer is not None:
+                self._commit_to_group(force=True)
+                self._consumer.close()
         finally:
             self._log_reader.close()
             self._drop_connection()
@@ -324,6 +337,7 @@ class ProjectionRunner:
         # What is fetched already makes a batch: a full one when the runner is behind.
         # With nothing there, wait for a record. A batch that is not full waits for
         # more within the linger, if records come often enough that more are due.
+        assert self._consumer is not None
         consume = self._consumer.consume
         messages = consume(self.batch_size, 0) or consume(1, self.poll_timeout_s)
         now = time.monotonic()
@@ -359,6 +373,10 @@ class ProjectionRunner:
                 confluent_kafka.OFFSET_BEGINNING if checkpoint is None else checkpoint
             )
         consumer.assign(partitions)
+        # The group's offsets show the checkpoints from the start, whatever moved them
+        # meanwhile (a rebuild, a reset of the group, another database's runners).
+        self._uncommitted.update(checkpoints)
+        self._commit_to_group(force=True)
         self._idle_since = time.monotonic()
         log.info("%s: assigned %s", self.projection.name, sorted(self.expected))
         if self._on_assign is not None:
@@ -474,6 +492,7 @@ class ProjectionRunner:
     def _read_log_ends(self) -> None:
         """The high watermark of each assigned partition: the one the consumer's fetches
         brought back, else (before its first fetch) the broker's answer."""
+        assert self._consumer is not None
         for partition in list(self.expected):
             place = confluent_kafka.TopicPartition(*partition)
             try:
@@ -491,11 +510,16 @@ class ProjectionRunner:
     def _commit_to_group(self, *, force: bool = False) -> None:
         """Commit the applied offsets to the group, at most every GROUP_COMMIT_INTERVAL_S."""
         now = time.monotonic()
-        if not self._uncommitted or (
-            not force and now - self._group_committed_at < GROUP_COMMIT_INTERVAL_S
+        if (
+            self._consumer is None
+            or not self._uncommitted
+            or (not force and now - self._group_committed_at < GROUP_COMMIT_INTERVAL_S)
         ):
             return
-        offsets = [confluent_kafka.TopicPartition(*tp, o) for tp, o in self._uncommitted.items()]
+        offsets = [
+            confluent_kafka.TopicPartition(*tp, o, metadata=self._marker)
+            for tp, o in self._uncommitted.items()
+        ]
         self._uncommitted = {}
         self._group_committed_at = now
         try:
@@ -572,6 +596,7 @@ class ProjectionRunner:
             checkpoint = checkpoints.get(partition)
             self.expected[partition] = checkpoint
             offset = confluent_kafka.OFFSET_BEGINNING if checkpoint is None else checkpoint
+            assert self._consumer is not None
             self._consumer.seek(confluent_kafka.TopicPartition(*partition, offset))
 
 

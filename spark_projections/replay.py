@@ -14,7 +14,8 @@ checkpoint stays (see :func:`_catch_up`).
 A rebuild from the start of the log starts from empty shadows. A rebuild
 from later offsets starts from a copy of the live tables, which must then be
 checkpointed exactly at those offsets: the copy holds every event before
-them and none after.
+them and none after. :func:`~.planning.plan_replay` checks a request before
+Spark starts and chooses between the two (see :mod:`.planning`).
 
 A backfill (:func:`~.backfill.backfill`) instead recomputes only the rows a range's
 events touch, from the whole log, and merges them into the live tables.
@@ -22,7 +23,6 @@ events touch, from the whole log, and merges them into the live tables.
 
 from __future__ import annotations
 
-import json
 import logging
 import pickle
 import time
@@ -50,26 +50,18 @@ from eventplatform.projections.store import ProjectionStore, StoreTransaction
 from eventplatform.spark_projections import execute, shadow
 from eventplatform.spark_projections.corrections import Resolution, resolve
 from eventplatform.spark_projections.errors import ReplayConfigError, ReplayError
+from eventplatform.spark_projections.planning import (  # planned there, importable here
+    ReplayRange as ReplayRange,
+)
+from eventplatform.spark_projections.planning import ReplayRequest as ReplayRequest
+from eventplatform.spark_projections.planning import plan_ranges as plan_ranges
+from eventplatform.spark_projections.planning import range_of as range_of
 from eventplatform.spark_projections.replay_input import ReplayInput
 
 log = logging.getLogger(__name__)
 
+
 TopicPartition = tuple[str, int]
-
-
-@dataclass(frozen=True)
-class ReplayRange:
-    topic: str
-    partition: int
-    start: int
-    end: int
-    """Exclusive."""
-    log_start: int
-    high_watermark: int
-
-    @property
-    def events(self) -> int:
-        return max(0, self.end - self.start)
 
 
 @dataclass
@@ -123,115 +115,6 @@ class ReplaySummary:
                 f"{self.rows_written}, {self.seconds:.1f} s, {self.events_per_second:,.0f} events/s"
             )
         return out
-
-
-@dataclass(frozen=True)
-class ReplayRequest:
-    """Which part of the log a replay covers, as ``platform replay`` takes it."""
-
-    from_offset: int | None = None
-    from_offsets: Mapping[str, Mapping[str, int]] | None = None
-    from_timestamp_ms: int | None = None
-    to_offset: int | None = None
-    topic: str | None = None
-    partition: int | None = None
-
-    @property
-    def from_start(self) -> bool:
-        """No start given: the replay starts at the log start, into empty tables."""
-        return (
-            self.from_offset is None
-            and self.from_offsets is None
-            and self.from_timestamp_ms is None
-        )
-
-
-def plan_ranges(
-    projection: Projection,
-    database_url: str,
-    source_options: Mapping[str, str],
-    request: ReplayRequest,
-) -> list[ReplayRange]:
-    """Every partition's range for ``request``, checked against the log; raises ReplayError.
-
-    Partitions the request does not select (``topic``/``partition``, or
-    absent from ``from_offsets``) get an empty range at their checkpoint: a
-    replay on top of live tables leaves them as they are.
-    """
-    from eventplatform.spark_projections.offsets import plan
-
-    if not projection.topics:
-        raise ReplayConfigError(f"{projection.name} handles no event types, so reads no topic")
-    if request.topic is not None and request.topic not in projection.topics:
-        raise ReplayConfigError(
-            f"{projection.name} reads {', '.join(projection.topics)}, not {request.topic!r}"
-        )
-    if request.from_start and (request.topic is not None or request.partition is not None):
-        raise ReplayConfigError(
-            "a rebuild from the start of the log covers every partition; --topic and "
-            "--partition need --from-offset, --from-offsets or --from-timestamp"
-        )
-    base = {**source_options, "topics": ",".join(projection.topics)}
-    bounds = plan(base).bounds()
-    if request.partition is not None and not any(
-        p == request.partition for (_, p) in bounds if request.topic in (None, _)
-    ):
-        raise ReplayConfigError(
-            f"no partition {request.partition} in {', '.join(projection.topics)}"
-        )
-    engine = create_store_engine(database_url)
-    try:
-        applied = ProjectionStore(engine, projection).checkpoints(bounds)
-    finally:
-        engine.dispose()
-    starting: dict[str, dict[str, int]] = {}
-    ending: dict[str, dict[str, int]] = {}
-    timestamps: dict[str, dict[str, int]] = {}
-    for (topic, partition), (log_start, _) in sorted(bounds.items()):
-        chosen = _selected(request, topic, partition)
-        here = applied.get((topic, partition), log_start)
-        if request.from_start:
-            start: int | None = log_start
-        elif not chosen:
-            start = here
-        elif request.from_offsets is not None:
-            start = request.from_offsets.get(topic, {}).get(str(partition), here)
-        elif request.from_offset is not None:
-            start = request.from_offset
-        else:
-            start = None
-            timestamps.setdefault(topic, {})[str(partition)] = int(request.from_timestamp_ms or 0)
-        if start is not None:
-            starting.setdefault(topic, {})[str(partition)] = start
-        if request.to_offset is not None and chosen:
-            ending.setdefault(topic, {})[str(partition)] = request.to_offset
-        elif not chosen and start is not None:
-            ending.setdefault(topic, {})[str(partition)] = start
-    options = {**base, "startingOffsets": json.dumps(starting), "endingOffsets": json.dumps(ending)}
-    if timestamps:
-        options["startingOffsetsByTimestamp"] = json.dumps(timestamps)
-    return [range_of(item) for item in plan(options).partitions]
-
-
-def range_of(item: Any) -> ReplayRange:
-    return ReplayRange(
-        item.range.topic,
-        item.range.partition,
-        item.range.start,
-        item.range.end,
-        item.log_start_offset,
-        item.high_watermark,
-    )
-
-
-def _selected(request: ReplayRequest, topic: str, partition: int) -> bool:
-    if request.topic is not None and topic != request.topic:
-        return False
-    if request.partition is not None and partition != request.partition:
-        return False
-    if request.from_offsets is not None:
-        return str(partition) in request.from_offsets.get(topic, {})
-    return True
 
 
 def rebuild(
@@ -378,7 +261,8 @@ def _check_checkpoints(
             raise ReplayConfigError(
                 f"{projection.name} has applied {r.topic}/{r.partition} up to offset "
                 f"{applied_to}, so a rebuild on top of its tables must start there, not at "
-                f"{r.start} (or rebuild from the start of the log)"
+                f"{r.start}: a runner moved it since the plan; run the replay again (its plan "
+                "then reads from the log start)"
             )
 
 

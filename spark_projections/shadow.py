@@ -59,6 +59,16 @@ def shadow_tables(projection: Projection) -> list[Table]:
     return tables
 
 
+def check_names(projection: Projection) -> None:
+    """Each shadow table's name fits PostgreSQL's limit (a longer one would be cut short)."""
+    for name in projection.plans:
+        if len(shadow_name(name)) > POSTGRES_NAME_MAX:
+            raise ReplayConfigError(
+                f"{shadow_name(name)}: a shadow table name is longer than PostgreSQL's "
+                f"{POSTGRES_NAME_MAX} characters; shorten the table's name"
+            )
+
+
 def create_shadows(engine: Engine, projection: Projection, *, copy_live: bool) -> list[Table]:
     """Create (replacing leftovers of an earlier attempt) the projection's shadow tables.
 
@@ -67,12 +77,7 @@ def create_shadows(engine: Engine, projection: Projection, *, copy_live: bool) -
     """
     tables = shadow_tables(projection)
     if engine.dialect.name == "postgresql":
-        for table in tables:
-            if len(table.name) > POSTGRES_NAME_MAX:
-                raise ReplayConfigError(
-                    f"{table.name}: a shadow table name is longer than PostgreSQL's "
-                    f"{POSTGRES_NAME_MAX} characters; shorten the table's name"
-                )
+        check_names(projection)
     drop_shadows(engine, projection)
     with engine.begin() as connection:
         for table in tables:

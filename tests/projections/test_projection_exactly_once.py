@@ -45,7 +45,7 @@ from eventplatform.projections.database import create_store_engine
 from eventplatform.projections.errors import ApplyTimeoutError
 from eventplatform.projections.migrate import upgrade
 from eventplatform.projections.operations import wait_until_applied
-from eventplatform.projections.registry import checkpoints_of
+from eventplatform.projections.registry import checkpoints_of, registered
 from eventplatform.testing import running_broker
 
 SEED = 20_250_611
@@ -234,10 +234,15 @@ class GroupMonitor(threading.Thread):
             engine.dispose()
 
     def _sample(self, admin: AdminClient, engine: Engine) -> None:
+        with engine.connect() as connection:
+            groups = {row.name: row.group_id for row in registered(connection)}
+        group = groups.get(PROJECTION.name)
+        if group is None:  # no runner has registered the projection yet
+            return
         try:
-            future = admin.describe_consumer_groups(
-                [PROJECTION.group_id], request_timeout=DESCRIBE_TIMEOUT_S
-            )[PROJECTION.group_id]
+            future = admin.describe_consumer_groups([group], request_timeout=DESCRIBE_TIMEOUT_S)[
+                group
+            ]
             description = future.result(timeout=DESCRIBE_TIMEOUT_S * 2)
         except KafkaException:
             self.describe_errors += 1
