@@ -26,10 +26,11 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import orjson
 
+from eventplatform.client_config import KAFKA_LOG
 from eventplatform.log.storage.errors import StorageError
 from eventplatform.log.storage.reader import PartitionReader
 from eventplatform.spark_projections.errors import (
@@ -335,7 +336,11 @@ class ClusterMetadata:
     def __init__(self, bootstrap_servers: str, settings: Mapping[str, str]) -> None:
         from confluent_kafka import Consumer, KafkaException
 
-        config = {**settings, "bootstrap.servers": bootstrap_servers}
+        config: dict[str, Any] = {
+            **settings,
+            "bootstrap.servers": bootstrap_servers,
+            "logger": KAFKA_LOG,
+        }
         config.setdefault("group.id", "eventplatform-eventlog")
         config["enable.auto.commit"] = "false"
         try:

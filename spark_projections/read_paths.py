@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from eventplatform.client_config import KAFKA_LOG
 from eventplatform.events.wire import is_erased
 from eventplatform.log.storage.errors import StorageError
 from eventplatform.log.storage.reader import PartitionReader
@@ -106,6 +107,7 @@ def _consumer(options: ReadOptions) -> Any:
         "enable.auto.commit": False,
         "enable.auto.offset.store": False,
         "enable.partition.eof": True,
+        "logger": KAFKA_LOG,
     }
     return Consumer(config)
 

@@ -19,6 +19,7 @@ import sys
 import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from eventplatform.spark_projections.errors import ReplayConfigError
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
 MASTER_ENV = "EVENTPLATFORM_SPARK_MASTER"
 CONF_ENV = "EVENTPLATFORM_SPARK_CONF"
 MASTER_DEFAULT = "local[*]"
+DRIVER_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 APP_NAME_DEFAULT = "eventplatform"
 
 DEFAULTS = {
@@ -41,6 +43,9 @@ DEFAULTS = {
 }
 """What the platform sets unless told otherwise. Shuffles are small (one row per
 projection row, not per event), so a few shuffle partitions suffice."""
+LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
+"""The driver's log configuration (errors only), unless the settings give the driver's
+Java options themselves."""
 
 
 def master_of(master: str | None) -> str:
@@ -50,6 +55,8 @@ def master_of(master: str | None) -> str:
 def settings_of(pairs: Mapping[str, str] | None = None) -> dict[str, str]:
     """The ``spark.*`` settings: defaults, then ``$EVENTPLATFORM_SPARK_CONF``, then ``pairs``."""
     settings = dict(DEFAULTS)
+    if LOG4J_CONFIG.is_file():
+        settings[DRIVER_JAVA_OPTIONS] = f"-Dlog4j2.configurationFile={LOG4J_CONFIG.as_uri()}"
     settings.update(parse_pairs(os.environ.get(CONF_ENV, ""), source=f"${CONF_ENV}"))
     settings.update(pairs or {})
     for key in settings:
