@@ -134,7 +134,7 @@ def one_run(kind: str, lines: list[str], scratch: Path, number: int) -> Run:
     processes: list[subprocess.Popen[bytes]] = []
     try:
         with fresh_database(kind, folder) as url:
-            migrate.upgrade(url, installed_apps())
+            migrate.upgrade(url, installed_apps(["logs"]))
             bootstrap = ["--bootstrap", broker.bootstrap]
             runner = ["projections", "run", "logs.lines", "--database", url, *bootstrap]
             runner += ["--batch-size", "5000", "--log-level", "warning"]

@@ -512,7 +512,7 @@ def produce(
     )
     with _reported_errors():
         delivered = produce_lines(cluster, options, sys.stdin.buffer, report=_report)
-    _report(f"produced {delivered} records to {topic}")
+    _report(f"produced {delivered} record{'' if delivered == 1 else 's'} to {topic}")
 
 
 @main.command()

@@ -18,8 +18,9 @@ Each step prints what it did and how long it took:
    downsamples the metrics to days;
 7. the apps' named queries run and print as tables.
 
-The demo imports no app. Its apps are the installed apps that declare
-their part, ``App(demo="package.module:attribute")``, an
+The demo imports no app. Its apps are the bundled apps, which it asks for
+by name, and the installed apps, each that declares its part,
+``App(demo="package.module:attribute")``, an
 :class:`~eventplatform.projections.AppDemo` saying what to simulate, correct,
 replay and compute with Spark. The broker's folder and the database stay
 behind for ``platform query``.
@@ -102,7 +103,8 @@ class DemoApp:
 
 
 def demo_apps(apps: Sequence[App] | None = None) -> list[DemoApp]:
-    """The apps (by default the installed ones) that declare a part of the demo, in story order."""
+    """The apps (by default the installed ones and the bundled ones) that declare a part of
+    the demo, in story order."""
     try:
         found = [DemoApp(app, _part(app)) for app in _apps(apps) if app.demo is not None]
     except AppError as exc:
@@ -113,7 +115,8 @@ def demo_apps(apps: Sequence[App] | None = None) -> list[DemoApp]:
 
 
 def _apps(apps: Sequence[App] | None) -> Sequence[App]:
-    return installed_apps() if apps is None else apps
+    # The bundled apps are not installed apps: the demo asks for the ones it tells of.
+    return installed_apps(STORY_ORDER) if apps is None else apps
 
 
 def _part(app: App) -> AppDemo:

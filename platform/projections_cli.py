@@ -83,7 +83,7 @@ def projections_run(
     with reported_errors():
         runner = run_projection(
             name,
-            load_apps(app_references),
+            load_apps(app_references, database=database_url_of(database)),
             database_url=database_url_of(database),
             bootstrap=client,
             batch_size=batch_size,
@@ -94,8 +94,9 @@ def projections_run(
         )
     stats = runner.stats
     click.echo(
-        f"{name}: stopped after {stats.events} events in {stats.batches} batches "
-        f"({stats.parked} parked, {stats.conflicts} checkpoint conflicts)"
+        f"{name}: stopped after {stats.events} event{'' if stats.events == 1 else 's'} in "
+        f"{stats.batches} batch{'' if stats.batches == 1 else 'es'} ({stats.parked} parked, "
+        f"{stats.conflicts} checkpoint conflict{'' if stats.conflicts == 1 else 's'})"
     )
 
 
@@ -108,7 +109,9 @@ def projections_list(database: str | None, app_references: tuple[str, ...]) -> N
 
     with reported_errors():
         statuses = projection_status(
-            load_apps(app_references), database_url=database_url_of(database), bootstrap=None
+            load_apps(app_references, database=database_url_of(database)),
+            database_url=database_url_of(database),
+            bootstrap=None,
         )
     for status in statuses:
         tables = ", ".join(status.rows) or "-"
@@ -128,7 +131,7 @@ def projections_status(
 
     with reported_errors():
         statuses = projection_status(
-            load_apps(app_references),
+            load_apps(app_references, database=database_url_of(database)),
             database_url=database_url_of(database),
             bootstrap=client,
             name=name,
@@ -140,7 +143,8 @@ def projections_status(
         if status.lag_error is not None:
             click.echo(f"  lag: unknown ({status.lag_error})")
         else:
-            click.echo(f"  lag: {status.lag_events} events, {seconds}")
+            events = f"{status.lag_events} event{'' if status.lag_events == 1 else 's'}"
+            click.echo(f"  lag: {events}, {seconds}")
         for partition in status.partitions:
             click.echo(
                 f"    {partition.topic}/{partition.partition}: next {partition.next_offset}, "
@@ -174,7 +178,7 @@ def projections_retry(
     with reported_errors():
         outcome = retry_dead_letters(
             name,
-            load_apps(app_references),
+            load_apps(app_references, database=database_url_of(database)),
             database_url=database_url_of(database),
             bootstrap=client,
             ids=ids,

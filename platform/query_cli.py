@@ -20,8 +20,7 @@ import click
 import orjson
 
 from eventplatform.cli_support import database_option, database_url_of
-from eventplatform.db_cli import apps_option
-from eventplatform.projections.apps import installed_apps
+from eventplatform.db_cli import apps_option, load_apps
 from eventplatform.projections.errors import ProjectionError
 from eventplatform.projections.query import (
     QueryResult,
@@ -70,7 +69,7 @@ def query(
     Writes are refused: the connection cannot write, and nothing is committed.
     """
     try:
-        apps = installed_apps(app_references)
+        apps = load_apps(app_references, database=database_url_of(database))
         if list_queries or sql_or_name is None:
             _list(named_queries(apps))
             return

@@ -7,10 +7,10 @@ is engine-neutral; the streaming runner and the Spark jobs both run it.
 
 The package is the pure model (``model``, ``merge``, ``fold``, ``premerge``,
 ``batch``, ``apps``, ``errors``) and its adapters (``store``, ``statements``,
-``schema``, ``database``, ``corrections``, ``registry``, ``migrate``, ``query``:
-SQLAlchemy; ``kafka``, ``runner``, ``operations``: librdkafka). Each name below is
-imported from its module on first use, so importing the model alone loads neither
-a client nor an engine.
+``schema``, ``database``, ``corrections``, ``registry``, ``migrate``,
+``app_databases``, ``query``: SQLAlchemy; ``kafka``, ``runner``, ``operations``:
+librdkafka). Each name below is imported from its module on first use, so
+importing the model alone loads neither a client nor an engine.
 """
 
 from __future__ import annotations

@@ -11,9 +11,18 @@ platform finds apps in three places, in this order:
 3. the references a caller passes (``--app`` on the command line).
 
 A reference is ``package.module`` (the module's attribute ``app``) or
-``package.module:attribute``. The same app found twice counts once; two
+``package.module:attribute``, imported with the current directory on
+``sys.path`` (first, as ``python -m`` puts it), so a package in the current
+directory needs no ``PYTHONPATH``. The same app found twice counts once; two
 different apps with one name are refused, because the name is the app's
 Alembic branch label.
+
+The apps that ship with the platform (activity, metrics, logs) are not
+installed apps: they are entry points of group ``eventplatform.bundled_apps``,
+and a reference that is exactly one of their names (``--app activity``)
+loads that one. So a database gets their tables only when asked for. Their
+commands are always there (:func:`available_apps`), and a database that has
+their tables keeps them (``app_databases.bundled_apps_in``).
 
 An app may also bring its own commands and its part of ``platform demo``.
 Both are named by a lazy reference, ``package.module:attribute``, resolved
@@ -37,9 +46,10 @@ from __future__ import annotations
 import importlib
 import os
 import re
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from importlib.metadata import entry_points
+from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +58,7 @@ from eventplatform.projections.errors import ProjectionError
 from eventplatform.projections.model import Projection
 
 APPS_ENTRY_POINT_GROUP = "eventplatform.apps"
+BUNDLED_APPS_ENTRY_POINT_GROUP = "eventplatform.bundled_apps"
 APPS_ENV = "EVENTPLATFORM_APPS"
 APP_ATTRIBUTE_DEFAULT = "app"
 
@@ -131,10 +142,37 @@ class App:
 
 
 def installed_apps(extra: Sequence[str] = ()) -> list[App]:
-    """Every app the platform should serve: entry points, ``$EVENTPLATFORM_APPS``, ``extra``."""
-    found = [*_entry_point_apps(), *(load_app(reference) for reference in env_references())]
+    """Every app the platform should serve: entry points, ``$EVENTPLATFORM_APPS``, ``extra``.
+
+    A bundled app is among them only when ``$EVENTPLATFORM_APPS`` or ``extra`` names it.
+    """
+    found = [
+        *_entry_point_apps(APPS_ENTRY_POINT_GROUP),
+        *(load_app(reference) for reference in env_references()),
+    ]
     found.extend(load_app(reference) for reference in extra)
     return _distinct(found)
+
+
+def bundled_apps() -> list[App]:
+    """The apps that ship with the platform, installed or not, by name."""
+    return _entry_point_apps(BUNDLED_APPS_ENTRY_POINT_GROUP)
+
+
+def bundled_app_names() -> list[str]:
+    """The names of the bundled apps (their entry points'), without importing them."""
+    return sorted({entry.name for entry in entry_points(group=BUNDLED_APPS_ENTRY_POINT_GROUP)})
+
+
+def available_apps(extra: Sequence[str] = ()) -> list[App]:
+    """:func:`installed_apps`, then each bundled app whose name none of them takes.
+
+    What ``platform apps`` offers commands of: a bundled app's commands need no
+    ``--app``, and need not its tables in the database.
+    """
+    found = installed_apps(extra)
+    taken = {app.name for app in found}
+    return found + [app for app in bundled_apps() if app.name not in taken]
 
 
 def env_references(environ: Mapping[str, str] | None = None) -> list[str]:
@@ -144,7 +182,16 @@ def env_references(environ: Mapping[str, str] | None = None) -> list[str]:
 
 
 def load_app(reference: str) -> App:
-    """The app at ``package.module`` (attribute ``app``) or ``package.module:attribute``."""
+    """The app at ``package.module`` (attribute ``app``) or ``package.module:attribute``.
+
+    A reference that is a bundled app's name is that app. Any other is imported with
+    the current directory first on ``sys.path``, as ``python -m`` would have it.
+    """
+    name = reference.strip()
+    for entry_point in entry_points(group=BUNDLED_APPS_ENTRY_POINT_GROUP):
+        if entry_point.name == name:
+            return _loaded_entry_point(entry_point)
+    _current_directory_on_path()
     target = resolve_reference(reference, APP_ATTRIBUTE_DEFAULT, what="app reference")
     return _checked(target, f"app reference {reference!r}")
 
@@ -185,20 +232,44 @@ def find_projection(name: str, apps: Iterable[App]) -> Projection:
                 return projection
             known.append(projection.name)
     listing = ", ".join(sorted(known)) if known else "none: no app is installed"
-    raise AppError(f"no projection named {name!r}; known projections: {listing}")
+    raise AppError(
+        f"no projection named {name!r}; known projections: {listing}{bundled_hint(name)}"
+    )
 
 
-def _entry_point_apps() -> list[App]:
+def bundled_hint(name: str) -> str:
+    """For a ``<app>.<name>`` that a bundled app not loaded would have: how to ask for it."""
+    app_name = name.partition(".")[0]
+    if app_name not in bundled_app_names():
+        return ""
+    return (
+        f" ({app_name} is a bundled app: name it with --app {app_name}, and create its "
+        f"tables with platform db upgrade --app {app_name})"
+    )
+
+
+def _current_directory_on_path() -> None:
+    """The current directory first on ``sys.path``, unless it is on it already."""
+    here = Path.cwd().resolve()
+    if all(Path(entry or os.curdir).resolve() != here for entry in sys.path):
+        sys.path.insert(0, str(here))
+
+
+def _entry_point_apps(group: str) -> list[App]:
     """Apps from installed distributions, sorted by entry-point name for a stable order."""
-    apps = []
-    for entry_point in sorted(entry_points(group=APPS_ENTRY_POINT_GROUP), key=lambda e: e.name):
-        where = f"entry point {entry_point.name} = {entry_point.value}"
-        try:
-            loaded = entry_point.load()
-        except (ImportError, AttributeError) as exc:
-            raise AppError(f"{where}: cannot load it: {exc}") from exc
-        apps.append(_checked(loaded, where))
-    return apps
+    return [
+        _loaded_entry_point(entry_point)
+        for entry_point in sorted(entry_points(group=group), key=lambda e: e.name)
+    ]
+
+
+def _loaded_entry_point(entry_point: EntryPoint) -> App:
+    where = f"entry point {entry_point.name} = {entry_point.value}"
+    try:
+        loaded = entry_point.load()
+    except (ImportError, AttributeError) as exc:
+        raise AppError(f"{where}: cannot load it: {exc}") from exc
+    return _checked(loaded, where)
 
 
 def _checked(target: object, where: str) -> App:

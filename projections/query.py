@@ -30,7 +30,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.types import TypeEngine
 
-from eventplatform.projections.apps import App, NamedQuery
+from eventplatform.projections.apps import App, NamedQuery, bundled_hint
 from eventplatform.projections.errors import ProjectionError
 
 SINCE_PARAMETER = "since"
@@ -127,7 +127,9 @@ def find_named_query(apps: Sequence[App], name: str) -> NamedQuery:
     queries = named_queries(apps)
     if name not in queries:
         known = ", ".join(sorted(queries)) or "none"
-        raise QueryError(f"no named query {name!r}; the installed apps have: {known}")
+        raise QueryError(
+            f"no named query {name!r}; the installed apps have: {known}{bundled_hint(name)}"
+        )
     return queries[name]
 
 

@@ -100,21 +100,28 @@ class ReplaySummary:
         head = "plan" if self.dry_run else "replayed"
         out = [f"{head}: {self.projection} ({self.mode}) into {', '.join(self.tables)}"]
         for r in self.ranges:
+            events = f"{r.events} event{'' if r.events == 1 else 's'}"
             out.append(
-                f"  {r.topic}/{r.partition}: offsets {r.start}..{r.end} ({r.events} events; "
+                f"  {r.topic}/{r.partition}: offsets {r.start}..{r.end} ({events}; "
                 f"log {r.log_start}..{r.high_watermark})"
             )
         if not self.dry_run and self.mode == "backfill":
             out.append(f"rows recomputed {self.rows_touched}")
         if self.caught_up:
-            out.append(f"caught up with the streaming runner: {self.caught_up} more events")
+            more = f"{self.caught_up} more event{'' if self.caught_up == 1 else 's'}"
+            out.append(f"caught up with the streaming runner: {more}")
         if not self.dry_run:
             out.append(
                 f"events read {self.events_read}, applied {self.events_applied}, "
                 f"corrections {self.corrections}, parked {self.parked}, rows written "
-                f"{self.rows_written}, {self.seconds:.1f} s, {self.events_per_second:,.0f} events/s"
+                f"{self.rows_written}, {self.seconds:.1f} s, {self.rate()}"
             )
         return out
+
+    def rate(self) -> str:
+        """The events read per second, as printed: ``1 event/s``, ``1,200 events/s``."""
+        shown = f"{self.events_per_second:,.0f}"
+        return f"{shown} event{'' if shown == '1' else 's'}/s"
 
 
 def rebuild(

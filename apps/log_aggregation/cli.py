@@ -103,7 +103,7 @@ def logs_tail(
             stop.set()
             click.echo("stopped", err=True)
             return
-    click.echo(f"appended {stats.lines} lines")
+    click.echo(f"appended {_counted(stats.lines, 'line')}")
 
 
 @commands.command("ingest")
@@ -123,7 +123,7 @@ def logs_ingest(client: ClientConfig, service: str, host: str) -> None:
     ensure_topic(client)
     with EventProducer(client) as producer:
         total = read_stream(sys.stdin.buffer, service, host, producer)
-    click.echo(f"appended {total} lines", err=True)
+    click.echo(f"appended {_counted(total, 'line')}", err=True)
 
 
 @commands.command("syslog")
@@ -289,19 +289,19 @@ def logs_redact(
 
 
 def _redacted(done: Redaction, dry_run: bool) -> str:
+    lines = _counted(done.lines, "line")
     if done.erased is None:
         verb = "would retract" if dry_run else "retracted"
-        return f"{verb} {done.lines} lines from the tables; the log keeps them"
+        return f"{verb} {lines} from the tables; the log keeps them"
     earlier = f" ({done.earlier} left by an earlier run)" if done.earlier else ""
+    records = _counted(done.erased, "record")
     if dry_run:
-        return (
-            f"would retract {done.lines} lines from the tables and erase {done.erased} "
-            f"records from the log{earlier}"
-        )
-    return (
-        f"retracted {done.lines} lines from the tables and erased {done.erased} records "
-        f"from the log{earlier}"
-    )
+        return f"would retract {lines} from the tables and erase {records} from the log{earlier}"
+    return f"retracted {lines} from the tables and erased {records} from the log{earlier}"
+
+
+def _counted(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
 @commands.command("prune")

@@ -252,7 +252,8 @@ class _PendingAppend:
         refs = self._refs()
         if self.errors:
             failed = len(self.errors)
-            message = f"{failed} of {len(refs)} events were not appended: {self.errors[0]}"
+            events = "event was" if len(refs) == 1 else "events were"
+            message = f"{failed} of {len(refs)} {events} not appended: {self.errors[0]}"
             self.future.set_exception(AppendError(message, list(refs)))
         else:
             self.future.set_result(refs)  # type: ignore[arg-type]  # no None: nothing failed

@@ -1,9 +1,9 @@
 """Fresh databases for tests and benchmarks: SQLite files, or PostgreSQL on the local server
 (trust auth).
 
-PostgreSQL is reached through psycopg, which the ``dev`` extra installs; it is imported when
-a PostgreSQL database is asked for, so the rest of :mod:`eventplatform.testing` imports
-without it.
+PostgreSQL is reached through psycopg, a dependency of the platform; it is imported when a
+PostgreSQL database is asked for, so the rest of :mod:`eventplatform.testing` does not pay
+for it.
 """
 
 from __future__ import annotations

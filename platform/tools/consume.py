@@ -217,7 +217,7 @@ def consume_records(
             commit_final(consumer, cluster, options.group)
     finally:
         consumer.close()
-    report(f"consumed {count} records")
+    report(f"consumed {count} record{'' if count == 1 else 's'}")
     return count
 
 

@@ -141,12 +141,14 @@ def produce_lines(
     undelivered = producer.flush(options.delivery_timeout_s + FLUSH_MARGIN_S)
     if undelivered:
         tally.failed += undelivered
-        report(f"{undelivered} records had no delivery report in time")
+        records = f"{undelivered} record{'' if undelivered == 1 else 's'}"
+        report(f"{records} had no delivery report in time")
     if tally.failed:
         if tally.failed > FAILURES_SHOWN_MAX:
             report(f"... and {tally.failed - FAILURES_SHOWN_MAX} more failures")
+        records = "record was" if sent == 1 else "records were"
         raise DeliveryFailedError(
-            f"{tally.failed} of {sent} records were not delivered to {options.topic}"
+            f"{tally.failed} of {sent} {records} not delivered to {options.topic}"
         )
     return tally.delivered
 

@@ -107,7 +107,7 @@ def test_logs_stdin_then_redact_and_prune(tmp_path: Path) -> None:
                 *pending, *common,
             )  # fmt: skip
         assert redacted.strip() == (
-            "retracted 1 lines from the tables and erased 1 records from the log"
+            "retracted 1 line from the tables and erased 1 record from the log"
         )
         apply(url, broker.bootstrap, "logs.lines", LOGS_TOPIC, logs)
         assert scalar(url, "SELECT COUNT(*) FROM logs_recent") == 40

@@ -320,7 +320,7 @@ def test_a_runner_shows_in_its_group_by_projection_host_and_process(
                 CliRunner()
                 .invoke(
                     main,
-                    ["groups", "describe", projection.group_id, "--bootstrap", broker.bootstrap],
+                    ["groups", "describe", str(runner.group_id), "--bootstrap", broker.bootstrap],
                 )
                 .output
             )

@@ -305,12 +305,27 @@ def test_a_missing_sqlite_file_is_named(tmp_path: Path) -> None:
     assert not missing.exists()
 
 
-def test_list_shows_every_named_query_with_its_description() -> None:
-    result = CliRunner().invoke(main, ["query", "--list"])
+def test_list_shows_every_named_query_with_its_description(database: str) -> None:
+    # The database has the activity app's tables: the bundled app comes with them, unasked.
+    result = CliRunner().invoke(main, ["query", "--list", "--database", database])
     assert result.exit_code == 0, result.output
     for named in app.queries:
         assert f"activity.{named.name}" in result.output
         assert named.description in result.output
+
+
+def test_a_bundled_apps_queries_need_its_tables_or_its_name(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'platform-only.db'}"
+    migrate.upgrade(url)
+
+    listed = CliRunner().invoke(main, ["query", "--list", "--database", url])
+    named = CliRunner().invoke(main, ["query", "--list", "--database", url, "--app", "activity"])
+    missing = CliRunner().invoke(main, ["query", "activity.top-pages", "--database", url])
+
+    assert listed.exit_code == 0 and "activity." not in listed.output, listed.output
+    assert "activity.top-pages" in named.output
+    assert missing.exit_code == 1
+    assert "activity is a bundled app: name it with --app activity" in missing.output
 
 
 def test_durations_and_the_day_of_the_window() -> None:

@@ -31,6 +31,7 @@ from eventplatform.projections.apps import (
     APPS_ENV,
     App,
     AppError,
+    bundled_apps,
     find_projection,
     installed_apps,
     load_app,
@@ -49,20 +50,6 @@ TEST_APP_REVISION = "projection_tests_0001"
 ALL_HEADS = (migrate.PLATFORM_HEAD_REVISION, TEST_APP_REVISION)
 PLATFORM_LATER = tuple(r.id for r in migrate.history() if r.id != migrate.PLATFORM_BASE_REVISION)
 """The platform's revisions after its base, oldest first (the head last)."""
-
-
-def bundled_heads() -> tuple[str, ...]:
-    """The head revisions of the apps installed with the platform (its entry points)."""
-    bundled = installed_apps()
-    revisions = migrate.history(bundled)
-    below = {parent for revision in revisions for parent in revision.down_revisions}
-    owned = {revision.id for revision in migrate.history()}
-    return tuple(r.id for r in revisions if r.id not in below and r.id not in owned)
-
-
-def command_heads() -> tuple[str, ...]:
-    """The heads ``platform db`` leaves with the test app given: bundled apps' too."""
-    return tuple(sorted({*ALL_HEADS, *bundled_heads()}))
 
 
 SUBPROCESS_TIMEOUT_S = 120
@@ -328,10 +315,8 @@ def test_downgrading_an_app_branch_keeps_the_platform_tables(database_url: str) 
 
 
 def test_the_bundled_apps_match_their_revisions_and_downgrade_cleanly(database_url: str) -> None:
-    from eventplatform.projections.apps import installed_apps
-
-    bundled = [app for app in installed_apps() if app.name in {"activity", "metrics", "logs"}]
-    assert len(bundled) == 3
+    bundled = bundled_apps()
+    assert sorted(app.name for app in bundled) == ["activity", "logs", "metrics"]
     migrate.upgrade(database_url, bundled)
     # views, triggers and the full-text indexes included: nothing the declarations lack
     assert migrate.schema_differences(database_url, bundled) == []
@@ -524,9 +509,9 @@ def test_db_upgrade_prints_the_applied_revisions_and_the_heads(database_url: str
     assert first.exit_code == 0, first.output
     assert f"applied {migrate.PLATFORM_BASE_REVISION} (eventplatform)" in first.output
     assert f"applied {TEST_APP_REVISION} (projection_tests)" in first.output
-    assert first.output.rstrip().endswith(f"heads: {', '.join(command_heads())}")
+    assert first.output.rstrip().endswith(f"heads: {', '.join(ALL_HEADS)}")
     assert "nothing to do" in again.output
-    assert current.stdout == "".join(f"{head}\n" for head in command_heads())
+    assert current.stdout == "".join(f"{head}\n" for head in ALL_HEADS)
     assert check.exit_code == 0, check.output
 
 
@@ -567,7 +552,7 @@ def test_db_upgrade_as_a_command(database_url: str, tmp_path: Path) -> None:
     )
 
     assert completed.returncode == 0, completed.stderr
-    assert f"heads: {', '.join(command_heads())}" in completed.stdout
+    assert f"heads: {', '.join(ALL_HEADS)}" in completed.stdout
     assert table_names(database_url) >= TEST_APP_TABLES | PLATFORM_TABLES
 
 

@@ -333,12 +333,12 @@ def test_cli_lists_projections_and_reports_their_status(
     ]
     assert is_database_group(NAME, group)
     assert ours == [f"{NAME}\tstopped\tgroup {group}\ttables pt_totals, pt_label_totals"]
-    # the bundled apps are installed too; this database never got their tables
-    assert any(line.startswith("activity.traffic\t") for line in listed.splitlines())
+    # the bundled apps are not installed: this database never got their tables
+    assert not any(line.startswith("activity.") for line in listed.splitlines())
     lines = status.splitlines()
     assert lines[0] == f"{NAME}: stopped"
     assert lines[1] == f"  group: {group}"
-    assert lines[2].startswith("  lag: 1 events, ")
+    assert lines[2].startswith("  lag: 1 event, ")
     assert lines[2].endswith("s")
     assert "  parked events: 0" in lines
     assert "  last error: -" in lines

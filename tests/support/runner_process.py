@@ -25,7 +25,8 @@ STOP_TIMEOUT_S = 30.0
 KILL_TIMEOUT_S = 10.0
 TAIL_LINES = 40
 _STOPPED = re.compile(
-    r"stopped after (\d+) events in (\d+) batches \((\d+) parked, (\d+) checkpoint conflicts\)"
+    r"stopped after (\d+) events? in (\d+) batch(?:es)? "
+    r"\((\d+) parked, (\d+) checkpoint conflicts?\)"
 )
 
 

@@ -1,4 +1,4 @@
-"""The log app"s tables, search index and views
+"""The log app's tables, search index and views
 
 Revision ID: logs_0001
 Revises:

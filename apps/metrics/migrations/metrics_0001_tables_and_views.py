@@ -1,4 +1,4 @@
-"""The metrics app"s projection tables, and the views analysts query
+"""The metrics app's projection tables, and the views analysts query
 
 Revision ID: metrics_0001
 Revises:
