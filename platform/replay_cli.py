@@ -166,8 +166,8 @@ def replay(
 
     with reported_errors():
         try:
-            projection = find_projection(name, load_apps(app_references))
             url = database_url_of(database)
+            projection = find_projection(name, load_apps(app_references, database=url))
             plan = plan_replay(projection, url, options, request, mode=mode)
             settings = parse_pairs(",".join(spark_settings), source="--spark-conf")
             spark = None if dry_run else spark_session(spark_master, settings)

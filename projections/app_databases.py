@@ -56,9 +56,16 @@ def database_heads(target: Engine | str) -> set[str]:
                 table = Table(VERSION_TABLE, MetaData(), autoload_with=connection)
                 return {row[0] for row in connection.execute(select(table.c.version_num))}
     except DBAPIError as exc:
-        raise MigrationError(f"database error: {exc.orig}") from exc
+        reason = str(exc.orig).strip().split("\n", 1)[0]
+        raise MigrationError(f"database {_shown(target)}: {reason}") from exc
     except SQLAlchemyError as exc:
         raise MigrationError(str(exc)) from exc
+
+
+def _shown(target: Engine | str) -> str:
+    """The database's URL without its password."""
+    url = target.url if isinstance(target, Engine) else make_url(target)
+    return url.render_as_string(hide_password=True)
 
 
 def revision_ids(app: App) -> set[str]:
