@@ -43,6 +43,7 @@ BROWSE_TIMEOUT_S = 5.0
 POLL_INTERVAL_S = 0.2
 VALUE_CHARS_MAX = 2000
 """Characters of a record's value shown; longer values are cut, and say so."""
+INTERNAL_TOPIC_PREFIX = "__"
 BROWSE_GROUP = "eventplatform-console-unsubscribed"  # required by librdkafka, never joined
 
 
@@ -89,6 +90,11 @@ class TopicView:
     name: str
     partitions: tuple[PartitionView, ...]
     error: str | None = None
+
+    @property
+    def internal(self) -> bool:
+        """Kafka's own topics (``__consumer_offsets``, ``__transaction_state``)."""
+        return self.name.startswith(INTERNAL_TOPIC_PREFIX)
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import uuid
@@ -22,8 +23,11 @@ from pathlib import Path
 import projection_test_app
 import projection_threads
 import pytest
+from click.testing import CliRunner
 from projection_test_app import POISON_LABEL, Tick
 
+from eventplatform.cli import main
+from eventplatform.console.chart import BARS_MAX, bar_chart
 from eventplatform.events import EventProducer
 from eventplatform.projections.migrate import upgrade
 from eventplatform.projections.operations import projection_status
@@ -160,3 +164,28 @@ def test_the_console_shows_cluster_groups_projections_and_records(
             page.screenshot(path=SCREENSHOTS / "topics.png", full_page=True)
         finally:
             browser.close()
+
+
+def test_the_console_refuses_an_address_it_cannot_listen_on_in_one_line(tmp_path: Path) -> None:
+    database = ["--database", f"sqlite:///{tmp_path / 'projections.db'}"]
+    malformed = CliRunner().invoke(main, ["console", "--listen", "nowhere", *database])
+    assert malformed.exit_code == 2
+    assert "Invalid value for --listen: 'nowhere' is not host:port" in malformed.output
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        listen = f"127.0.0.1:{taken.getsockname()[1]}"
+        result = CliRunner().invoke(main, ["console", "--listen", listen, *database])
+    assert result.exit_code == 1, result.output
+    assert result.output.strip().splitlines() == [
+        f"Error: cannot listen on {listen}: Address already in use"
+    ]
+
+
+def test_a_bar_chart_escapes_its_labels_and_draws_at_most_its_bound() -> None:
+    bars = [(f"<table {index}>", index) for index in range(BARS_MAX + 3)]
+    svg = bar_chart(bars, title="Rows & more")
+    assert "<table" not in svg and "&lt;table 0&gt;" in svg and "Rows &amp; more" in svg
+    assert svg.count('class="bar"') == BARS_MAX
+    assert "and 3 more" in svg
+    assert "nothing to show" in bar_chart([], title="Lag")
