@@ -10,8 +10,10 @@ one whose ``Origin`` names another site is refused.
 
 from __future__ import annotations
 
+import signal
 import socket
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -24,6 +26,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
+from eventplatform.cli_failures import BROKERS_META_KEY, DATABASE_META_KEY, failure_message
 from eventplatform.console.chart import bar_chart
 from eventplatform.console.data import (
     RECORDS_DEFAULT,
@@ -50,11 +53,23 @@ def console_app(settings: ConsoleSettings) -> Starlette:
             request, name, {"title": title, "page": name.removesuffix(".html"), **context}
         )
 
+    reached = {
+        DATABASE_META_KEY: settings.database_url,
+        BROKERS_META_KEY: settings.client.bootstrap,
+    }
+
     def attempt(read: Callable[[], Any]) -> tuple[Any, str | None]:
+        """What ``read`` returns, or the one line the command line would print for its
+        failure (a database or cluster it could not use); any other exception is a defect."""
         try:
             return read(), None
         except READ_ERRORS as error:
             return None, str(error)
+        except Exception as error:
+            message = failure_message(error, reached)
+            if message is None:
+                raise
+            return None, message
 
     def cluster_page(request: Request) -> Response:
         view, error = attempt(lambda: read_cluster(settings))
@@ -179,12 +194,29 @@ def url_of(sock: socket.socket) -> str:
     return f"http://{shown}:{port}/"
 
 
+class _Server(uvicorn.Server):
+    """uvicorn's server, ending on SIGINT or SIGTERM like the platform's other long-running
+    commands: it stops serving and returns, where uvicorn's own handling raises the signal
+    again once it has stopped."""
+
+    @contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        signals = (signal.SIGINT, signal.SIGTERM)
+        previous = {number: signal.signal(number, self.handle_exit) for number in signals}
+        try:
+            yield
+        finally:
+            for number, handler in previous.items():
+                signal.signal(number, handler)
+
+
 def serve(settings: ConsoleSettings, sock: socket.socket) -> None:
-    """Serve the console on ``sock`` until SIGINT or SIGTERM."""
+    """Serve the console on ``sock`` until SIGINT or SIGTERM (call it from the main thread)."""
     config = uvicorn.Config(
         console_app(settings),
         log_level="warning",
         access_log=False,
+        lifespan="off",
         timeout_graceful_shutdown=int(SHUTDOWN_TIMEOUT_S),
     )
-    uvicorn.Server(config).run(sockets=[sock])
+    _Server(config).run(sockets=[sock])

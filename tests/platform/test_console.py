@@ -105,7 +105,9 @@ def console_url(broker: BrokerProcess, tmp_path: Path) -> Iterator[tuple[str, st
         yield lines[-1].split()[2], entity, refs[0].position.partition, url
     finally:
         process.terminate()
-        process.communicate(timeout=STOP_TIMEOUT_S)
+        rest, _ = process.communicate(timeout=STOP_TIMEOUT_S)
+    assert process.returncode == 0, rest  # SIGTERM ends it cleanly, as Ctrl-C does
+    assert "Traceback" not in rest and "ERROR" not in rest, rest
 
 
 def test_the_console_shows_cluster_groups_projections_and_records(
