@@ -35,6 +35,8 @@ REQUEST_TIMEOUT_S = 5.0
 """The longest one cluster request of a page may take."""
 GROUPS_MAX = 100
 """Groups described on the groups page; the rest are only counted."""
+TOPICS_MAX = 500
+"""Topics shown on the cluster page, in name order; the rest are only counted."""
 RECORDS_DEFAULT = 20
 RECORDS_MAX = 200
 """Records one browse returns at most, whatever ``count`` asks."""
@@ -103,6 +105,8 @@ class ClusterView:
     controller_id: int | None
     brokers: tuple[Broker, ...]
     topics: tuple[TopicView, ...]
+    omitted: int = 0
+    """Topics beyond :data:`TOPICS_MAX`, not shown."""
 
 
 def read_cluster(settings: ConsoleSettings) -> ClusterView:
@@ -115,6 +119,7 @@ def read_cluster(settings: ConsoleSettings) -> ClusterView:
         Broker(broker.id, broker.host or "", broker.port, broker.id == controller)
         for broker in sorted(metadata.brokers.values(), key=lambda broker: broker.id)
     )
+    shown = sorted(metadata.topics.values(), key=lambda topic: topic.topic or "")[:TOPICS_MAX]
     topics = tuple(
         TopicView(
             name=topic.topic or "",
@@ -130,9 +135,10 @@ def read_cluster(settings: ConsoleSettings) -> ClusterView:
             ),
             error=None if topic.error is None else topic.error.str(),
         )
-        for topic in sorted(metadata.topics.values(), key=lambda topic: topic.topic or "")
+        for topic in shown
     )
-    return ClusterView(metadata.cluster_id, controller, brokers, topics)
+    omitted = max(0, len(metadata.topics) - TOPICS_MAX)
+    return ClusterView(metadata.cluster_id, controller, brokers, topics, omitted)
 
 
 @dataclass(frozen=True)
