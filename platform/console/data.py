@@ -35,6 +35,9 @@ REQUEST_TIMEOUT_S = 5.0
 """The longest one cluster request of a page may take."""
 GROUPS_MAX = 100
 """Groups described on the groups page; the rest are only counted."""
+GROUPS_BUDGET_S = 15.0
+"""Time the groups page spends describing groups; the groups left when it is spent are
+only counted."""
 TOPICS_MAX = 500
 """Topics shown on the cluster page, in name order; the rest are only counted."""
 RECORDS_DEFAULT = 20
@@ -147,23 +150,29 @@ class GroupsView:
     errors: tuple[str, ...]
     """One line per group that could not be described."""
     omitted: int
-    """Groups beyond :data:`GROUPS_MAX`, not described."""
+    """Groups not described: beyond :data:`GROUPS_MAX`, or once the time was spent."""
 
 
 def read_groups(settings: ConsoleSettings) -> GroupsView:
-    """Every consumer group (up to :data:`GROUPS_MAX`) with its per-partition lag."""
+    """Every consumer group with its per-partition lag: up to :data:`GROUPS_MAX` of them,
+    described one after another until :data:`GROUPS_BUDGET_S` is spent."""
     cluster = settings.cluster
     admin = admin_client(cluster)
     names = sorted(read_group_states(admin, cluster))
     groups: list[GroupSummary] = []
     errors: list[str] = []
+    deadline = time.monotonic() + GROUPS_BUDGET_S
+    described = 0
     for name in names[:GROUPS_MAX]:
+        if time.monotonic() >= deadline:
+            break
+        described += 1
         try:
             groups.append(read_group_summary(admin, cluster, name))
         except KafkaRequestError as error:
             if error.code != "GROUP_ID_NOT_FOUND":  # gone since it was listed
                 errors.append(str(error))
-    return GroupsView(tuple(groups), tuple(errors), max(0, len(names) - GROUPS_MAX))
+    return GroupsView(tuple(groups), tuple(errors), len(names) - described)
 
 
 @dataclass(frozen=True)
