@@ -52,17 +52,18 @@ def group_id(url: str) -> str:
     return status.group_id
 
 
-def browser_or_skip() -> None:
-    """Fail under CI when the browser is missing (it must run there); skip elsewhere."""
-    missing = []
-    if not CHROMIUM.exists() and shutil.which("chromium") is None:
-        missing.append("Debian's chromium (apt-get install chromium)")
+@pytest.fixture
+def chromium() -> str:
+    """The system's Chromium, for Playwright to drive. Missing it (or Playwright) fails the
+    test under CI, where it must run, and skips it elsewhere."""
+    found = str(CHROMIUM) if CHROMIUM.exists() else shutil.which("chromium")
+    missing = [] if found else ["Debian's chromium (apt-get install chromium)"]
     try:
         import playwright.sync_api  # noqa: F401
     except ImportError:
         missing.append("playwright (pip install -e '.[dev]')")
-    if not missing:
-        return
+    if found and not missing:
+        return found
     message = f"the console's browser test needs {' and '.join(missing)}"
     if os.environ.get("CI") == "true":
         pytest.fail(message)
@@ -111,16 +112,15 @@ def console_url(broker: BrokerProcess, tmp_path: Path) -> Iterator[tuple[str, st
 
 
 def test_the_console_shows_cluster_groups_projections_and_records(
-    console_url: tuple[str, str, int, str], broker: BrokerProcess
+    chromium: str, console_url: tuple[str, str, int, str], broker: BrokerProcess
 ) -> None:
-    browser_or_skip()
     from playwright.sync_api import expect, sync_playwright
 
     base, entity, partition, url = console_url
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     topic = Tick.event_topic
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM))
+        browser = playwright.chromium.launch(executable_path=chromium)
         try:
             page = browser.new_page(viewport=VIEWPORT)
             page.set_default_timeout(PAGE_TIMEOUT_MS)
