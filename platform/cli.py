@@ -684,6 +684,7 @@ def groups_reset_offsets(
 def _register_subcommands() -> None:
     from eventplatform.apps_cli import apps
     from eventplatform.cluster_cli import cluster
+    from eventplatform.console_cli import console
     from eventplatform.db_cli import db
     from eventplatform.erase_cli import erase
     from eventplatform.projections_cli import projections
@@ -694,6 +695,7 @@ def _register_subcommands() -> None:
     main.add_command(acls)
     main.add_command(apps)
     main.add_command(cluster)
+    main.add_command(console)
     main.add_command(db)
     main.add_command(erase)
     main.add_command(projections)

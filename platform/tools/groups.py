@@ -255,20 +255,25 @@ def list_groups(cluster: ClusterSettings, *, echo: Echo) -> None:
     Clusters that answer ListGroups below v4 send no states; those groups
     are described in one more request, so every row has its state.
     """
-    admin = admin_client(cluster)
+    states = read_group_states(admin_client(cluster), cluster)
+    if not states:
+        echo("no consumer groups")
+        return
+    for line in format_table(("group", "state"), sorted(states.items())):
+        echo(line)
+
+
+def read_group_states(admin: AdminClient, cluster: ClusterSettings) -> dict[str, str]:
+    """Every consumer group's state by group id."""
     future = admin.list_consumer_groups(request_timeout=cluster.request_timeout_s)
     result = wait_for(future, cluster, "cannot list consumer groups")
     if result.errors:
         raise error_of_request(cluster, "cannot list consumer groups", result.errors[0])
     states = {listing.group_id: state_name(listing.state) for listing in result.valid}
-    if not states:
-        echo("no consumer groups")
-        return
     unknown = sorted(group for group, state in states.items() if state == UNKNOWN_STATE)
     if unknown:
         states.update(described_states(admin, cluster, unknown))
-    for line in format_table(("group", "state"), sorted(states.items())):
-        echo(line)
+    return states
 
 
 def described_states(
@@ -324,7 +329,14 @@ def committed_offsets(
 
 def describe_group(cluster: ClusterSettings, group: str, *, echo: Echo) -> None:
     """Print the group's state and members, and per partition its offsets and lag."""
-    admin = admin_client(cluster)
+    summary = read_group_summary(admin_client(cluster), cluster, group)
+    for line in group_description_lines(summary):
+        echo(line)
+
+
+def read_group_summary(admin: AdminClient, cluster: ClusterSettings, group: str) -> GroupSummary:
+    """The group's state, members, and per partition its committed offset, log end and lag;
+    a :class:`KafkaRequestError` when the cluster knows no such group."""
     description = fetch_group(admin, cluster, group)
     committed = committed_offsets(admin, cluster, group)
     members = member_summaries(description)
@@ -337,15 +349,13 @@ def describe_group(cluster: ClusterSettings, group: str, *, echo: Echo) -> None:
         partitions = sorted(partition for name, partition in keys if name == topic)
         found = partition_offsets(admin, cluster, topic, partitions, LATEST)
         log_ends.update({(topic, partition): offset for partition, offset in found.items()})
-    summary = GroupSummary(
+    return GroupSummary(
         group_id=group,
         state=group_state(description),
         assignor=description.partition_assignor if description is not None else "",
         members=tuple(members),
         partitions=tuple(partition_lags(committed, log_ends, owners)),
     )
-    for line in group_description_lines(summary):
-        echo(line)
 
 
 def group_state(description: ConsumerGroupDescription | None) -> str:

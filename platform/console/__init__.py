@@ -1,0 +1,1 @@
+"""``platform console``: a read-only web view of the cluster, its groups and projections."""

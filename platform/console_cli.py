@@ -1,0 +1,50 @@
+"""``platform console``: serve a read-only web view of the cluster, groups and projections."""
+
+from __future__ import annotations
+
+import click
+
+from eventplatform.cli_support import address, client_options, database_option, database_url_of
+from eventplatform.client_config import ClientConfig
+from eventplatform.db_cli import apps_option, load_apps
+
+LISTEN_DEFAULT = "127.0.0.1:8080"
+PORT_MAX = 65535
+
+
+@click.command()
+@click.option(
+    "--listen",
+    default=LISTEN_DEFAULT,
+    show_default=True,
+    metavar="HOST:PORT",
+    help="Address to serve the console on (port 0 picks a free one).",
+)
+@client_options
+@database_option
+@apps_option
+def console(
+    listen: str, client: ClientConfig, database: str | None, app_references: tuple[str, ...]
+) -> None:
+    """Serve the console: brokers and topics, consumer groups and their lag, projections,
+    and a record browser. Prints the URL to open and runs until Ctrl-C."""
+    from eventplatform.cli_support import reported_errors
+    from eventplatform.console.data import ConsoleSettings
+    from eventplatform.console.server import bind, serve, url_of
+
+    host, port = address(listen, "--listen")
+    if port > PORT_MAX:
+        raise click.BadParameter(f"port {port} is above {PORT_MAX}", param_hint="--listen")
+    with reported_errors():
+        settings = ConsoleSettings(client, database_url_of(database), load_apps(app_references))
+    try:
+        sock = bind(host, port)
+    except OSError as error:
+        raise click.ClickException(
+            f"cannot listen on {listen}: {error.strerror or error}"
+        ) from None
+    click.echo(f"console at {url_of(sock)} (Ctrl-C stops it)")
+    try:
+        serve(settings, sock)
+    finally:
+        sock.close()
