@@ -35,8 +35,9 @@ def console(
     host, port = address(listen, "--listen")
     if port > PORT_MAX:
         raise click.BadParameter(f"port {port} is above {PORT_MAX}", param_hint="--listen")
-    with reported_errors():
-        settings = ConsoleSettings(client, database_url_of(database), load_apps(app_references))
+    url = database_url_of(database)
+    with reported_errors():  # the bundled apps only where the database has their tables
+        settings = ConsoleSettings(client, url, load_apps(app_references, database=url))
     try:
         sock = bind(host, port)
     except OSError as error:
