@@ -163,7 +163,10 @@ def run_demo(settings: DemoSettings, echo: Echo) -> None:
         f"Query the projections:        platform query --database {url} "
         '"SELECT * FROM logs_counts LIMIT 5"\n'
         f"The apps' named queries:      platform query --database {url} --list\n"
-        f"Or, for every command:        export EVENTPLATFORM_DATABASE_URL={url}"
+        f"Or, for every command:        export EVENTPLATFORM_DATABASE_URL={url}\n"
+        f"Open the console in a browser: platform console --database {url}\n"
+        "  (with the broker above serving; it prints the address to open, "
+        "http://127.0.0.1:8080/ by default)"
     )
 
 

@@ -34,6 +34,7 @@ def test_the_demo_runs_to_the_end_and_its_replay_check_passes(
         for named in app.queries:
             assert f"$ platform query {app.name}.{named.name}" in output
     assert "platform serve --data-dir .eventplatform/demo/data" in output
+    assert "platform console --database sqlite:///.eventplatform/demo/projections.db" in output
     assert (tmp_path / ".eventplatform" / "demo" / "data").is_dir()
     database = ["--database", "sqlite:///.eventplatform/demo/projections.db"]
 
