@@ -329,3 +329,22 @@ def test_a_runner_shows_in_its_group_by_projection_host_and_process(
         stop.set()
         thread.join(EXIT_BOUND_S)
         engine.dispose()
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        ["topics", "list"],
+        ["produce", "t"],
+        ["consume", "t", "--max-messages", "1"],
+        ["groups", "list"],
+    ],
+)
+def test_every_tool_takes_its_brokers_from_the_environment(
+    arguments: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    unreachable = dead_address()
+    monkeypatch.setenv("EVENTPLATFORM_BOOTSTRAP", unreachable)
+    result = CliRunner().invoke(main, [*arguments, "--request-timeout", "1"], input="x\n")
+    assert result.exit_code == 1, result.output
+    assert unreachable in result.output, result.output
