@@ -10,6 +10,7 @@ that cannot reach a database fail in one line that names it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -28,6 +29,7 @@ from click.testing import CliRunner
 from sqlalchemy import select
 
 from eventplatform.cli import main
+from eventplatform.events import EventProducer
 from eventplatform.projections import registry, schema
 from eventplatform.projections.database import create_store_engine
 from eventplatform.projections.migrate import upgrade
@@ -348,3 +350,67 @@ def test_every_tool_takes_its_brokers_from_the_environment(
     result = CliRunner().invoke(main, [*arguments, "--request-timeout", "1"], input="x\n")
     assert result.exit_code == 1, result.output
     assert unreachable in result.output, result.output
+
+
+JVM_EXIT_BOUND_S = 15.0
+"""How long Spark's JVM may take to end after the command it served exited."""
+
+
+@pytest.mark.parametrize("after_s", [1.5, 3.0])
+def test_ctrl_c_while_spark_starts_leaves_no_jvm_behind(
+    after_s: float, broker: BrokerProcess, tmp_path: Path
+) -> None:
+    """Regression: an interrupt during Spark's start printed a traceback, and the JVM
+    the launch had started ran on after the command ended."""
+    with EventProducer(broker.bootstrap) as producer:  # something to replay
+        producer.append([projection_test_app.Tick(entity="e", amount=1, label="a")])
+    arguments = [
+        str(PLATFORM),
+        "replay",
+        "--projection",
+        projection_test_app.totals_projection.name,
+        "--app",
+        projection_test_app.__name__,
+        "--database",
+        migrated_database(tmp_path),
+        "--spark-master",
+        "local[1]",
+    ]
+    python_path = os.pathsep.join(filter(None, [str(SUPPORT), os.environ.get("PYTHONPATH")]))
+    environment = {
+        **os.environ,
+        "PYTHONPATH": python_path,
+        "EVENTPLATFORM_BOOTSTRAP": broker.bootstrap,
+    }
+    output = tmp_path / "replay.out"
+    with output.open("w") as sink:
+        process = subprocess.Popen(
+            arguments,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            cwd=tmp_path,
+            env=environment,
+            start_new_session=True,
+        )
+    try:
+        time.sleep(after_s)
+        process.send_signal(signal.SIGINT)
+        process.wait(EXIT_BOUND_S)
+        deadline = time.monotonic() + JVM_EXIT_BOUND_S
+        while _group_alive(process.pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not _group_alive(process.pid), "Spark's JVM outlived the command"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+    text = output.read_text()
+    assert process.returncode in (0, 130), text
+    assert "Traceback" not in text and "Exception" not in text, text
+
+
+def _group_alive(group: int) -> bool:
+    try:
+        os.killpg(group, 0)
+    except ProcessLookupError:
+        return False
+    return True
