@@ -122,6 +122,15 @@ def long_running(name: str, tmp_path: Path) -> list[str]:
         "syslog": ["apps", "logs", "syslog", "--udp", "127.0.0.1:0", "--tcp", "127.0.0.1:0"],
         "beacons": ["apps", "activity", "collect", "--listen", "127.0.0.1:0", "--open"],
         "tail": ["apps", "logs", "tail", str(followed), "--service", "svc"],
+        "scrape": ["apps", "metrics", "scrape", "--target", "http://127.0.0.1:9/metrics"],
+        "console": [
+            "console",
+            "--listen",
+            "127.0.0.1:0",
+            "--database",
+            migrated_database(tmp_path),
+        ],
+        "consume": ["consume", "__consumer_offsets", "--timeout", "60"],
         "serve": [
             "serve",
             "--data-dir",
@@ -134,7 +143,17 @@ def long_running(name: str, tmp_path: Path) -> list[str]:
     }[name]
 
 
-LONG_RUNNING = ["projections run", "statsd", "syslog", "beacons", "tail", "serve"]
+LONG_RUNNING = [
+    "projections run",
+    "statsd",
+    "syslog",
+    "beacons",
+    "tail",
+    "scrape",
+    "console",
+    "consume",
+    "serve",
+]
 
 
 @pytest.mark.parametrize("name", LONG_RUNNING)
@@ -148,7 +167,9 @@ def test_ctrl_c_ends_a_long_running_command_cleanly(
         assert_clean(*interrupted(process))
 
 
-@pytest.mark.parametrize("name", ["projections run", "statsd", "beacons"])
+@pytest.mark.parametrize(
+    "name", ["projections run", "statsd", "syslog", "beacons", "tail", "scrape"]
+)
 def test_a_long_running_command_waits_quietly_for_an_unreachable_cluster(
     name: str, tmp_path: Path
 ) -> None:
