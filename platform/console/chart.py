@@ -20,7 +20,7 @@ TITLE_HEIGHT_PX = 24
 LABEL_CHARS_MAX = 40
 
 
-def bar_chart(bars: Sequence[tuple[str, int]], *, title: str) -> str:
+def bar_chart(bars: Sequence[tuple[str, float]], *, title: str) -> str:
     """An SVG of one bar per ``(label, value)``, scaled to the largest value."""
     shown = list(bars[:BARS_MAX])
     left_out = len(bars) - len(shown)
@@ -43,7 +43,7 @@ def bar_chart(bars: Sequence[tuple[str, int]], *, title: str) -> str:
             f"<title>{escape(label)}</title>{escape(shortened)}</text>",
             f'<rect class="bar" x="{LABEL_WIDTH_PX}" y="{y}" width="{max(length, 1)}" '
             f'height="{BAR_HEIGHT_PX}"/>',
-            f'<text x="{LABEL_WIDTH_PX + length + 6}" y="{text_y}">{value:,}</text>',
+            f'<text x="{LABEL_WIDTH_PX + length + 6}" y="{text_y}">{_number(value)}</text>',
         ]
     if not shown:
         parts.append(
@@ -54,3 +54,8 @@ def bar_chart(bars: Sequence[tuple[str, int]], *, title: str) -> str:
         parts.append(f'<text x="0" y="{y}">and {left_out} more</text>')
     parts.append("</svg>")
     return "\n".join(parts)
+
+
+def _number(value: float) -> str:
+    """A whole number with thousands separators; another with six significant digits."""
+    return f"{int(value):,}" if float(value).is_integer() else f"{value:,.6g}"

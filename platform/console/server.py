@@ -140,6 +140,28 @@ def console_app(settings: ConsoleSettings) -> Starlette:
             records_max=RECORDS_MAX,
         )
 
+    def apps_page(request: Request) -> Response:
+        from eventplatform.console.dashboards import app_dashboard
+
+        with_queries = [app for app in settings.apps if app.queries]
+        chosen = request.path_params.get("name")
+        app = next((each for each in with_queries if each.name == chosen), None)
+        error = None
+        if chosen is not None and app is None:
+            error = f"no installed app {chosen!r} ships named queries"
+        panels, read_error = (
+            attempt(lambda: app_dashboard(app, settings.database_url)) if app else (None, None)
+        )
+        return page(
+            request,
+            "apps.html",
+            f"App {app.name}" if app else "Apps",
+            apps=with_queries,
+            app=app,
+            panels=panels,
+            error=error or read_error,
+        )
+
     templates.env.filters["quote"] = lambda text: quote(str(text), safe="")
     return Starlette(
         routes=[
@@ -148,6 +170,8 @@ def console_app(settings: ConsoleSettings) -> Starlette:
             Route("/projections", projections_page),
             Route("/projections/{name}/retry", retry, methods=["POST"]),
             Route("/topics", topics_page),
+            Route("/apps", apps_page),
+            Route("/apps/{name}", apps_page),
             Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
         ]
     )

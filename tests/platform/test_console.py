@@ -26,7 +26,7 @@ import projection_test_app
 import projection_threads
 import pytest
 from click.testing import CliRunner
-from projection_test_app import POISON_LABEL, Tick
+from projection_test_app import APP_NAME, POISON_LABEL, Tick
 
 from eventplatform.cli import main
 from eventplatform.console.chart import BARS_MAX, bar_chart
@@ -169,6 +169,15 @@ def test_the_console_shows_cluster_groups_projections_and_records(
             expect(page.locator("#records")).to_contain_text(entity)
             expect(page.locator("#records .event-type").first).to_contain_text(Tick.event_type)
             page.screenshot(path=SCREENSHOTS / "topics.png", full_page=True)
+
+            page.click("text=Apps")
+            page.click(f"#apps >> text={APP_NAME}")
+            panel = page.locator(f'section.panel[data-query="{APP_NAME}.labels"]')
+            expect(panel.locator("svg.chart")).to_be_visible()
+            expect(panel.locator("svg.chart")).to_contain_text("total")
+            expect(panel.locator("table")).to_contain_text("ticks")
+            expect(page.locator("#error")).to_have_count(0)
+            page.screenshot(path=SCREENSHOTS / "apps.png", full_page=True)
         finally:
             browser.close()
 
@@ -196,3 +205,24 @@ def test_a_bar_chart_escapes_its_labels_and_draws_at_most_its_bound() -> None:
     assert svg.count('class="bar"') == BARS_MAX
     assert "and 3 more" in svg
     assert "nothing to show" in bar_chart([], title="Lag")
+
+
+def test_a_dashboard_charts_a_result_by_its_shape() -> None:
+    from datetime import date
+    from decimal import Decimal
+
+    from eventplatform.console.dashboards import _chart
+    from eventplatform.projections.query import QueryResult
+
+    per_row = QueryResult(
+        ["day", "views", "note"], [(date(2026, 1, 1), 5, "a"), (date(2026, 1, 2), 7, "b")]
+    )
+    chart = _chart("app.views", per_row, per_row.rows)
+    assert chart is not None and chart.count("<rect") == 2 and "2026-01-02" in chart
+    funnel = QueryResult(["landed", "signed_up"], [(Decimal(100), Decimal("12.5"))])
+    chart = _chart("app.funnel", funnel, funnel.rows)
+    assert (
+        chart is not None and chart.count("<rect") == 2 and "signed_up" in chart and "12.5" in chart
+    )
+    words = QueryResult(["word"], [("a",), ("b",)])
+    assert _chart("app.words", words, words.rows) is None

@@ -18,7 +18,7 @@ from pathlib import Path
 from sqlalchemy import JSON, BigInteger, Column, MetaData, String, Text
 
 from eventplatform.events import Envelope, Event
-from eventplatform.projections.apps import App
+from eventplatform.projections.apps import App, NamedQuery
 from eventplatform.projections.merge import Count, First, Fold, Latest, Max, Min, SetAdd, Sum
 from eventplatform.projections.model import Projection, Row, merge_column, projection_table
 
@@ -98,4 +98,11 @@ app = App(
     event_types=[Tick],
     migrations=MIGRATIONS,
     description="The test suite's app: every merge operation on one small projection.",
+    queries=[
+        NamedQuery(
+            "labels",
+            "SELECT label, total, ticks FROM pt_label_totals ORDER BY total DESC, label",
+            "The total amount and ticks of each label.",
+        )
+    ],
 )
