@@ -20,14 +20,25 @@ PORT_MAX = 65535
     metavar="HOST:PORT",
     help="Address to serve the console on (port 0 picks a free one).",
 )
+@click.option(
+    "--operator",
+    is_flag=True,
+    help="Offer the operator's actions (retrying parked events); without it the console "
+    "only reads.",
+)
 @client_options
 @database_option
 @apps_option
 def console(
-    listen: str, client: ClientConfig, database: str | None, app_references: tuple[str, ...]
+    listen: str,
+    operator: bool,
+    client: ClientConfig,
+    database: str | None,
+    app_references: tuple[str, ...],
 ) -> None:
     """Serve the console: brokers and topics, consumer groups and their lag, projections,
-    and a record browser. Prints the URL to open and runs until Ctrl-C."""
+    a record browser and the apps' dashboards. Prints the URL to open and runs until
+    Ctrl-C. It only reads, unless given --operator."""
     from eventplatform.cli_support import reported_errors
     from eventplatform.console.data import ConsoleSettings
     from eventplatform.console.server import bind, serve, url_of
@@ -37,7 +48,8 @@ def console(
         raise click.BadParameter(f"port {port} is above {PORT_MAX}", param_hint="--listen")
     url = database_url_of(database)
     with reported_errors():  # the bundled apps only where the database has their tables
-        settings = ConsoleSettings(client, url, load_apps(app_references, database=url))
+        apps = load_apps(app_references, database=url)
+        settings = ConsoleSettings(client, url, apps, operator=operator)
     try:
         sock = bind(host, port)
     except OSError as error:

@@ -59,6 +59,8 @@ class ConsoleSettings:
     client: ClientConfig
     database_url: str
     apps: Sequence[App]
+    operator: bool = False
+    """Whether the console offers actions (a retry of parked events), not only views."""
 
     @property
     def cluster(self) -> ClusterSettings:

@@ -95,12 +95,17 @@ def console_app(settings: ConsoleSettings) -> Starlette:
             error=error,
             rows_chart=_rows_chart(statuses or []),
             lag_chart=_lag_chart(statuses or []),
+            operator=settings.operator,
             message=request.query_params.get("message"),
         )
 
     def retry(request: Request) -> Response:
         from eventplatform.projections.operations import retry_dead_letters
 
+        if not settings.operator:
+            return PlainTextResponse(
+                "refused: this console only reads (start it with --operator)", status_code=403
+            )
         if not _same_origin(request):
             return PlainTextResponse("refused: the form came from another site", status_code=403)
         name = request.path_params["name"]

@@ -18,6 +18,8 @@ import shutil
 import socket
 import subprocess
 import sys
+import urllib.error
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -89,7 +91,7 @@ def console_url(broker: BrokerProcess, tmp_path: Path) -> Iterator[tuple[str, st
         producer.append(Tick(entity=entity, amount=1, label="late") for _ in range(UNAPPLIED_TICKS))
     python_path = os.pathsep.join(filter(None, [str(SUPPORT), os.environ.get("PYTHONPATH")]))
     arguments = ["console", "--listen", "127.0.0.1:0", "--bootstrap", broker.bootstrap]
-    arguments += ["--database", url, "--app", projection_test_app.__name__]
+    arguments += ["--database", url, "--app", projection_test_app.__name__, "--operator"]
     process = subprocess.Popen(
         [str(PLATFORM), *arguments],
         stdout=subprocess.PIPE,
@@ -226,3 +228,34 @@ def test_a_dashboard_charts_a_result_by_its_shape() -> None:
     )
     words = QueryResult(["word"], [("a",), ("b",)])
     assert _chart("app.words", words, words.rows) is None
+
+
+def test_a_console_without_operator_refuses_actions(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'projections.db'}"
+    upgrade(url, APPS)
+    arguments = ["console", "--listen", "127.0.0.1:0", "--database", url]
+    process = subprocess.Popen(
+        [str(PLATFORM), *arguments, "--bootstrap", "127.0.0.1:9"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    try:
+        assert process.stdout is not None
+        line = ""
+        for _ in range(STARTUP_LINES_MAX):
+            line = process.stdout.readline()
+            if line.startswith("console at ") or not line:
+                break
+        assert line.startswith("console at http://127.0.0.1:"), line
+        request = urllib.request.Request(
+            line.split()[2] + f"projections/{NAME}/retry", data=b"", method="POST"
+        )
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=STOP_TIMEOUT_S)
+        assert refused.value.code == 403
+        assert b"only reads" in refused.value.read()
+    finally:
+        process.terminate()
+        process.communicate(timeout=STOP_TIMEOUT_S)
