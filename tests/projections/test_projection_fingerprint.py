@@ -4,18 +4,25 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import evolving_app
 import pytest
-from sqlalchemy import BigInteger, Column, MetaData, String, Text
+from evolving_app import accounts_v1, accounts_v2
+from sqlalchemy import BigInteger, Column, Engine, MetaData, String, Text, select
 
 from eventplatform.events import Envelope, Event
+from eventplatform.projections import migrate, schema
+from eventplatform.projections.database import create_store_engine
 from eventplatform.projections.errors import ProjectionDefinitionError
 from eventplatform.projections.fingerprint import fingerprint
 from eventplatform.projections.merge import Count, Fold, Latest, Max, Merge, Sum
 from eventplatform.projections.model import Projection, Row, merge_column, projection_table
+from eventplatform.projections.registry import definition_changed, register_projection
+from eventplatform.projections.store import ProjectionStore
 from tests.support import projection_test_app
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -133,3 +140,71 @@ def test_a_version_that_is_no_positive_int_is_refused() -> None:
 def test_a_projection_bound_to_shadows_keeps_its_version() -> None:
     projection = account_projection(version=3)
     assert projection.bound_to(projection.tables).version == 3
+
+
+@pytest.fixture
+def database(tmp_path: Path) -> Iterator[Engine]:
+    url = f"sqlite:///{tmp_path / 'registry.db'}"
+    migrate.upgrade(url, [])
+    engine = create_store_engine(url)
+    yield engine
+    engine.dispose()
+
+
+def stored(engine: Engine) -> str | None:
+    table = schema.projections
+    with engine.connect() as connection:
+        query = select(table.c.fingerprint).where(table.c.name == evolving_app.NAME)
+        return connection.execute(query).scalar_one_or_none()  # type: ignore[no-any-return]
+
+
+def changed(engine: Engine, projection: Projection) -> str | None:
+    with engine.connect() as connection:
+        return definition_changed(connection, projection)
+
+
+def checkpoint(engine: Engine) -> None:
+    with engine.begin() as connection:
+        connection.execute(
+            schema.checkpoints.insert().values(
+                projection=evolving_app.NAME,
+                topic="ev",
+                partition=0,
+                next_offset=5,
+                updated_at=datetime.now(UTC),
+            )
+        )
+
+
+def test_the_first_run_stores_its_definitions_fingerprint(database: Engine) -> None:
+    register_projection(ProjectionStore(database, accounts_v1))
+    assert stored(database) == fingerprint(accounts_v1)
+    assert changed(database, accounts_v1) is None
+
+
+def test_another_definition_over_applied_state_is_a_change_and_is_not_stored(
+    database: Engine,
+) -> None:
+    register_projection(ProjectionStore(database, accounts_v1))
+    checkpoint(database)
+    register_projection(ProjectionStore(database, accounts_v2))
+    assert stored(database) == fingerprint(accounts_v1)
+    assert changed(database, accounts_v2) == fingerprint(accounts_v1)
+    assert changed(database, accounts_v1) is None
+
+
+def test_another_definition_before_anything_was_applied_is_adopted(database: Engine) -> None:
+    register_projection(ProjectionStore(database, accounts_v1))
+    register_projection(ProjectionStore(database, accounts_v2))
+    assert stored(database) == fingerprint(accounts_v2)
+    assert changed(database, accounts_v2) is None
+
+
+def test_a_row_from_before_fingerprints_takes_the_running_definitions(database: Engine) -> None:
+    register_projection(ProjectionStore(database, accounts_v1))
+    checkpoint(database)
+    with database.begin() as connection:
+        connection.execute(schema.projections.update().values(fingerprint=None))
+    assert changed(database, accounts_v2) is None
+    register_projection(ProjectionStore(database, accounts_v2))
+    assert stored(database) == fingerprint(accounts_v2)
