@@ -199,3 +199,35 @@ def test_a_rebuild_folds_the_whole_history_under_the_new_definition(
     later = deposit(broker, range(115, 118))
     apply_all(NAME, [app_v2], url, broker.bootstrap, later)
     assert rows(url) == fold([*history, *range(115, 118)])
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (("no.such.projection",), "no.such.projection"),
+        ((NAME, "--spark-conf", "no-equals-sign"), "is not KEY=VALUE"),
+    ],
+)
+def test_a_bad_rebuild_request_fails_in_one_line_and_changes_nothing(
+    broker: BrokerProcess, tmp_path: Path, arguments: tuple[str, ...], message: str
+) -> None:
+    url = f"sqlite:///{tmp_path / 'projections.db'}"
+    prepared(url)
+    result = CliRunner().invoke(
+        projections,
+        [
+            "rebuild",
+            *arguments,
+            "--bootstrap",
+            broker.bootstrap,
+            "--database",
+            url,
+            "--app",
+            "evolving_app:app_v2",
+        ],
+    )
+    assert result.exit_code != 0
+    assert message in result.output
+    assert "Traceback" not in result.output
+    assert result.output.count("\n") == 1
+    assert stored_fingerprint(url) is None
