@@ -158,6 +158,21 @@ def test_a_runner_of_a_changed_definition_applies_nothing_and_status_says_rebuil
     assert all(balance is None for _, balance in before.values())
     assert status_of(database_url) == CHANGED
     assert stored_fingerprint(database_url) == fingerprint(accounts_v1)
+    shown = CliRunner().invoke(
+        projections,
+        [
+            "status",
+            NAME,
+            "--bootstrap",
+            broker.bootstrap,
+            "--database",
+            database_url,
+            "--app",
+            "evolving_app:app_v2",
+        ],
+    )
+    assert shown.exit_code == 0, shown.output
+    assert shown.output.splitlines()[0] == f"{NAME}: {CHANGED}"
 
 
 def test_a_rebuild_folds_the_whole_history_under_the_new_definition(
