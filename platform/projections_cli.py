@@ -1,4 +1,5 @@
-"""``platform projections``: run projections, report their status, retry dead letters."""
+"""``platform projections``: run projections, report their status, retry dead letters,
+rebuild one whose definition changed."""
 
 from __future__ import annotations
 
@@ -98,6 +99,57 @@ def projections_run(
         f"{stats.batches} batch{'' if stats.batches == 1 else 'es'} ({stats.parked} parked, "
         f"{stats.conflicts} checkpoint conflict{'' if stats.conflicts == 1 else 's'})"
     )
+
+
+@projections.command("rebuild")
+@click.argument("name")
+@click.option("--spark-master", default=None, metavar="URL", help="[default: local[*]]")
+@click.option(
+    "--spark-conf",
+    "spark_settings",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="A spark.* setting; repeatable.",
+)
+@client_options
+@database_option
+@apps_option
+def projections_rebuild(
+    name: str,
+    spark_master: str | None,
+    spark_settings: tuple[str, ...],
+    client: ClientConfig,
+    database: str | None,
+    app_references: tuple[str, ...],
+) -> None:
+    """Rebuild NAME's tables from the whole log under its current definition, with Spark.
+
+    The tables are computed into shadow tables while the live ones keep serving
+    (and a running runner keeps applying; the rebuild catches up with it), then
+    swapped in with the checkpoints at the rebuild's end and the definition's
+    fingerprint, in one transaction. A runner stopped because the definition
+    changed then runs again from there.
+    """
+    from eventplatform.projections.apps import find_projection
+    from eventplatform.spark_projections.errors import ReplayError
+    from eventplatform.spark_projections.evolving import rebuild_definition
+    from eventplatform.spark_projections.session import parse_pairs
+
+    with reported_errors():
+        try:
+            url = database_url_of(database)
+            projection = find_projection(name, load_apps(app_references, database=url))
+            outcome = rebuild_definition(
+                projection,
+                url,
+                client.spark_options(),
+                spark_master=spark_master,
+                spark_settings=parse_pairs(",".join(spark_settings), source="--spark-conf"),
+            )
+        except ReplayError as error:
+            raise click.ClickException(str(error)) from error
+    for line in outcome.lines():
+        click.echo(line)
 
 
 @projections.command("list")

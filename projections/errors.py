@@ -5,6 +5,7 @@ ProjectionError
 ├── HandlerError               a handler raised or returned something invalid (a poison event)
 ├── CheckpointConflictError    another runner advanced a partition first (this batch is void)
 ├── ProjectionStoppedError     a poison event stopped a projection whose policy is "stop"
+├── DefinitionChangedError     its tables were built under another definition: rebuild them
 ├── ApplyTimeoutError          read-your-writes: the projection did not reach the positions
 ├── StoreError                 the SQL store failed in a way a retry will not fix
 └── MigrationError             the schema could not be migrated (bad revision, failed DDL)
@@ -31,6 +32,11 @@ class CheckpointConflictError(ProjectionError):
 
 class ProjectionStoppedError(ProjectionError):
     """A poison event stopped a projection whose policy is ``stop``."""
+
+
+class DefinitionChangedError(ProjectionError):
+    """The projection's tables were built under another definition than the one running:
+    applying events on top would mix the two, so the tables need a rebuild first."""
 
 
 class ApplyTimeoutError(ProjectionError, TimeoutError):

@@ -55,7 +55,7 @@ from eventplatform.projections.model import MIGRATION_INDEXES
 
 PLATFORM_BRANCH = "eventplatform"
 PLATFORM_BASE_REVISION = "eventplatform_0001"
-PLATFORM_HEAD_REVISION = "eventplatform_0003"
+PLATFORM_HEAD_REVISION = "eventplatform_0004"
 MIGRATIONS_PACKAGE = "eventplatform.migrations"
 
 # The key of the PostgreSQL advisory lock: the ASCII bytes of "epmigrat".

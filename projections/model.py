@@ -210,6 +210,11 @@ class Projection:
     whatever database it writes to. Without it (the usual case) each database
     gets a group of its own, recorded in it on the first run, so runners writing
     to two databases each read every partition.
+
+    ``version`` is the handlers' version: bump it when a handler's logic
+    changes (what rows it yields for an event), so the platform knows the
+    tables must be rebuilt; changes to the tables and merges it sees by itself
+    (see :mod:`.fingerprint`).
     """
 
     def __init__(
@@ -220,10 +225,16 @@ class Projection:
         on_error: PoisonPolicy = "park",
         group_id: str | None = None,
         description: str = "",
+        version: int = 1,
     ) -> None:
         if on_error not in POISON_POLICIES:
             raise ProjectionDefinitionError(f"on_error must be one of {POISON_POLICIES}")
+        if type(version) is not int or version < 1:
+            raise ProjectionDefinitionError(
+                f"{name}: version must be a positive int, not {version!r}"
+            )
         self.name = name
+        self.version = version
         self.on_error: PoisonPolicy = on_error
         self.group_id = group_id
         """The group named in the declaration; None: one group per database."""
@@ -249,6 +260,7 @@ class Projection:
             on_error=self.on_error,
             group_id=self.group_id,
             description=self.description,
+            version=self.version,
         )
         if len(bound.plans) != len(self.plans):
             raise ProjectionDefinitionError(f"{self.name}: give one table for each of its tables")

@@ -36,6 +36,7 @@ from eventplatform.projections.model import Projection
 from eventplatform.projections.premerge import BatchDelta
 from eventplatform.projections.registry import (
     checkpoints_of,
+    definition_changed,
     parked_count,
     registered,
     reported_status,
@@ -207,7 +208,12 @@ def _status(
     rows = row_counts(connection, projection.tables) if projection else {}
     return ProjectionStatus(
         name=name,
-        status=reported_status(row, any(rows.values())),
+        status=reported_status(
+            row,
+            any(rows.values()),
+            changed=projection is not None
+            and definition_changed(connection, projection) is not None,
+        ),
         group_id=_group_of(projection, row),
         partitions=partitions,
         rows=rows,

@@ -14,6 +14,16 @@ that names its group (``Projection(group_id=...)``) joins that one. A row that
 still holds the group runners shared before (``projection.<name>``) gets a token
 on the next run: the runners move to the new group and commit their checkpoints
 there on assignment, and the old group keeps its last offsets, unused.
+
+The row also holds the fingerprint of the definition the tables were built
+under (see :mod:`.fingerprint`). The first run stores its definition's; so
+does a run that finds no checkpoint of the projection (nothing applied yet),
+and one that finds none stored (a row from before fingerprints were kept: its
+tables are taken as built under the definition that runs now). A run that
+finds another fingerprint and checkpoints finds tables built under another
+definition: :func:`definition_changed` says so, the runner stops, and a
+rebuild (``platform projections rebuild``) stores the new fingerprint with the
+rebuilt tables.
 """
 
 from __future__ import annotations
@@ -27,12 +37,15 @@ from typing import Any
 from sqlalchemy import func, inspect, select
 
 from eventplatform.projections import schema
-from eventplatform.projections.model import GROUP_ID_PREFIX
+from eventplatform.projections.fingerprint import fingerprint
+from eventplatform.projections.model import GROUP_ID_PREFIX, Projection
 from eventplatform.projections.statements import upsert_insert
 from eventplatform.projections.store import ProjectionStore
 
 STATUS_RUNNING = "running"
 STATUS_NEVER_RUN = "never run"
+STATUS_REBUILD_NEEDED = "rebuild needed"
+"""The status a runner leaves when it stops on a changed definition."""
 RUNNER_HEARTBEAT_S = 10.0
 """How often a running runner refreshes its row's ``updated_at``, even when idle."""
 RUNNER_SILENT_S = 3 * RUNNER_HEARTBEAT_S
@@ -51,8 +64,10 @@ def register_projection(store: ProjectionStore, status: str = STATUS_RUNNING) ->
     """
     projection = store.projection
     table = schema.projections
+    current = fingerprint(projection)
     values = {
         "name": projection.name,
+        "fingerprint": current,
         "group_id": projection.group_id or new_group_id(projection.name),
         "topics": list(projection.topics),
         "tables": sorted(projection.plans),
@@ -60,13 +75,14 @@ def register_projection(store: ProjectionStore, status: str = STATUS_RUNNING) ->
         "updated_at": datetime.now(UTC),
     }
     statement = upsert_insert(table, store.postgresql).values(values)
-    kept = {"name"} if projection.group_id else {"name", "group_id"}
+    kept = {"name", "fingerprint"} if projection.group_id else {"name", "fingerprint", "group_id"}
     statement = statement.on_conflict_do_update(
         index_elements=["name"],
         set_={name: statement.excluded[name] for name in values if name not in kept},
     )
     with store.engine.begin() as connection:
         connection.execute(statement)  # on PostgreSQL the row stays locked until the end
+        _adopt_fingerprint(connection, projection, current)
         stored = connection.execute(
             select(table.c.group_id).where(table.c.name == projection.name)
         ).scalar_one()
@@ -78,6 +94,48 @@ def register_projection(store: ProjectionStore, status: str = STATUS_RUNNING) ->
             .values(group_id=values["group_id"])
         )
         return str(values["group_id"])
+
+
+def _adopt_fingerprint(connection: Any, projection: Projection, current: str) -> None:
+    """Store ``current`` unless the row holds another fingerprint and checkpoints exist."""
+    table = schema.projections
+    stored = connection.execute(
+        select(table.c.fingerprint).where(table.c.name == projection.name)
+    ).scalar_one()
+    if stored == current or (stored is not None and checkpoints_of(connection, projection.name)):
+        return
+    connection.execute(
+        table.update().where(table.c.name == projection.name).values(fingerprint=current)
+    )
+
+
+def definition_changed(connection: Any, projection: Projection) -> str | None:
+    """The fingerprint stored for ``projection`` when its tables were built under another
+    definition (the row holds another one and checkpoints exist), else None."""
+    table = schema.projections
+    stored = connection.execute(
+        select(table.c.fingerprint).where(table.c.name == projection.name)
+    ).scalar_one_or_none()
+    if stored is None or stored == fingerprint(projection):
+        return None
+    return str(stored) if checkpoints_of(connection, projection.name) else None
+
+
+def store_fingerprint(connection: Any, projection: Projection) -> None:
+    """Record that ``projection``'s tables are now built under its current definition."""
+    table = schema.projections
+    connection.execute(
+        table.update()
+        .where(table.c.name == projection.name)
+        .values(fingerprint=fingerprint(projection), updated_at=datetime.now(UTC))
+    )
+
+
+def rebuild_needed_message(name: str) -> str:
+    """The one line a runner stops with, and status shows, when a definition changed."""
+    return (
+        f"definition changed since its tables were built: run platform projections rebuild {name}"
+    )
 
 
 def new_group_id(name: str) -> str:
@@ -104,11 +162,21 @@ def set_status(store: ProjectionStore, status: str, *, error: str | None = None)
 
 
 def reported_status(
-    row: RegisteredProjection | None, has_rows: bool, now: datetime | None = None
+    row: RegisteredProjection | None,
+    has_rows: bool,
+    now: datetime | None = None,
+    *,
+    changed: bool = False,
 ) -> str:
     """The status to show for a projection: its row's, unless the row says running and
     its runner went silent; for a projection with no row, whether its tables hold rows
-    anyway (filled by replay or a batch job, not by a runner)."""
+    anyway (filled by replay or a batch job, not by a runner). ``changed``: its
+    tables were built under another definition than the one loaded now (see
+    :func:`definition_changed`); that outweighs what the row says, since a runner
+    of the loaded definition stops on it, and one of the former keeps the tables
+    of the former."""
+    if changed and row is not None:
+        return rebuild_needed_message(row.name)
     if row is None and has_rows:
         return "no runner; its tables hold rows from replay or a batch job"
     if row is None:
@@ -135,6 +203,8 @@ class RegisteredProjection:
     last_error: str | None
     last_error_at: datetime | None
     updated_at: datetime
+    fingerprint: str | None = None
+    """The definition the tables were built under; None in a row older than fingerprints."""
 
 
 def registered(connection: Any) -> list[RegisteredProjection]:

@@ -13,6 +13,13 @@ the group is a projection's. The group is the database's (see
 :func:`~.registry.register_projection`): runners writing to another database
 are in another group, and read every partition too.
 
+A runner whose definition is not the one the tables were built under (the
+registry's fingerprint differs and checkpoints exist, see :mod:`.registry`)
+applies nothing: it records the status ``rebuild needed`` and raises
+:class:`~.errors.DefinitionChangedError`, naming ``platform projections
+rebuild``. The runner does not rebuild by itself: a rebuild needs Spark, which
+a runner's host need not have; the old tables stay live meanwhile.
+
 Revocation needs no special care: confluent-kafka calls the rebalance
 callbacks from inside ``consume``, between batches, so a revoked partition
 never has a batch in flight.
@@ -52,6 +59,7 @@ from eventplatform.projections.caches import RecentValues
 from eventplatform.projections.corrections import apply_corrections
 from eventplatform.projections.errors import (
     CheckpointConflictError,
+    DefinitionChangedError,
     HandlerError,
     ProjectionStoppedError,
 )
@@ -61,7 +69,10 @@ from eventplatform.projections.model import GROUP_MARKER
 from eventplatform.projections.premerge import BatchDelta
 from eventplatform.projections.registry import (
     RUNNER_HEARTBEAT_S,
+    STATUS_REBUILD_NEEDED,
     STATUS_RUNNING,
+    definition_changed,
+    rebuild_needed_message,
     register_projection,
     set_status,
 )
@@ -249,8 +260,12 @@ class ProjectionRunner:
         self._marker = GROUP_MARKER + self.projection.name
 
     def run(self, stop: threading.Event | None = None, *, idle_exit_s: float | None = None) -> None:
-        """Consume and apply until ``stop`` is set (or, given ``idle_exit_s``, until idle)."""
+        """Consume and apply until ``stop`` is set (or, given ``idle_exit_s``, until idle).
+
+        Raises DefinitionChangedError, having applied nothing, when the tables were
+        built under another definition."""
         self.group_id = register_projection(self.store)
+        self._refuse_changed_definition()
         self._consumer = confluent_kafka.Consumer(
             {
                 **self._bootstrap.librdkafka(),
@@ -264,6 +279,15 @@ class ProjectionRunner:
         )
         with young_collections_rare():
             self._run(stop, idle_exit_s)
+
+    def _refuse_changed_definition(self) -> None:
+        with self.store.engine.connect() as connection:
+            stored = definition_changed(connection, self.projection)
+        if stored is None:
+            return
+        message = rebuild_needed_message(self.projection.name)
+        set_status(self.store, STATUS_REBUILD_NEEDED, error=message)
+        raise DefinitionChangedError(f"{self.projection.name}: {message}")
 
     def _run(self, stop: threading.Event | None, idle_exit_s: float | None) -> None:
         assert self._consumer is not None

@@ -19,7 +19,9 @@
   correction that set it. A record the log had erased when the projection met
   it is there too, as retracted at its own offset, with an empty event id.
 * ``ep_dead_letters``: poison events, with the error, for ``projections retry``.
-* ``ep_projections``: the projection registry: tables, topics, status, last error.
+* ``ep_projections``: the projection registry: tables, topics, status, last error,
+  and the fingerprint of the definition its tables were built under (see
+  :mod:`.fingerprint`; NULL in a row from before fingerprints were kept).
 
 The DDL comes from the Alembic migrations under ``migrations/``.
 """
@@ -47,6 +49,8 @@ metadata = MetaData()
 NAME_LENGTH = 200
 TOPIC_LENGTH = 249
 EVENT_ID_LENGTH = 36
+FINGERPRINT_LENGTH = 64
+"""Hex digits of a definition's fingerprint (SHA-256)."""
 
 checkpoints = Table(
     "ep_checkpoints",
@@ -120,6 +124,7 @@ projections = Table(
     Column("last_error", Text, nullable=True),
     Column("last_error_at", DateTime(timezone=True), nullable=True),
     Column("updated_at", DateTime(timezone=True), nullable=False),
+    Column("fingerprint", String(FINGERPRINT_LENGTH), nullable=True),
 )
 
 DEAD_LETTER_PARKED = "parked"

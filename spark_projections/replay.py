@@ -11,7 +11,11 @@ applied past the end meanwhile, that transaction first applies the records
 up to its checkpoint to the shadows through the runner's own path, and the
 checkpoint stays (see :func:`_catch_up`).
 
-A rebuild from the start of the log starts from empty shadows. A rebuild
+A rebuild from the start of the log starts from empty shadows, so its tables
+hold the fold of the whole log under the projection's current definition: its
+transaction also records that definition's fingerprint in the registry (see
+:mod:`~eventplatform.projections.registry`), which lets a runner of that
+definition continue. A rebuild
 from later offsets starts from a copy of the live tables, which must then be
 checkpointed exactly at those offsets: the copy holds every event before
 them and none after. :func:`~.planning.plan_replay` checks a request before
@@ -45,6 +49,7 @@ from eventplatform.projections.errors import HandlerError
 from eventplatform.projections.fold import OpaqueEvent
 from eventplatform.projections.model import Projection
 from eventplatform.projections.premerge import BatchDelta
+from eventplatform.projections.registry import store_fingerprint
 from eventplatform.projections.statements import upsert_insert
 from eventplatform.projections.store import ProjectionStore, StoreTransaction
 from eventplatform.spark_projections import execute, shadow
@@ -190,6 +195,8 @@ def rebuild(
                         for r in ranges
                     ],
                 )
+                if from_start:
+                    store_fingerprint(connection, projection)
         finally:
             shadow.drop_shadows(engine, projection)
     finally:

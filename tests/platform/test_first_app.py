@@ -154,7 +154,7 @@ def test_a_first_app_from_an_empty_folder_to_sqlite_and_postgresql(
     upgraded = run(folder, "db", "upgrade", "--app", "bank").stdout
     assert "applied eventplatform_0001 (eventplatform)" in upgraded
     assert "applied bank_0001 (bank): Tables of the bank app" in upgraded
-    assert upgraded.rstrip().endswith("heads: bank_0001, eventplatform_0003")
+    assert upgraded.rstrip().endswith("heads: bank_0001, eventplatform_0004")
     tables = table_names(f"sqlite:///{folder / '.eventplatform' / 'projections.db'}")
     assert "bank_totals" in tables and "ep_checkpoints" in tables
     assert not [name for name in tables if name.startswith(("activity_", "metrics_", "logs_"))]
