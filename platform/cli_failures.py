@@ -33,8 +33,9 @@ CHAIN_DEPTH_MAX = 8
 """How far back through an exception's causes an interrupt is looked for."""
 DATABASE_META_KEY = "eventplatform.database"
 BROKERS_META_KEY = "eventplatform.brokers"
-MISSING_TABLE_SIGNS = ("no such table", "does not exist", "undefinedtable")
-"""Words of SQLite's and PostgreSQL's errors for a table that is not there."""
+MISSING_TABLE_SIGNS = ("no such table", "no such column", "does not exist", "undefined")
+"""Words of SQLite's and PostgreSQL's errors for a table or column that is not there (a
+database the platform's migrations have not reached)."""
 
 
 class PlatformGroup(click.Group):
@@ -104,7 +105,7 @@ def _database_failure(exc: BaseException, url: str | None) -> str | None:
     reason = _first_line(str(exc.orig)) or type(exc.orig).__name__
     where = f"database {_without_password(url)}" if url else "the database"
     if any(sign in reason.lower() for sign in MISSING_TABLE_SIGNS):
-        return f"{where}: {reason} (run `platform db upgrade` to create the platform's tables)"
+        return f"{where}: {reason} (run `platform db upgrade` to bring its tables up to date)"
     return f"{where}: {reason}"
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+from typing import Any
 
 import click
 
@@ -56,6 +57,14 @@ def projections() -> None:
     show_default=True,
     help="Seconds between the progress lines it logs (events applied, lag).",
 )
+@click.option(
+    "--rebuild/--no-rebuild",
+    default=True,
+    show_default=True,
+    help="When NAME's definition changed since its tables were built, rebuild them from "
+    "the log with Spark before running (the live tables serve until the swap); with "
+    "--no-rebuild, stop and say so instead.",
+)
 @metrics_listen_option
 @client_options
 @database_option
@@ -66,17 +75,24 @@ def projections_run(
     consumer_settings: tuple[str, ...],
     log_level: str,
     progress_interval: float,
+    rebuild: bool,
     metrics_listen: str | None,
     client: ClientConfig,
     database: str | None,
     app_references: tuple[str, ...],
 ) -> None:
-    """Run projection NAME as a member of its consumer group until SIGINT or SIGTERM."""
+    """Run projection NAME as a member of its consumer group until SIGINT or SIGTERM.
+
+    If NAME's definition changed since its tables were built, the tables are first
+    rebuilt from the whole log under the new definition (as `platform projections
+    rebuild` does), unless --no-rebuild."""
     from eventplatform.projections.operations import run_projection
 
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    if rebuild:
+        _rebuild_if_changed(name, client, database_url_of(database), app_references)
     metrics_socket = metrics_socket_of(metrics_listen)
     stop = threading.Event()
     for signal_number in (signal.SIGINT, signal.SIGTERM):
@@ -99,6 +115,51 @@ def projections_run(
         f"{stats.batches} batch{'' if stats.batches == 1 else 'es'} ({stats.parked} parked, "
         f"{stats.conflicts} checkpoint conflict{'' if stats.conflicts == 1 else 's'})"
     )
+
+
+def _rebuild_if_changed(
+    name: str, client: ClientConfig, url: str, app_references: tuple[str, ...]
+) -> None:
+    """Rebuild NAME's tables first when they were built under another definition."""
+    from eventplatform.projections.apps import find_projection
+    from eventplatform.projections.operations import definition_change
+
+    with reported_errors():
+        projection = find_projection(name, load_apps(app_references, database=url))
+        if definition_change(url, projection) is None:
+            return
+    click.echo(
+        f"{name}: its definition changed since its tables were built; rebuilding them from "
+        "the log with Spark first (the live tables serve until the swap)"
+    )
+    _rebuild(projection, client, url, spark_master=None, spark_settings=())
+
+
+def _rebuild(
+    projection: Any,
+    client: ClientConfig,
+    url: str,
+    *,
+    spark_master: str | None,
+    spark_settings: tuple[str, ...],
+) -> None:
+    from eventplatform.spark_projections.errors import ReplayError
+    from eventplatform.spark_projections.evolving import rebuild_definition
+    from eventplatform.spark_projections.session import parse_pairs
+
+    with reported_errors():
+        try:
+            outcome = rebuild_definition(
+                projection,
+                url,
+                client.spark_options(),
+                spark_master=spark_master,
+                spark_settings=parse_pairs(",".join(spark_settings), source="--spark-conf"),
+            )
+        except ReplayError as error:
+            raise click.ClickException(str(error)) from error
+    for line in outcome.lines():
+        click.echo(line)
 
 
 @projections.command("rebuild")
@@ -131,25 +192,11 @@ def projections_rebuild(
     changed then runs again from there.
     """
     from eventplatform.projections.apps import find_projection
-    from eventplatform.spark_projections.errors import ReplayError
-    from eventplatform.spark_projections.evolving import rebuild_definition
-    from eventplatform.spark_projections.session import parse_pairs
 
+    url = database_url_of(database)
     with reported_errors():
-        try:
-            url = database_url_of(database)
-            projection = find_projection(name, load_apps(app_references, database=url))
-            outcome = rebuild_definition(
-                projection,
-                url,
-                client.spark_options(),
-                spark_master=spark_master,
-                spark_settings=parse_pairs(",".join(spark_settings), source="--spark-conf"),
-            )
-        except ReplayError as error:
-            raise click.ClickException(str(error)) from error
-    for line in outcome.lines():
-        click.echo(line)
+        projection = find_projection(name, load_apps(app_references, database=url))
+    _rebuild(projection, client, url, spark_master=spark_master, spark_settings=spark_settings)
 
 
 @projections.command("list")

@@ -62,6 +62,17 @@ _wait_engines: dict[str, Engine] = {}
 _wait_engines_lock = threading.Lock()
 
 
+def definition_change(database_url: str, projection: Projection) -> str | None:
+    """The fingerprint ``projection``'s tables were built under, when that is another
+    definition's and events were applied (they need a rebuild); else None."""
+    engine = create_store_engine(database_url)
+    try:
+        with reading(engine) as connection:
+            return definition_changed(connection, projection)
+    finally:
+        engine.dispose()
+
+
 def run_projection(
     name: str,
     apps: Sequence[App],

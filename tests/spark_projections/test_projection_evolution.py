@@ -11,6 +11,10 @@ stores its fingerprint, and the runner then continues from the rebuild.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -246,3 +250,58 @@ def test_a_bad_rebuild_request_fails_in_one_line_and_changes_nothing(
     assert "Traceback" not in result.output
     assert result.output.count("\n") == 1
     assert stored_fingerprint(url) is None
+
+
+RUN_REBUILD_TIMEOUT_S = 180.0
+"""How long ``projections run`` may take to rebuild and then apply (Spark starts in it)."""
+
+
+def test_projections_run_rebuilds_a_changed_definition_for_you(
+    broker: BrokerProcess, tmp_path: Path
+) -> None:
+    """The default path: a runner started on tables built under the old definition
+    rebuilds them under the new one (the old ones serve until the swap), then runs."""
+    url = f"sqlite:///{tmp_path / 'projections.db'}"
+    prepared(url)
+    first = deposit(broker, range(200, 210))
+    apply_all(NAME, [app_v1], url, broker.bootstrap, first)
+    add_balance_column(url)
+    support = Path(evolving_app.__file__).resolve().parent
+    python_path = os.pathsep.join(filter(None, [str(support), os.environ.get("PYTHONPATH")]))
+    command = [
+        str(Path(sys.executable).with_name("platform")),
+        "projections",
+        "run",
+        NAME,
+        "--app",
+        "evolving_app:app_v2",
+        "--bootstrap",
+        broker.bootstrap,
+        "--database",
+        url,
+    ]
+    environment = {
+        **os.environ,
+        "PYTHONPATH": python_path,
+        "EVENTPLATFORM_SPARK_MASTER": "local[2]",
+    }
+    output = tmp_path / "run.out"
+    with output.open("w") as sink:
+        process = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, env=environment)
+    try:
+        deadline = time.monotonic() + RUN_REBUILD_TIMEOUT_S
+        while rows(url) != fold(list(DEPOSITED)) and time.monotonic() < deadline:
+            assert process.poll() is None, output.read_text()
+            time.sleep(0.5)
+        assert rows(url) == fold(list(DEPOSITED)), output.read_text()
+        assert stored_fingerprint(url) == fingerprint(accounts_v2)
+        later = deposit(broker, range(210, 213))  # and it runs on, under the new definition
+        while rows(url) != fold(list(DEPOSITED)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert rows(url) == fold(list(DEPOSITED)), (later, output.read_text())
+    finally:
+        process.terminate()
+        process.wait(RUN_REBUILD_TIMEOUT_S)
+    text_out = output.read_text()
+    assert "its definition changed since its tables were built; rebuilding" in text_out
+    assert "Traceback" not in text_out, text_out
