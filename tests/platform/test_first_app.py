@@ -4,7 +4,9 @@ through the real ``platform`` command in subprocesses, with no ``PYTHONPATH``.
 ``platform apps new bank`` writes the app; ``platform db upgrade --app bank`` creates
 the platform's tables and the app's in one go on a fresh SQLite database (and none of
 the bundled apps'); ``platform projections run`` folds the events that a script appends
-with the SDK; ``platform query`` shows the folded values. Then the same upgrade and run
+with the SDK; ``platform query`` shows the folded values. The projection then gains a column: its
+migration adds it, and the next run rebuilds the table under the new definition before
+it runs on. Then the same upgrade and run
 against a fresh PostgreSQL database. Each command finds ``bank`` in the current folder.
 
 The app's own modules are imported only in the subprocesses: this process has another
@@ -65,6 +67,32 @@ with EventProducer(sys.argv[1]) as producer:
 """
 FOLDED = [["alice", "25", "2"], ["bob", "12", "1"]]
 """subject, total, events: what the three appended events fold to."""
+LARGEST = [["alice", "30"], ["bob", "12"]]
+"""subject, largest: the column the changed projection adds, over the whole history."""
+
+
+def largest(folder: Path) -> list[list[str]]:
+    """subject, largest, once the rebuild swapped the table with the column filled."""
+    query = "SELECT subject, largest FROM bank_totals WHERE largest IS NOT NULL ORDER BY 1"
+    output = run(folder, "query", query, "--format", "csv").stdout
+    return [row[:2] for row in csv.reader(io.StringIO(output))][1:]
+
+
+def changed(package: Path) -> None:
+    """The user's change to the projection: a ``largest`` column, the largest amount."""
+    source = package / "projections.py"
+    text = source.read_text()
+    text = text.replace(
+        '    merge_column("events", BigInteger, Count()),\n',
+        '    merge_column("events", BigInteger, Count()),\n'
+        '    merge_column("largest", BigInteger, Max()),\n',
+    )
+    text = text.replace(
+        "        total=event.amount,\n",
+        "        total=event.amount,\n        largest=event.amount,\n",
+    )
+    assert text.count("largest") == 2, text
+    source.write_text(text)
 
 
 def environment() -> dict[str, str]:
@@ -116,9 +144,15 @@ def totals(folder: Path, query_options: Sequence[str]) -> list[list[str]]:
 
 
 def folded(
-    folder: Path, broker: BrokerProcess, database: Sequence[str], query: Sequence[str] = ()
+    folder: Path,
+    broker: BrokerProcess,
+    database: Sequence[str],
+    query: Sequence[str] = (),
+    *,
+    rebuilt: bool = False,
 ) -> list[list[str]]:
-    """Run the projection until the query shows the appended events folded; its rows."""
+    """Run the projection until the query shows the appended events folded; its rows.
+    ``rebuilt``: the run rebuilds the tables first, so it applies no event itself."""
     command = [str(PLATFORM), "projections", "run", "bank.totals", "--app", "bank"]
     command += ["--bootstrap", broker.bootstrap, *database]
     runner = subprocess.Popen(
@@ -129,14 +163,19 @@ def folded(
         deadline = time.monotonic() + APPLY_TIMEOUT_S
         while time.monotonic() < deadline and runner.poll() is None:
             rows = totals(folder, [*database, *query])
-            if rows == FOLDED:
+            if rows == FOLDED and (not rebuilt or largest(folder) == LARGEST):
                 break
             time.sleep(0.2)
     finally:
         runner.send_signal(signal.SIGINT)
         stdout, stderr = runner.communicate(timeout=STOP_TIMEOUT_S)
     assert runner.returncode == 0, (stdout, stderr)
-    assert b"bank.totals: stopped after 3 events in " in stdout, (stdout, stderr)
+    if rebuilt:
+        assert b"its definition changed since its tables were built; rebuilding" in stdout
+        assert b"replayed: bank.totals (rebuild)" in stdout, (stdout, stderr)
+        assert b"Traceback" not in stderr, stderr
+    else:
+        assert b"bank.totals: stopped after 3 events in " in stdout, (stdout, stderr)
     return rows
 
 
@@ -191,6 +230,15 @@ def test_a_first_app_from_an_empty_folder_to_sqlite_and_postgresql(
     )
     assert tested.returncode == 0, tested.stdout + tested.stderr
     assert "1 passed" in tested.stdout
+
+    # The projection changes: a column more. Its migration adds the column; the next run
+    # rebuilds the table from the log under the new definition for the user, then runs on.
+    changed(package)
+    revision = run(folder, "db", "revision", "--app", "bank", "-m", "the largest amount").stdout
+    assert "op.add_column" in Path(revision.strip()).read_text()
+    run(folder, "db", "upgrade", "--app", "bank")
+    assert folded(folder, broker, [], rebuilt=True) == FOLDED
+    assert largest(folder) == LARGEST
 
     # The same on a fresh PostgreSQL database, the SQLite runner stopped.
     with fresh_postgres_database(f"ep_first_app_{os.getpid()}") as url:
