@@ -17,7 +17,11 @@ from eventplatform.cli_support import (
     client_options,
     database_option,
     database_url_of,
+    log_to_stderr,
+    metrics_listen_option,
+    metrics_socket_of,
     reported_errors,
+    serve_metrics,
     window,
     window_options,
 )
@@ -115,6 +119,7 @@ def simulate(
     is_flag=True,
     help="Accept beacons without a write key, from anyone who reaches the port.",
 )
+@metrics_listen_option
 def collect(
     client: ClientConfig,
     listen: str,
@@ -122,6 +127,7 @@ def collect(
     signing_secrets: tuple[str, ...],
     allowed_origins: tuple[str, ...],
     open_to_all: bool,
+    metrics_listen: str | None,
 ) -> None:
     """Accept JSON beacons over HTTP (POST /v1/beacons) and append them as events."""
     import trio
@@ -130,10 +136,13 @@ def collect(
         BEACONS_PATH,
         COLLECTOR_PRODUCER,
         Collector,
+        CollectorMetrics,
     )
     from eventplatform.events import EventProducer
 
     host, port = address(listen, "--listen")
+    metrics_socket = metrics_socket_of(metrics_listen)
+    log_to_stderr()
     if not write_keys and not open_to_all:
         raise click.UsageError(
             "give each site's write key (--write-key SITE=KEY, or "
@@ -157,6 +166,8 @@ def collect(
                 allowed_origins=allowed_origins,
             )
             async with trio.open_nursery() as nursery:
+                if metrics_socket is not None:
+                    await nursery.start(serve_metrics, metrics_socket, CollectorMetrics(collector))
                 bound = await nursery.start(collector.serve, host, port)
                 click.echo(f"collecting beacons on http://{host}:{bound}{BEACONS_PATH}", err=True)
 

@@ -41,7 +41,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import math
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -75,6 +75,10 @@ KINDS: dict[str, type[ActivityEvent]] = {}
 for _event_class in ACTIVITY_EVENTS:
     KINDS[_event_class.event_type] = _event_class
     KINDS[_event_class.event_type.split(".", 1)[1]] = _event_class
+
+
+COLLECTOR_LABEL = "beacons"
+"""The ``collector`` label of the collector's metrics."""
 
 
 class BeaconError(Exception):
@@ -131,11 +135,16 @@ class _Pending:
 @dataclass
 class CollectorStats:
     requests: int = 0
+    """Beacon requests read whole (refused ones are counted apart)."""
     accepted: int = 0
+    """Events the log acknowledged."""
     rejected: int = 0
+    """Requests whose beacons did not parse or validate."""
     refused: int = 0
-    """Requests refused for their origin or their write key."""
+    """Requests refused for their origin, their write key or their signature."""
     appends: int = 0
+    append_errors: int = 0
+    """Appends the log refused or did not answer in time."""
 
 
 class Collector:
@@ -230,6 +239,7 @@ class Collector:
             try:
                 refs = await self.producer.append_async(events)
             except Exception as exc:  # the log refused or timed out: every waiter hears it
+                self.stats.append_errors += 1
                 for pending in batch:
                     pending.error = exc
                     pending.done.set()
@@ -440,3 +450,36 @@ def _write_key(request: h11.Request, headers: dict[bytes, bytes]) -> str:
         query = request.target.decode("ascii", "replace").partition("?")[2]
         key = (parse_qs(query).get(WRITE_KEY_PARAMETER) or [""])[0]
     return key
+
+
+class CollectorMetrics:
+    """The collector's figures for its metrics endpoint, read when scraped
+    (``collector="beacons"``; docs/metrics.md)."""
+
+    def __init__(self, collector: Collector) -> None:
+        self.collector = collector
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import CounterMetricFamily
+
+        stats = self.collector.stats
+        for name, text, value in (
+            ("requests_received", "Beacon requests read whole.", stats.requests),
+            ("requests_rejected", "Requests whose beacons did not parse.", stats.rejected),
+            (
+                "requests_refused",
+                "Requests refused for their origin, write key or signature.",
+                stats.refused,
+            ),
+            ("events_appended", "Events the log acknowledged.", stats.accepted),
+            (
+                "append_errors",
+                "Appends the log refused or did not answer in time.",
+                stats.append_errors,
+            ),
+        ):
+            counter = CounterMetricFamily(
+                f"eventplatform_ingest_{name}", text, labels=["collector"]
+            )
+            counter.add_metric([COLLECTOR_LABEL], value)
+            yield counter

@@ -6,10 +6,13 @@ and the events the log acknowledged."""
 
 from __future__ import annotations
 
+import json
 import re
 import signal
 import socket
 import subprocess
+import urllib.error
+import urllib.request
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -126,3 +129,57 @@ def test_syslog_counts_messages_over_udp_and_tcp_and_garbage(
     errors = scraped.matching("eventplatform_ingest_errors_total", **labels)
     assert sum(errors.values()) == 1
     assert scraped.value("eventplatform_ingest_events_dropped_total", **labels) == 0
+
+
+BEACON_REQUESTS = 6
+BEACONS_PER_REQUEST = 2
+BEACONS_PORT = re.compile(r"collecting beacons on http://[\d.]+:(\d+)")
+
+
+def post_beacons(port: int, body: bytes) -> int:
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/v1/beacons",
+        data=body,
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=STOP_TIMEOUT_S) as answer:
+            return int(answer.status)
+    except urllib.error.HTTPError as error:
+        return int(error.code)
+
+
+def test_the_beacon_collector_counts_requests_rejections_and_appends(
+    broker: BrokerProcess, tmp_path: Path
+) -> None:
+    output = tmp_path / "beacons.log"
+    arguments = ["activity", "collect", "--listen", "127.0.0.1:0", "--open"]
+    with collector([*arguments, "--bootstrap", broker.bootstrap], output):
+        url = metrics_url_in(file_text(output))
+        port = int(found_in(file_text(output), BEACONS_PORT).group(1))
+        for request in range(BEACON_REQUESTS):
+            beacons = [
+                {
+                    "type": "page_viewed",
+                    "url": f"https://shop.example/page-{request}-{n}",
+                    "session_id": f"s{request}",
+                    "anonymous_id": f"a{request}",
+                    "at": "2026-11-20T10:00:00Z",
+                }
+                for n in range(BEACONS_PER_REQUEST)
+            ]
+            assert post_beacons(port, json.dumps(beacons).encode()) < 300
+        assert post_beacons(port, b"not json") == 400
+        labels = {"collector": "beacons"}
+        appended = BEACON_REQUESTS * BEACONS_PER_REQUEST
+        scraped = scrape_until(
+            url,
+            lambda s: s.get("eventplatform_ingest_events_appended_total", **labels) == appended,
+        )
+    assert scraped.value("eventplatform_ingest_requests_received_total", **labels) == (
+        BEACON_REQUESTS + 1
+    )
+    assert scraped.value("eventplatform_ingest_requests_rejected_total", **labels) == 1
+    assert scraped.value("eventplatform_ingest_requests_refused_total", **labels) == 0
+    assert scraped.value("eventplatform_ingest_append_errors_total", **labels) == 0
