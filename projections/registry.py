@@ -46,6 +46,9 @@ STATUS_RUNNING = "running"
 STATUS_NEVER_RUN = "never run"
 STATUS_REBUILD_NEEDED = "rebuild needed"
 """The status a runner leaves when it stops on a changed definition."""
+STATUS_STOPPED = "stopped"
+STATUS_REBUILDING = "rebuilding"
+"""The status while ``projections rebuild`` (or a runner's rebuild) computes the new tables."""
 RUNNER_HEARTBEAT_S = 10.0
 """How often a running runner refreshes its row's ``updated_at``, even when idle."""
 RUNNER_SILENT_S = 3 * RUNNER_HEARTBEAT_S
@@ -150,15 +153,18 @@ def is_database_group(name: str, group_id: str) -> bool:
 
 
 def set_status(store: ProjectionStore, status: str, *, error: str | None = None) -> None:
+    with store.engine.begin() as connection:
+        mark_status(connection, store.projection.name, status, error=error)
+
+
+def mark_status(connection: Any, name: str, status: str, *, error: str | None = None) -> None:
+    """Set projection ``name``'s status in its row (if it has one), on ``connection``."""
     table = schema.projections
     now = datetime.now(UTC)
     values: dict[str, Any] = {"status": status, "updated_at": now}
     if error is not None:
         values.update(last_error=error, last_error_at=now)
-    with store.engine.begin() as connection:
-        connection.execute(
-            table.update().where(table.c.name == store.projection.name).values(values)
-        )
+    connection.execute(table.update().where(table.c.name == name).values(values))
 
 
 def reported_status(
@@ -175,6 +181,9 @@ def reported_status(
     :func:`definition_changed`); that outweighs what the row says, since a runner
     of the loaded definition stops on it, and one of the former keeps the tables
     of the former."""
+    if changed and row is not None and row.status == STATUS_REBUILDING:
+        since = f"{row.updated_at:%Y-%m-%d %H:%M:%S}"
+        return f"rebuilding since {since}: the live tables serve until the swap"
     if changed and row is not None:
         return rebuild_needed_message(row.name)
     if row is None and has_rows:

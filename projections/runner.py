@@ -71,6 +71,7 @@ from eventplatform.projections.registry import (
     RUNNER_HEARTBEAT_S,
     STATUS_REBUILD_NEEDED,
     STATUS_RUNNING,
+    STATUS_STOPPED,
     definition_changed,
     rebuild_needed_message,
     register_projection,
@@ -314,7 +315,7 @@ class ProjectionRunner:
             set_status(self.store, "failed", error=repr(exc))
             raise
         else:
-            set_status(self.store, "stopped")
+            set_status(self.store, STATUS_STOPPED)
         finally:
             self.close()
 

@@ -20,6 +20,12 @@ from eventplatform.projections import schema
 from eventplatform.projections.database import create_store_engine
 from eventplatform.projections.fingerprint import fingerprint
 from eventplatform.projections.model import Projection
+from eventplatform.projections.registry import (
+    STATUS_REBUILD_NEEDED,
+    STATUS_REBUILDING,
+    STATUS_STOPPED,
+    mark_status,
+)
 from eventplatform.spark_projections.planning import ReplayRequest, plan_replay
 from eventplatform.spark_projections.replay import ReplaySummary, rebuild
 from eventplatform.spark_projections.session import spark_session
@@ -65,11 +71,29 @@ def rebuild_definition(
     plan = plan_replay(projection, database_url, source_options, ReplayRequest(), mode="rebuild")
     assert plan.from_start, "a rebuild without a start begins at the log start"
     before = stored_fingerprint(database_url, projection.name)
-    spark = spark_session(spark_master, spark_settings)
-    summary = rebuild(spark, projection, database_url, plan.ranges, source_options, from_start=True)
+    _mark(database_url, projection.name, STATUS_REBUILDING)
+    try:
+        spark = spark_session(spark_master, spark_settings)
+        summary = rebuild(
+            spark, projection, database_url, plan.ranges, source_options, from_start=True
+        )
+    except BaseException:
+        _mark(database_url, projection.name, STATUS_REBUILD_NEEDED)
+        raise
+    _mark(database_url, projection.name, STATUS_STOPPED)
     after = stored_fingerprint(database_url, projection.name)
     assert after in (None, fingerprint(projection)), "a rebuild stores its definition"
     return DefinitionRebuild(summary, plan.notes, before, after)
+
+
+def _mark(database_url: str, name: str, status: str) -> None:
+    """Note the rebuild's progress in the projection's row, for ``projections status``."""
+    engine = create_store_engine(database_url)
+    try:
+        with engine.begin() as connection:
+            mark_status(connection, name, status)
+    finally:
+        engine.dispose()
 
 
 def stored_fingerprint(database_url: str, name: str) -> str | None:

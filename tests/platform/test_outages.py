@@ -435,3 +435,14 @@ def _group_alive(group: int) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+def test_a_rebuild_in_progress_shows_in_the_status() -> None:
+    started = datetime(2026, 1, 1, 12, 0, 5, tzinfo=UTC)
+    row = _row(registry.STATUS_REBUILDING, started)
+    assert reported_status(row, True, changed=True) == (
+        "rebuilding since 2026-01-01 12:00:05: the live tables serve until the swap"
+    )
+    assert reported_status(_row("stopped", started), True, changed=True).startswith(
+        "definition changed since its tables were built"
+    )
