@@ -48,6 +48,7 @@ _LEADER_GONE = frozenset(
         confluent_kafka.KafkaError._UNKNOWN_PARTITION,  # no leader known for a moment
         confluent_kafka.KafkaError.NOT_LEADER_FOR_PARTITION,
         confluent_kafka.KafkaError.LEADER_NOT_AVAILABLE,
+        confluent_kafka.KafkaError.OFFSET_NOT_AVAILABLE,  # a new leader's HW catching up
     }
 )
 """Failures of a request to a partition's leader that died; another try finds the next.

@@ -146,6 +146,14 @@ class Partition(EntityVersionsMixin):
         return min(self.follower_high_watermark, self.log.log_end_offset)
 
     @property
+    def high_watermark_behind_epoch(self) -> bool:
+        """A leader whose high watermark has not yet reached the start of its epoch: it
+        was elected before it heard of the old leader's, which acknowledged up to there
+        at most, so the offsets it would answer could be below those already answered."""
+        replicas = self.replicas
+        return replicas is not None and replicas.high_watermark < replicas.epoch_start_offset
+
+    @property
     def last_stable_offset(self) -> int:
         """The high watermark, or the first offset of the earliest transaction whose marker
         is not in or not replicated yet (never below the log start), whichever is smaller."""

@@ -8,7 +8,10 @@ record with the largest timestamp, and any other timestamp the first offset
 whose record timestamp is at or after it, with that record's timestamp; both
 offset -1 when the record found lies at or past that same bound, as Kafka
 answers. Other negative timestamps are INVALID_REQUEST. From v4
-``current_leader_epoch`` is checked and the leader epoch is returned. Only the
+``current_leader_epoch`` is checked and the leader epoch is returned. A leader
+elected before its high watermark reached the start of its epoch answers every
+query but the earliest with OFFSET_NOT_AVAILABLE (retriable) until it does, so an
+offset a client was told never goes backwards across a failover. Only the
 partition's leader answers: a broker that does not hold the partition answers
 NOT_LEADER_OR_FOLLOWER, as for Fetch, so the client looks for its leader; a
 partition the cluster does not have is UNKNOWN_TOPIC_OR_PARTITION.
@@ -56,6 +59,9 @@ def _answer(partition: Partition | ErrorCode, entry: Body, *, committed: bool) -
         return answer
     timestamp = entry["timestamp"]
     answer["leader_epoch"] = partition.leader_epoch
+    if timestamp != EARLIEST_TIMESTAMP and partition.high_watermark_behind_epoch:
+        answer["error_code"] = ErrorCode.OFFSET_NOT_AVAILABLE
+        return answer
     fetchable = partition.last_stable_offset if committed else partition.high_watermark
     if timestamp == LATEST_TIMESTAMP:
         answer["offset"] = fetchable
