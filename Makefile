@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PACKAGES := platform log projections spark_projections apps
 
-.PHONY: demo test lint typecheck pytest venv bench-storage bench-broker bench-projections bench-entities bench-corrections bench-producer bench-read-your-writes bench-batch-cost bench-replay bench-replay-kafka bench-collector bench-log-tail bench-replication bench-security bench bench-quick sim faults entity-race compat compat-secured compat-quick compat-build clean
+.PHONY: demo test lint typecheck pytest venv bench-storage bench-broker bench-projections bench-entities bench-corrections bench-producer bench-read-your-writes bench-batch-cost bench-replay bench-replay-kafka bench-collector bench-log-tail bench-replication bench-security bench bench-quick sim faults entity-race exactly-once compat compat-secured compat-quick compat-build clean
 
 venv: $(STAMP)
 
@@ -116,6 +116,12 @@ faults: $(STAMP)
 # bank commands each to 50 accounts, on one broker and on a 3-node cluster whose leader of
 # the accounts' partition is killed every few seconds; then the broker's entity rule
 # against its sequential model for 1,000 examples. CI runs a small slice of both.
+# Exactly-once projections under SIGKILL at full size (the suite runs a slice: 80,000
+# events, 8 kills).
+exactly-once: $(STAMP)
+	EXACTLY_ONCE_EVENTS=200000 EXACTLY_ONCE_KILLS=20 $(BIN)/python -m pytest -s \
+		-p no:cacheprovider tests/projections/test_projection_exactly_once.py
+
 entity-race: $(STAMP)
 	ENTITY_RACE_PROCESSES=16 ENTITY_RACE_COMMANDS=2000 ENTITY_RACE_ACCOUNTS=50 \
 		$(BIN)/python -m pytest -s -p no:cacheprovider tests/cluster/test_entity_race.py
