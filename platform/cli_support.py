@@ -67,6 +67,7 @@ __all__ = [
     "client_options",
     "database_option",
     "database_url_of",
+    "ingest_counters",
     "log_to_stderr",
     "metrics_listen_option",
     "metrics_socket_of",
@@ -280,11 +281,24 @@ def metrics_socket_of(listen: str | None) -> socket.socket | None:
         raise click.UsageError(str(error)) from error
 
 
+def ingest_counters(collector: str, counters: Sequence[tuple[str, str, int]]) -> list[Any]:
+    """One ``eventplatform_ingest_<name>`` counter per ``(name, help, value)``, labelled
+    ``collector`` (docs/metrics.md). For a prometheus_client collector's ``collect``."""
+    from prometheus_client.core import CounterMetricFamily
+
+    metrics: list[Any] = []
+    for name, text, value in counters:
+        counter = CounterMetricFamily(f"eventplatform_ingest_{name}", text, labels=["collector"])
+        counter.add_metric([collector], value)
+        metrics.append(counter)
+    return metrics
+
+
 def append_queue_metrics(collector: str, queue: Any) -> list[Any]:
     """The Prometheus figures of a collector's :class:`~eventplatform.events.AppendQueue`,
     labelled ``collector``: events queued, appended, dropped, failed appends, and those
     waiting now (docs/metrics.md). For a prometheus_client collector's ``collect``."""
-    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+    from prometheus_client.core import GaugeMetricFamily
 
     stats = queue.stats
     counters = (
@@ -301,11 +315,7 @@ def append_queue_metrics(collector: str, queue: Any) -> list[Any]:
             stats.append_errors,
         ),
     )
-    metrics: list[Any] = []
-    for name, text, value in counters:
-        counter = CounterMetricFamily(f"eventplatform_ingest_{name}", text, labels=["collector"])
-        counter.add_metric([collector], value)
-        metrics.append(counter)
+    metrics = ingest_counters(collector, counters)
     waiting = GaugeMetricFamily(
         "eventplatform_ingest_events_waiting",
         "Events queued and not yet appended.",

@@ -460,26 +460,24 @@ class CollectorMetrics:
         self.collector = collector
 
     def collect(self) -> Iterator[Any]:
-        from prometheus_client.core import CounterMetricFamily
+        from eventplatform.cli_support import ingest_counters
 
         stats = self.collector.stats
-        for name, text, value in (
-            ("requests_received", "Beacon requests read whole.", stats.requests),
-            ("requests_rejected", "Requests whose beacons did not parse.", stats.rejected),
+        yield from ingest_counters(
+            COLLECTOR_LABEL,
             (
-                "requests_refused",
-                "Requests refused for their origin, write key or signature.",
-                stats.refused,
+                ("requests_received", "Beacon requests read whole.", stats.requests),
+                ("requests_rejected", "Requests whose beacons did not parse.", stats.rejected),
+                (
+                    "requests_refused",
+                    "Requests refused for their origin, write key or signature.",
+                    stats.refused,
+                ),
+                ("events_appended", "Events the log acknowledged.", stats.accepted),
+                (
+                    "append_errors",
+                    "Appends the log refused or did not answer in time.",
+                    stats.append_errors,
+                ),
             ),
-            ("events_appended", "Events the log acknowledged.", stats.accepted),
-            (
-                "append_errors",
-                "Appends the log refused or did not answer in time.",
-                stats.append_errors,
-            ),
-        ):
-            counter = CounterMetricFamily(
-                f"eventplatform_ingest_{name}", text, labels=["collector"]
-            )
-            counter.add_metric([COLLECTOR_LABEL], value)
-            yield counter
+        )

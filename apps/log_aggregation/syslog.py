@@ -42,7 +42,7 @@ from pydantic import ValidationError
 
 from eventplatform.apps.log_aggregation.events import ATTRIBUTES_MAX, Level, LogLine
 from eventplatform.apps.log_aggregation.secrets import redact_line
-from eventplatform.cli_support import append_queue_metrics
+from eventplatform.cli_support import append_queue_metrics, ingest_counters
 from eventplatform.events import (
     BATCH_EVENTS_DEFAULT,
     QUEUE_EVENTS_DEFAULT,
@@ -375,17 +375,18 @@ class SyslogCollector:
 
     def collect(self) -> Iterator[Any]:
         stats = self.listener.stats
-        labels = [COLLECTOR_LABEL]
-        for name, text, value in (
-            ("datagrams_received", "UDP datagrams received.", stats.datagrams),
-            ("lines_received", "Syslog messages received over UDP, TCP and TLS.", stats.messages),
-            ("connections", "TCP and TLS connections accepted.", stats.connections),
-        ):
-            counter = CounterMetricFamily(
-                f"eventplatform_ingest_{name}", text, labels=["collector"]
-            )
-            counter.add_metric(labels, value)
-            yield counter
+        yield from ingest_counters(
+            COLLECTOR_LABEL,
+            (
+                ("datagrams_received", "UDP datagrams received.", stats.datagrams),
+                (
+                    "lines_received",
+                    "Syslog messages received over UDP, TCP and TLS.",
+                    stats.messages,
+                ),
+                ("connections", "TCP and TLS connections accepted.", stats.connections),
+            ),
+        )
         errors = CounterMetricFamily(
             "eventplatform_ingest_errors",
             "Messages that did not parse, frames that could not be framed, and TLS "

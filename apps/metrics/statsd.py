@@ -38,7 +38,7 @@ from prometheus_client.core import CounterMetricFamily
 from pydantic import ValidationError
 
 from eventplatform.apps.metrics.events import Kind, MetricPoint, series_of
-from eventplatform.cli_support import append_queue_metrics
+from eventplatform.cli_support import append_queue_metrics, ingest_counters
 from eventplatform.events import (
     BATCH_EVENTS_DEFAULT,
     QUEUE_EVENTS_DEFAULT,
@@ -209,16 +209,13 @@ class StatsdCollector:
 
     def collect(self) -> Iterator[Any]:
         stats = self.listener.stats
-        labels = [COLLECTOR_LABEL]
-        for name, text, value in (
-            ("datagrams_received", "UDP datagrams received.", stats.datagrams),
-            ("lines_received", "StatsD lines received, good or bad.", stats.lines),
-        ):
-            counter = CounterMetricFamily(
-                f"eventplatform_ingest_{name}", text, labels=["collector"]
-            )
-            counter.add_metric(labels, value)
-            yield counter
+        yield from ingest_counters(
+            COLLECTOR_LABEL,
+            (
+                ("datagrams_received", "UDP datagrams received.", stats.datagrams),
+                ("lines_received", "StatsD lines received, good or bad.", stats.lines),
+            ),
+        )
         errors = CounterMetricFamily(
             "eventplatform_ingest_errors",
             "Lines that did not parse, by reason.",
