@@ -151,8 +151,8 @@ class _Run:
 
     def load(self, roots: dict[Position, Envelope[Any]]) -> None:
         """Each root's content before the run, read in one pass."""
-        corrected, recorded = self.transaction.contents(list(roots.values()))
-        parked = self.transaction.parked_positions([p for p in roots if p not in recorded])
+        corrected, recorded = self.transaction.history.contents(list(roots.values()))
+        parked = self.transaction.history.parked_positions([p for p in roots if p not in recorded])
         for position, root in roots.items():
             if position in parked:
                 self.content[position] = None
@@ -173,8 +173,8 @@ class _Run:
                 "(platform replay) to leave it out"
             )
         new = replacement_event(correction.event, self.transaction.store.catalog)
-        removed = self.transaction.contributions_of(root, previous)
-        added = self.transaction.contributions_of(root, new)
+        removed = self.transaction.history.contributions_of(root, previous)
+        added = self.transaction.history.contributions_of(root, new)
         self.content[root.position] = new
         change = self.changes.get(root.position)
         if change is None:
@@ -197,8 +197,9 @@ class _Run:
             return
         transaction = self.transaction
         changes = sorted(self.changes.values(), key=lambda c: self.projection.rank(_at(c.root)))
-        transaction.record_corrections([(change.root, change.correction) for change in changes])
-        transaction.move_index(
+        history = transaction.history
+        history.record_corrections([(change.root, change.correction) for change in changes])
+        history.move_index(
             [
                 (self.projection.rank(_at(c.root)), c.rows_before, c.rows_after)
                 for c in changes
@@ -213,8 +214,8 @@ class _Run:
             by_table[name][key] = pairs
         for name, rows in sorted(by_table.items()):
             plan: TablePlan = plans[name]
-            stale = transaction.amend_rows(plan, rows)
-            transaction.recompute(plan, stale)
+            stale = history.amend_rows(plan, rows)
+            history.recompute(plan, stale)
 
 
 def _rows(contributions: Sequence[Contribution]) -> set[RowRef]:
@@ -234,7 +235,7 @@ def find_root(transaction: StoreTransaction, correction: Envelope[Correction]) -
         problem = link_problem(here, position)
         if problem is not None:
             raise InvalidCorrectionError(f"{here}: names {position}, {problem}")
-        found = transaction.read_envelopes([position]).get(position)
+        found = transaction.history.read_envelopes([position]).get(position)
         if isinstance(found, ErasedRecord):
             return found.stand_in(target.event_id)
         if found is None or found.event_id != target.event_id:

@@ -367,7 +367,7 @@ def _retry_one(
     if isinstance(value, ErasedRecord):
         # Erased since it was parked: it holds nothing, as the parked event did.
         with store.transaction(reader) as transaction:
-            transaction.record_erased([position])
+            transaction.history.record_erased([position])
             transaction.resolve(letter_id)
         return True
     record = Record(position, value, None)

@@ -456,7 +456,7 @@ class ProjectionRunner:
     def _commit(self, plan: BatchPlan) -> None:
         with self.store.transaction(self._reader, self._kept_connection()) as transaction:
             transaction.advance(plan.moves)
-            transaction.record_erased(plan.erased)
+            transaction.history.record_erased(plan.erased)
             self._run_steps(transaction, plan.steps)
         for partition, (_, next_offset) in plan.moves.items():
             self.expected[partition] = next_offset
@@ -560,7 +560,7 @@ class ProjectionRunner:
             if link_problem(step.record.position, target := step.envelope.event.of.position) is None
         ]
         if targets:  # one pass over the log for every correction's original
-            transaction.prefetch(targets)
+            transaction.history.prefetch(targets)
         run: list[Step] = []
         for step in steps:
             if isinstance(step, Step) and step.kind == "correct":

@@ -47,6 +47,8 @@ from eventplatform.projections.merge import Count, Max, Min, Only, Ranked, Sum
 from eventplatform.projections.model import CONTRIBUTIONS_COLUMN, RANK_SUFFIX, TablePlan
 from eventplatform.projections.premerge import scope_of
 
+KEYS_PER_STATEMENT = 500
+"""Row keys, hashes or offsets one query names at most (bounded parameter counts)."""
 ARRAY_ROWS_MAX = 256
 """Up to this many rows go to PostgreSQL as one array per column; more are copied in."""
 MULTIROW_ROWS_MAX = 16

@@ -245,7 +245,7 @@ def _catch_up(
     projection = transaction.store.projection
     expected: dict[TopicPartition, int | None] = {(r.topic, r.partition): r.start for r in behind}
     plan = plan_batch(projection, records, expected, transaction.store.premerger)
-    transaction.record_erased(plan.erased)
+    transaction.history.record_erased(plan.erased)
     for step in plan.steps:
         if isinstance(step, BatchDelta):
             transaction.apply_delta(step)
@@ -466,8 +466,10 @@ def record_bookkeeping(
         root = Envelope.decoded(
             OpaqueEvent(), uuid.UUID(root_id), datetime.now(UTC), "-", None, None, root_position
         )
-        transaction.record_correction(root, correction)
-    transaction.record_erased([p for p in resolution.erased if in_windows(corrected_from, p)])
+        transaction.history.record_correction(root, correction)
+    transaction.history.record_erased(
+        [p for p in resolution.erased if in_windows(corrected_from, p)]
+    )
     for position, error, event_type, value in poison:
         if in_windows(parked, position):
             transaction.park(position, ReplayError(error), value, event_type)

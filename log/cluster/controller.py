@@ -34,7 +34,7 @@ brokers' requests and turns them into records.
   after every ISR change it commits, and on every round of its duties, so a
   controller that has just become active finishes what another started).
 
-Brokers reach these through :meth:`methods` (:mod:`.rpc`); a heartbeat
+Brokers reach these through :mod:`.controller_methods` (over :mod:`.rpc`); a heartbeat
 also carries the committed metadata records the broker has not applied, so
 brokers follow the metadata at the pace it commits. A broker whose offset is
 below the quorum's log start (the records before it are in a snapshot now)
@@ -53,19 +53,15 @@ committed, so a decision is never lost in a failover.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import trio
 
 from eventplatform.log.cluster.answers import (
-    assignment_param,
-    describe_document,
     heartbeat_answer,
     heartbeat_wait_ms,
-    reassignment_documents,
 )
 from eventplatform.log.cluster.metadata import (
     NO_LEADER,
@@ -90,7 +86,6 @@ from eventplatform.log.cluster.metadata import (
     assign_replicas,
     check_replica_assignment,
     decode,
-    decode_document,
     decode_image,
     elect_leader,
     encode,
@@ -108,7 +103,7 @@ from eventplatform.log.cluster.reassignment import (
     reassignments,
     start_reassignment,
 )
-from eventplatform.log.cluster.rpc import INVALID_REQUEST, NOT_CONTROLLER, Method, Params, RpcError
+from eventplatform.log.cluster.rpc import INVALID_REQUEST, Params, RpcError
 
 log = logging.getLogger(__name__)
 
@@ -214,7 +209,7 @@ class Controller:
     ) -> int:
         """Register ``broker`` (again); returns its new epoch."""
         async with self._deciding:
-            self._require_active()
+            self.require_active()
             known = self.image.brokers.get(broker)
             epoch = (known.epoch if known else 0) + 1
             if known is not None:
@@ -232,16 +227,37 @@ class Controller:
             return epoch
 
     def heartbeat(self, broker: int, epoch: int) -> None:
-        self._require_active()
+        self.require_active()
         known = self.image.brokers.get(broker)
         if known is None or known.epoch != epoch:
             raise MetadataError(f"broker {broker} epoch {epoch} is not registered; register")
         self._heartbeats[broker] = trio.current_time()
 
+    async def answer_heartbeat(self, broker: int, epoch: int, offset: int, wait_ms: int) -> Params:
+        """Keep ``broker`` alive and answer with the committed records after its
+        ``offset``, waiting up to ``wait_ms`` (bounded by :func:`heartbeat_wait_ms`) for
+        some when there are none yet. A fenced broker that heartbeats again is unfenced."""
+        self.require_active()
+        if offset > self.quorum.applied:  # brokers only ever apply what was committed
+            raise RpcError(
+                INVALID_REQUEST, f"offset {offset} is past the committed {self.quorum.applied}"
+            )
+        try:
+            self.heartbeat(broker, epoch)
+        except MetadataError as exc:
+            raise RpcError(STALE_BROKER_EPOCH, str(exc)) from exc
+        self._note_broker_offset(broker, offset)
+        if self.image.brokers[broker].fenced and (broker, epoch) not in self._shutting_down:
+            await self.unfence(broker, epoch)
+        wait_ms = heartbeat_wait_ms(self.session_timeout_ms, wait_ms)
+        if self.quorum.applied <= offset and wait_ms:
+            await self.quorum.wait_applied(offset, trio.current_time() + wait_ms / 1000)
+        return heartbeat_answer(self.quorum, self.image, offset)
+
     async def unfence(self, broker: int, epoch: int) -> None:
         """A fenced broker that heartbeats again with its epoch is back (after a pause)."""
         async with self._deciding:
-            self._require_active()
+            self.require_active()
             known = self.image.brokers.get(broker)
             if known is not None and known.epoch == epoch and known.fenced:
                 log.info("unfencing broker %d: it heartbeats again", broker)
@@ -259,7 +275,7 @@ class Controller:
         replicas each, or, when ``assignment`` is given, partition ``p`` on the brokers
         ``assignment[p]`` (refused with INVALID_REPLICA_ASSIGNMENT as Kafka refuses one)."""
         async with self._deciding:
-            self._require_active()
+            self.require_active()
             if name in self.image.topics:
                 raise MetadataError(f"topic {name} exists")
             if assignment:
@@ -305,7 +321,7 @@ class Controller:
         ``assignment`` says (one replica list per new partition, each as long as the
         topic's partitions' replica lists)."""
         async with self._deciding:
-            self._require_active()
+            self.require_active()
             topic = self.image.topics.get(name)
             if topic is None:
                 raise RpcError(UNKNOWN_TOPIC, f"topic {name} does not exist")
@@ -340,19 +356,19 @@ class Controller:
 
     async def set_topic_configs(self, name: str, configs: Mapping[str, str]) -> None:
         async with self._deciding:
-            self._require_active()
+            self.require_active()
             if name not in self.image.topics:
                 raise RpcError(UNKNOWN_TOPIC, f"topic {name} does not exist")
             await self._commit([TopicConfigs(name, dict(configs))])
 
     async def set_group_configs(self, group: str, configs: Mapping[str, str]) -> None:
         async with self._deciding:
-            self._require_active()
+            self.require_active()
             await self._commit([GroupConfigs(group, dict(configs))])
 
     async def delete_topic(self, name: str) -> None:
         async with self._deciding:
-            self._require_active()
+            self.require_active()
             if name not in self.image.topics:
                 raise RpcError(UNKNOWN_TOPIC, f"topic {name} does not exist")
             await self._commit([DeleteTopic(name)])
@@ -360,7 +376,7 @@ class Controller:
     async def change_scram(self, change: ScramChange) -> int:
         """Commit users' credential changes; the security version that has them."""
         async with self._deciding:
-            self._require_active()
+            self.require_active()
             for user, mechanism in change.deleted:
                 if scram_key(mechanism, user) not in self.image.scram:
                     raise RpcError(
@@ -372,21 +388,21 @@ class Controller:
     async def change_quotas(self, change: QuotaChangeRecord) -> int:
         """Commit client quotas set and removed; the security version that has them."""
         async with self._deciding:
-            self._require_active()
+            self.require_active()
             await self._commit([change])
             return self.image.security_version
 
     async def change_acls(self, change: AclChange) -> int:
         """Commit ACL bindings added and removed; the security version that has them."""
         async with self._deciding:
-            self._require_active()
+            self.require_active()
             await self._commit([change])
             return self.image.security_version
 
     async def erase(self, erasure: Erasure) -> int:
         """Commit an erasure of records of a partition; the erasure version that has it."""
         async with self._deciding:
-            self._require_active()
+            self.require_active()
             topic = self.image.topics.get(erasure.topic)
             if topic is None:
                 raise RpcError(UNKNOWN_TOPIC, f"topic {erasure.topic} does not exist")
@@ -400,7 +416,7 @@ class Controller:
     async def allocate_producer_ids(self, broker: int, epoch: int) -> ProducerIds:
         """The next block of producer ids, for ``broker`` alone."""
         async with self._deciding:
-            self._require_active()
+            self.require_active()
             known = self.image.brokers.get(broker)
             if known is None or known.epoch != epoch:
                 raise RpcError(STALE_BROKER_EPOCH, f"broker {broker} epoch {epoch} is stale")
@@ -421,7 +437,7 @@ class Controller:
         """The leader ``broker`` asks for ``isr``, having seen the partition at
         ``leader_epoch`` and ``partition_epoch``; a stale view is refused."""
         async with self._deciding:
-            self._require_active()
+            self.require_active()
             try:
                 state = self.image.partition(topic, partition)
             except MetadataError as exc:
@@ -456,7 +472,7 @@ class Controller:
         """Move ``broker``'s leaderships away and take it out of every ISR, as fencing does,
         before it stops: its clients move to the new leaders at once."""
         async with self._deciding:
-            self._require_active()
+            self.require_active()
             known = self.image.brokers.get(broker)
             if known is None or known.epoch != epoch:
                 raise RpcError(STALE_BROKER_EPOCH, f"broker {broker} epoch {epoch} is stale")
@@ -472,7 +488,7 @@ class Controller:
         """Give each partition back to its preferred replica when that one is live and in
         the ISR; how many moved."""
         async with self._deciding:
-            self._require_active()
+            self.require_active()
             live = set(self.image.live_brokers())
             changes = [
                 PartitionChange(topic.name, number, leader=state.replicas[0])
@@ -490,7 +506,7 @@ class Controller:
     async def elect_leaderless(self) -> None:
         """Elect a leader for partitions that have none, now that a replica may be back."""
         async with self._deciding:
-            self._require_active()
+            self.require_active()
             live = self.image.live_brokers()
             changes = []
             for topic in self.image.topics.values():
@@ -512,7 +528,7 @@ class Controller:
         """Start moving each (topic, partition) to its replicas; all or nothing: one bad
         entry refuses the whole request. Returns how many partitions changed."""
         async with self._deciding:
-            self._require_active()
+            self.require_active()
             seen: set[tuple[str, int]] = set()
             changes = []
             for topic, partition, replicas in targets:
@@ -536,7 +552,7 @@ class Controller:
         """Return the partitions (every one being reassigned, for None) to their replicas
         before the reassignment; all or nothing. Returns how many were cancelled."""
         async with self._deciding:
-            self._require_active()
+            self.require_active()
             if partitions is None:
                 partitions = [(name, number) for name, number, _ in reassignments(self.image)]
             live = self.image.live_brokers()
@@ -557,7 +573,7 @@ class Controller:
         """Complete every reassignment whose new replicas are all in the ISR."""
         if any(state.reassigning for _, _, state in reassignments(self.image)):
             async with self._deciding:
-                self._require_active()
+                self.require_active()
                 await self._complete_reassignments()
 
     async def _complete_reassignments(self) -> None:
@@ -579,199 +595,6 @@ class Controller:
             raise RpcError(UNKNOWN_TOPIC, f"no partition {topic}/{partition}")
         if is_internal_topic(topic):
             raise RpcError(INVALID_REASSIGNMENT, f"the internal topic {topic} cannot be moved")
-
-    # ------------------------------------------------------------ requests over the network
-
-    def methods(self) -> dict[str, Method]:
-        """The requests brokers and tools send (:mod:`.rpc`), by name."""
-        return {
-            "register_broker": self._rpc_register,
-            "heartbeat": self._rpc_heartbeat,
-            "create_topic": self._rpc_create_topic,
-            "add_partitions": self._rpc_add_partitions,
-            "topic_configs": self._rpc_topic_configs,
-            "group_configs": self._rpc_group_configs,
-            "delete_topic": self._rpc_delete_topic,
-            "alter_partition": self._rpc_alter_partition,
-            "controlled_shutdown": self._rpc_controlled_shutdown,
-            "describe": self._rpc_describe,
-            "allocate_producer_ids": self._rpc_allocate_producer_ids,
-            "reassign_partitions": self._rpc_reassign_partitions,
-            "cancel_reassignments": self._rpc_cancel_reassignments,
-            "list_reassignments": self._rpc_list_reassignments,
-            "scram_change": self._rpc_scram_change,
-            "acl_change": self._rpc_acl_change,
-            "quota_change": self._rpc_quota_change,
-            "erasure": self._rpc_erasure,
-        }
-
-    async def _rpc_reassign_partitions(self, params: Params) -> Params:
-        """``partitions``: ``[{"topic", "partition", "replicas"}]``, as a plan file has them."""
-        with _refusals():
-            targets = [
-                (str(p["topic"]), int(p["partition"]), [int(r) for r in p["replicas"]])
-                for p in params["partitions"]
-            ]
-            return {"changed": await self.reassign(targets)}
-
-    async def _rpc_cancel_reassignments(self, params: Params) -> Params:
-        """``partitions``: ``[{"topic", "partition"}]``, or null for every one in progress."""
-        with _refusals():
-            named = params.get("partitions")
-            partitions = (
-                None if named is None else [(str(p["topic"]), int(p["partition"])) for p in named]
-            )
-            return {"cancelled": await self.cancel_reassignments(partitions)}
-
-    async def _rpc_list_reassignments(self, params: Params) -> Params:
-        with _refusals():
-            self._require_active()
-            return {"reassignments": reassignment_documents(self.image)}
-
-    async def _rpc_scram_change(self, params: Params) -> Params:
-        with _refusals():
-            change = decode_document({"type": "scram_change", **params})
-            assert isinstance(change, ScramChange)
-            version = await self.change_scram(change)
-            await self.wait_propagated()
-            return {"security_version": version}
-
-    async def _rpc_quota_change(self, params: Params) -> Params:
-        with _refusals():
-            change = decode_document({"type": "quota_change", **params})
-            assert isinstance(change, QuotaChangeRecord)
-            version = await self.change_quotas(change)
-            await self.wait_propagated()
-            return {"security_version": version}
-
-    async def _rpc_acl_change(self, params: Params) -> Params:
-        with _refusals():
-            change = decode_document({"type": "acl_change", **params})
-            assert isinstance(change, AclChange)
-            version = await self.change_acls(change)
-            await self.wait_propagated()
-            return {"security_version": version}
-
-    async def _rpc_erasure(self, params: Params) -> Params:
-        with _refusals():
-            erasure = decode_document({"type": "erasure", **params})
-            assert isinstance(erasure, Erasure)
-            return {"erasure_version": await self.erase(erasure)}
-
-    async def _rpc_allocate_producer_ids(self, params: Params) -> Params:
-        with _refusals():
-            block = await self.allocate_producer_ids(int(params["broker"]), int(params["epoch"]))
-            return {"start": block.start, "size": block.size}
-
-    async def _rpc_register(self, params: Params) -> Params:
-        with _refusals():
-            endpoints = tuple(
-                (str(name), str(host), int(port))
-                for name, host, port in params.get("endpoints") or ()
-            )
-            epoch = await self.register(
-                int(params["broker"]),
-                str(params["host"]),
-                int(params["port"]),
-                params.get("rack"),
-                endpoints,
-            )
-            return {"epoch": epoch, "controller": self.quorum.id}
-
-    async def _rpc_heartbeat(self, params: Params) -> Params:
-        """Keep the broker alive; answer with the committed records after its ``offset``,
-        waiting up to ``wait_ms`` for some when there are none yet."""
-        broker, epoch, offset = int(params["broker"]), int(params["epoch"]), int(params["offset"])
-        with _refusals():
-            self._require_active()
-            if offset > self.quorum.applied:  # brokers only ever apply what was committed
-                raise RpcError(
-                    INVALID_REQUEST, f"offset {offset} is past the committed {self.quorum.applied}"
-                )
-            try:
-                self.heartbeat(broker, epoch)
-            except MetadataError as exc:
-                raise RpcError(STALE_BROKER_EPOCH, str(exc)) from exc
-            self._note_broker_offset(broker, offset)
-            if self.image.brokers[broker].fenced and (broker, epoch) not in self._shutting_down:
-                await self.unfence(broker, epoch)
-            wait_ms = heartbeat_wait_ms(self.session_timeout_ms, int(params.get("wait_ms", 0)))
-            if self.quorum.applied <= offset and wait_ms:
-                await self.quorum.wait_applied(offset, trio.current_time() + wait_ms / 1000)
-            return heartbeat_answer(self.quorum, self.image, offset)
-
-    async def _rpc_create_topic(self, params: Params) -> Params:
-        with _refusals():
-            name = str(params["name"])
-            if name in self.image.topics:
-                raise RpcError(TOPIC_EXISTS, f"topic {name} already exists")
-            try:
-                record = await self.create_topic(
-                    name,
-                    int(params["partitions"]),
-                    int(params["replication_factor"]),
-                    dict(params.get("configs") or {}),
-                    assignment_param(params),
-                )
-            except MetadataError as exc:
-                raise RpcError(INVALID_REPLICATION_FACTOR, str(exc)) from exc
-            await self.wait_propagated()
-            return {"topic_id": record.topic_id}
-
-    async def _rpc_add_partitions(self, params: Params) -> Params:
-        with _refusals():
-            try:
-                factor = int(params.get("replication_factor", -1))
-                await self.add_partitions(
-                    str(params["name"]), int(params["count"]), factor, assignment_param(params)
-                )
-            except MetadataError as exc:
-                raise RpcError(INVALID_REPLICATION_FACTOR, str(exc)) from exc
-            await self.wait_propagated()
-            return {}
-
-    async def _rpc_topic_configs(self, params: Params) -> Params:
-        with _refusals():
-            configs = {str(k): str(v) for k, v in dict(params["configs"]).items()}
-            await self.set_topic_configs(str(params["name"]), configs)
-            await self.wait_propagated()
-            return {}
-
-    async def _rpc_group_configs(self, params: Params) -> Params:
-        with _refusals():
-            configs = {str(k): str(v) for k, v in dict(params["configs"]).items()}
-            await self.set_group_configs(str(params["group"]), configs)
-            await self.wait_propagated()
-            return {}
-
-    async def _rpc_delete_topic(self, params: Params) -> Params:
-        with _refusals():
-            await self.delete_topic(str(params["name"]))
-            await self.wait_propagated()
-            return {}
-
-    async def _rpc_alter_partition(self, params: Params) -> Params:
-        with _refusals():
-            change = await self.alter_partition(
-                str(params["topic"]),
-                int(params["partition"]),
-                broker=int(params["broker"]),
-                leader_epoch=int(params["leader_epoch"]),
-                partition_epoch=int(params["partition_epoch"]),
-                isr=[int(r) for r in params["isr"]],
-            )
-            state = self.image.partition(str(params["topic"]), int(params["partition"]))
-            return {"changed": change is not None, "partition_epoch": state.partition_epoch}
-
-    async def _rpc_controlled_shutdown(self, params: Params) -> Params:
-        with _refusals():
-            await self.controlled_shutdown(int(params["broker"]), int(params["epoch"]))
-            return {}
-
-    async def _rpc_describe(self, params: Params) -> Params:
-        with _refusals():
-            self._require_active()
-            return describe_document(self.quorum, self.image)
 
     # ------------------------------------------------------------ propagation
 
@@ -836,7 +659,8 @@ class Controller:
 
     # ------------------------------------------------------------ proposing
 
-    def _require_active(self) -> None:
+    def require_active(self) -> None:
+        """Raise NotLeaderError (naming the leader) unless this controller is active."""
         if not self.active:
             raise NotLeaderError(self.quorum.raft.leader if self.quorum.node else None)
 
@@ -846,15 +670,3 @@ class Controller:
         end = first + len(records)
         while self.quorum.applied < end:  # applied before propose returns; this is a guard
             await trio.sleep(APPLY_POLL_S)
-
-
-@contextlib.contextmanager
-def _refusals() -> Iterator[None]:
-    """Turn the controller's refusals into answers: not active, or a proposal that did not
-    commit in time (the quorum is changing hands), is NOT_CONTROLLER."""
-    try:
-        yield
-    except NotLeaderError as exc:
-        raise RpcError(NOT_CONTROLLER, str(exc), exc.leader) from exc
-    except trio.TooSlowError as exc:
-        raise RpcError(NOT_CONTROLLER, "the proposal did not commit in time") from exc

@@ -32,6 +32,7 @@ from eventplatform.log.cluster.controller import (
     UNKNOWN_TOPIC,
     Controller,
 )
+from eventplatform.log.cluster.controller_methods import controller_methods
 from eventplatform.log.cluster.membership import BrokerAddress, PartitionLayout
 from eventplatform.log.cluster.metadata import BrokerState
 from eventplatform.log.cluster.network import TCP, Network
@@ -96,7 +97,7 @@ class ControllerNode:
                 else None
             ),
         )
-        self._methods = self.controller.methods()
+        self._methods = controller_methods(self.controller)
 
     async def _request(self, document: dict[str, object]) -> dict[str, object]:
         return await answer(self._methods, document)

@@ -256,7 +256,9 @@ def run_until_applied(
                 wait_until_applied(engine, subject.projection.name, refs, timeout_s=APPLY_POLL_S)
                 break
             except ApplyTimeoutError:
-                if failures or not thread.is_alive() or time.monotonic() > deadline:
+                if failures:
+                    raise failures[0] from None
+                if not thread.is_alive() or time.monotonic() > deadline:
                     raise
     finally:
         stop.set()

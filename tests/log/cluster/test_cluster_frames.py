@@ -16,6 +16,7 @@ import trio
 from loopback_quorum import ELECTION_TIMEOUT_S, LoopbackQuorum
 
 from eventplatform.log.cluster.controller import Controller
+from eventplatform.log.cluster.controller_methods import controller_methods
 from eventplatform.log.cluster.quorum import QuorumServer
 from eventplatform.log.cluster.rpc import INTERNAL, INVALID_REQUEST, answer
 
@@ -34,7 +35,7 @@ class AnsweringCluster(LoopbackQuorum):
 
     def requests(self, node: int) -> Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]:
         async def handle(document: dict[str, Any]) -> dict[str, Any]:
-            return await answer(self.controllers[node].methods(), document)
+            return await answer(controller_methods(self.controllers[node]), document)
 
         return handle
 

@@ -15,6 +15,7 @@ import trio
 from loopback_quorum import ELECTION_TIMEOUT_S, LoopbackQuorum
 
 from eventplatform.log.cluster.controller import Controller
+from eventplatform.log.cluster.controller_methods import controller_methods
 from eventplatform.log.cluster.metadata import NO_LEADER
 from eventplatform.log.cluster.quorum import QuorumServer
 
@@ -216,7 +217,7 @@ async def test_a_heartbeat_waits_at_the_controller_well_inside_the_session(
         epoch = await active.register(1, "127.0.0.1", 9091)
         params = {"broker": 1, "epoch": epoch, "offset": active.quorum.applied, "wait_ms": 5_000}
         started = trio.current_time()
-        await active.methods()["heartbeat"](params)
+        await controller_methods(active)["heartbeat"](params)
         assert trio.current_time() - started < SESSION_MS / 1000 / 2
         assert not active.image.brokers[1].fenced
         nursery.cancel_scope.cancel()
