@@ -104,12 +104,18 @@ class Broker:
 
     ``start_seconds`` is the time from spawning the process to reading its "serving on"
     line, which it prints once every partition is open (recovered, after a crash).
+    ``executable`` is the ``platform`` command to run (this interpreter's by default).
     """
 
     def __init__(
-        self, data_dir: Path, *, port: int = 0, start_timeout_s: float = START_TIMEOUT_S
+        self,
+        data_dir: Path,
+        *,
+        port: int = 0,
+        start_timeout_s: float = START_TIMEOUT_S,
+        executable: Path | None = None,
     ) -> None:
-        executable = Path(sys.executable).with_name("platform")
+        executable = executable or Path(sys.executable).with_name("platform")
         self.spawned_at = time.monotonic()
         self.process = subprocess.Popen(
             [

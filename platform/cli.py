@@ -2,35 +2,29 @@
 
 from __future__ import annotations
 
-import functools
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
 from eventplatform.cli_failures import PlatformGroup
-from eventplatform.cli_support import client_config_of_options, metrics_listen_option
-from eventplatform.client_config import BOOTSTRAP_DEFAULT, BOOTSTRAP_ENV, CLIENT_CONFIG_ENV
-from eventplatform.cluster_cli import controllers_option, data_dir_option
+from eventplatform.cli_support import metrics_listen_option
+from eventplatform.tool_options import cluster_options, parsed, tool_errors
 from eventplatform.tools.arguments import (
     ACKS_CHOICES,
     COMPRESSION_CHOICES,
     DELIVERY_TIMEOUT_S_DEFAULT,
-    REQUEST_TIMEOUT_S_DEFAULT,
     ClusterSettings,
-    parse_bootstrap,
     parse_key_separator,
-    parse_settings,
     parse_timestamp_ms,
 )
-from eventplatform.tools.errors import ToolError
 
 if TYPE_CHECKING:
-    from eventplatform.tools.reassign import Target
+    pass
 
 
 @click.group(cls=PlatformGroup)
@@ -166,74 +160,6 @@ def serve(
         raise click.UsageError(str(exc)) from exc
 
 
-def _cluster_options(command: Callable[..., Any]) -> Callable[..., Any]:
-    """Add ``--bootstrap``, ``--client-config`` and ``--request-timeout``; the command
-    receives ``cluster``, with the client config's security (docs/security.md)."""
-
-    @click.option(
-        "--bootstrap",
-        default=None,
-        callback=_parsed(parse_bootstrap),
-        metavar="HOST:PORT[,...]",
-        help=f"Brokers to connect to first.  [default: ${BOOTSTRAP_ENV}, else the client "
-        f"config's bootstrap.servers, else {BOOTSTRAP_DEFAULT}]",
-    )
-    @click.option(
-        "--client-config",
-        type=click.Path(path_type=Path, dir_okay=False),
-        default=None,
-        metavar="PATH",
-        help="A Kafka client properties file: security.protocol, sasl.*, ssl.* "
-        f"(docs/security.md).  [default: ${CLIENT_CONFIG_ENV}]",
-    )
-    @click.option(
-        "--request-timeout",
-        type=click.FloatRange(min=0, min_open=True),
-        default=REQUEST_TIMEOUT_S_DEFAULT,
-        show_default=True,
-        metavar="SECONDS",
-        help="How long one request to the cluster may take.",
-    )
-    @functools.wraps(command)
-    def with_cluster(
-        *args: Any,
-        bootstrap: str | None,
-        client_config: Path | None,
-        request_timeout: float,
-        **kwargs: Any,
-    ) -> Any:
-        client = client_config_of_options(bootstrap, client_config)
-        cluster = ClusterSettings(
-            bootstrap=client.bootstrap, request_timeout_s=request_timeout, client=client
-        )
-        return command(*args, cluster=cluster, **kwargs)
-
-    return with_cluster
-
-
-def _parsed(parse: Callable[[Any], Any]) -> Callable[[click.Context, click.Parameter, Any], Any]:
-    """A click callback that runs a parser from ``eventplatform.tools.arguments``."""
-
-    def callback(context: click.Context, parameter: click.Parameter, value: Any) -> Any:
-        if value is None:
-            return None
-        try:
-            return parse(value)
-        except ToolError as error:
-            raise click.BadParameter(str(error), context, parameter) from error
-
-    return callback
-
-
-@contextmanager
-def _reported_errors() -> Iterator[None]:
-    """Turn a :class:`ToolError` into click's one-line ``Error: ...`` and exit status 1."""
-    try:
-        yield
-    except ToolError as error:
-        raise click.ClickException(str(error)) from error
-
-
 @contextmanager
 def _quiet_on_closed_pipe() -> Iterator[None]:
     """End quietly when the reader of standard output goes away (``| head``).
@@ -253,226 +179,12 @@ def _report(line: str) -> None:
     click.echo(line, err=True)
 
 
-@main.group()
-def topics() -> None:
-    """Create, list, describe, alter, reassign and delete topics."""
-
-
-@topics.command("create")
-@click.argument("topic")
-@click.option("--partitions", type=click.IntRange(1), default=None, help="[default: broker's]")
-@click.option(
-    "--replication-factor", type=click.IntRange(1), default=None, help="[default: broker's]"
-)
-@click.option(
-    "--config",
-    "configs",
-    multiple=True,
-    metavar="KEY=VALUE",
-    callback=_parsed(parse_settings),
-    help="A topic config override; repeatable.",
-)
-@_cluster_options
-def topics_create(
-    cluster: ClusterSettings,
-    topic: str,
-    partitions: int | None,
-    replication_factor: int | None,
-    configs: dict[str, str],
-) -> None:
-    """Create TOPIC."""
-    from eventplatform.tools.topics import create_topic
-
-    with _reported_errors():
-        create_topic(
-            cluster,
-            topic,
-            partitions=partitions,
-            replication_factor=replication_factor,
-            configs=configs,
-            echo=click.echo,
-        )
-
-
-@topics.command("list")
-@_cluster_options
-def topics_list(cluster: ClusterSettings) -> None:
-    """Print every topic name, one per line."""
-    from eventplatform.tools.topics import list_topics
-
-    with _reported_errors():
-        list_topics(cluster, echo=click.echo)
-
-
-@topics.command("describe")
-@click.argument("topic")
-@_cluster_options
-def topics_describe(cluster: ClusterSettings, topic: str) -> None:
-    """Show TOPIC's partitions, leaders, replicas and configs with their sources."""
-    from eventplatform.tools.topics import describe_topic
-
-    with _reported_errors():
-        describe_topic(cluster, topic, echo=click.echo)
-
-
-@topics.command("alter")
-@click.argument("topic")
-@click.option(
-    "--set",
-    "set_configs",
-    multiple=True,
-    metavar="KEY=VALUE",
-    callback=_parsed(parse_settings),
-    help="Set a config override; repeatable.",
-)
-@click.option(
-    "--delete",
-    "delete_configs",
-    multiple=True,
-    metavar="KEY",
-    help="Remove a config override (back to the default); repeatable.",
-)
-@click.option("--partitions", type=click.IntRange(1), default=None, help="New partition count.")
-@click.option(
-    "--force",
-    is_flag=True,
-    help="With --partitions on a topic that keeps entity versions: turn them off first.",
-)
-@_cluster_options
-def topics_alter(
-    cluster: ClusterSettings,
-    topic: str,
-    set_configs: dict[str, str],
-    delete_configs: tuple[str, ...],
-    partitions: int | None,
-    force: bool,
-) -> None:
-    """Change TOPIC's config overrides key by key, or raise its partition count.
-
-    More partitions for a topic that keeps entity versions (an event topic) are refused:
-    the entities whose keys would move lose their order and versions. --force turns the
-    versions off first."""
-    from eventplatform.tools.topics import alter_topic
-
-    with _reported_errors():
-        alter_topic(
-            cluster,
-            topic,
-            set_configs=set_configs,
-            delete_configs=delete_configs,
-            partitions=partitions,
-            echo=click.echo,
-            force=force,
-        )
-
-
-@topics.command("delete")
-@click.argument("topic")
-@_cluster_options
-def topics_delete(cluster: ClusterSettings, topic: str) -> None:
-    """Delete TOPIC and all its records."""
-    from eventplatform.tools.topics import delete_topic
-
-    with _reported_errors():
-        delete_topic(cluster, topic, echo=click.echo)
-
-
-@topics.command("reassign")
-@click.argument("topic", required=False)
-@click.option("--partition", type=click.IntRange(0), default=None, help="TOPIC's partition.")
-@click.option(
-    "--replicas",
-    default=None,
-    metavar="ID[,ID...]",
-    help="The partition's new replicas in order; the first is its preferred leader.",
-)
-@click.option(
-    "--plan",
-    type=click.Path(path_type=Path, dir_okay=False),
-    default=None,
-    help="A reassignment plan in Kafka's JSON format, instead of TOPIC.",
-)
-@click.option("--cancel", is_flag=True, help="Cancel the reassignment of the partitions named.")
-@click.option("--list", "list_", is_flag=True, help="Show the reassignments in progress.")
-@click.option("--wait", "wait_", is_flag=True, help="Block until the reassignment completes.")
-@click.option(
-    "--timeout",
-    type=click.FloatRange(min=0, min_open=True),
-    default=300.0,
-    show_default=True,
-    metavar="SECONDS",
-    help="How long --wait waits.",
-)
-@data_dir_option
-@controllers_option
-def topics_reassign(
-    topic: str | None,
-    partition: int | None,
-    replicas: str | None,
-    plan: Path | None,
-    cancel: bool,
-    list_: bool,
-    wait_: bool,
-    timeout: float,
-    data_dir: Path,
-    controllers: str | None,
-) -> None:
-    """Move partitions' replicas between brokers of a cluster.
-
-    One partition: TOPIC --partition N --replicas 3,1,2. Many: --plan FILE. New
-    replicas copy the partition, then the removed ones delete it; --cancel goes back
-    to the replicas before, --list shows what is moving."""
-    from eventplatform.tools import reassign
-    from eventplatform.tools.cluster_status import controller_network, controller_voters
-
-    network = controller_network(data_dir)
-    with _reported_errors():
-        if list_:
-            voters = controller_voters(data_dir=data_dir, controllers=controllers)
-            reassign.show(voters, topic, echo=click.echo, network=network)
-            return
-        targets = _reassign_targets(topic, partition, replicas, plan, cancel=cancel)
-        voters = controller_voters(data_dir=data_dir, controllers=controllers)
-        if cancel:
-            reassign.cancel(voters, targets, echo=click.echo, network=network)
-            return
-        reassign.start(voters, targets, echo=click.echo, network=network)
-        if wait_:
-            reassign.wait(voters, targets, timeout, echo=click.echo, network=network)
-
-
-def _reassign_targets(
-    topic: str | None,
-    partition: int | None,
-    replicas: str | None,
-    plan: Path | None,
-    *,
-    cancel: bool,
-) -> list[Target]:
-    from eventplatform.tools import reassign
-    from eventplatform.tools.errors import InvalidInputError
-
-    if plan is not None:
-        if topic is not None or partition is not None or replicas is not None:
-            raise InvalidInputError("give either --plan or TOPIC --partition, not both")
-        return reassign.read_plan(plan, require_replicas=not cancel)
-    if topic is None or partition is None:
-        raise InvalidInputError("give TOPIC --partition N, or --plan FILE")
-    if cancel:
-        if replicas is not None:
-            raise InvalidInputError("--cancel takes no --replicas")
-        return [reassign.Target(topic, partition)]
-    if replicas is None:
-        raise InvalidInputError("give the new replicas with --replicas, as 3,1,2")
-    return [reassign.Target(topic, partition, reassign.parse_replicas(replicas))]
-
-
 @main.command()
 @click.argument("topic")
 @click.option(
     "--key-separator",
     default=None,
-    callback=_parsed(parse_key_separator),
+    callback=parsed(parse_key_separator),
     help="Split each line into key and value at the first SEPARATOR.",
     metavar="SEPARATOR",
 )
@@ -489,7 +201,7 @@ def _reassign_targets(
     metavar="SECONDS",
     help="How long a record may take to be acknowledged.",
 )
-@_cluster_options
+@cluster_options
 def produce(
     cluster: ClusterSettings,
     topic: str,
@@ -510,7 +222,7 @@ def produce(
         compression=compression,
         delivery_timeout_s=delivery_timeout,
     )
-    with _reported_errors():
+    with tool_errors():
         delivered = produce_lines(cluster, options, sys.stdin.buffer, report=_report)
     _report(f"produced {delivered} record{'' if delivered == 1 else 's'} to {topic}")
 
@@ -525,7 +237,7 @@ def produce(
 @click.option(
     "--from-timestamp",
     default=None,
-    callback=_parsed(parse_timestamp_ms),
+    callback=parsed(parse_timestamp_ms),
     metavar="MS|DATETIME",
     help="Start at the first record at or after this time (ISO datetimes without offset: UTC).",
 )
@@ -548,11 +260,11 @@ def produce(
 @click.option(
     "--key-separator",
     default=None,
-    callback=_parsed(parse_key_separator),
+    callback=parsed(parse_key_separator),
     metavar="SEPARATOR",
     help="Text format: print key SEPARATOR value.",
 )
-@_cluster_options
+@cluster_options
 def consume(
     cluster: ClusterSettings,
     topic: str,
@@ -587,98 +299,8 @@ def consume(
         stdout.write(line)
         stdout.flush()
 
-    with _reported_errors(), _quiet_on_closed_pipe():
+    with tool_errors(), _quiet_on_closed_pipe():
         consume_records(cluster, options, write=write, report=_report)
-
-
-@main.group()
-def groups() -> None:
-    """List consumer groups, describe their lag, reset their offsets."""
-
-
-@groups.command("list")
-@_cluster_options
-def groups_list(cluster: ClusterSettings) -> None:
-    """Print every consumer group with its state."""
-    from eventplatform.tools.groups import list_groups
-
-    with _reported_errors():
-        list_groups(cluster, echo=click.echo)
-
-
-@groups.command("describe")
-@click.argument("group")
-@_cluster_options
-def groups_describe(cluster: ClusterSettings, group: str) -> None:
-    """Show GROUP's members and, per partition, committed offset, log end offset and lag."""
-    from eventplatform.tools.groups import describe_group
-
-    with _reported_errors():
-        describe_group(cluster, group, echo=click.echo)
-
-
-@groups.command("reset-offsets")
-@click.argument("group")
-@click.option("--topic", required=True, help="The topic whose offsets move.")
-@click.option("--partition", type=click.IntRange(0), default=None, help="Only this partition.")
-@click.option("--to-earliest", is_flag=True, help="To the oldest record still kept.")
-@click.option("--to-latest", is_flag=True, help="To the log end (skip everything).")
-@click.option(
-    "--to-offset",
-    type=click.IntRange(0),
-    default=None,
-    metavar="N",
-    help="To offset N (clamped into the log).",
-)
-@click.option(
-    "--to-datetime",
-    default=None,
-    metavar="ISO",
-    help="To the first record at or after this time (without an offset: UTC).",
-)
-@click.option(
-    "--execute", is_flag=True, help="Commit the new offsets; without it, only print the plan."
-)
-@click.option(
-    "--dry-run", is_flag=True, help="Print the new offsets, change nothing (the default)."
-)
-@_cluster_options
-def groups_reset_offsets(
-    cluster: ClusterSettings,
-    group: str,
-    topic: str,
-    partition: int | None,
-    to_earliest: bool,
-    to_latest: bool,
-    to_offset: int | None,
-    to_datetime: str | None,
-    execute: bool,
-    dry_run: bool,
-) -> None:
-    """Plan moving GROUP's committed offsets on a topic, and with --execute move them;
-    refused while the group has members."""
-    from eventplatform.tools.groups import reset_group_offsets, reset_target
-    from eventplatform.tools.projection_groups import refuse_projection_group
-
-    if execute and dry_run:
-        raise click.UsageError("--execute and --dry-run exclude each other")
-    with _reported_errors():
-        refuse_projection_group(cluster, group)
-        target = reset_target(
-            to_earliest=to_earliest,
-            to_latest=to_latest,
-            to_offset=to_offset,
-            to_datetime=to_datetime,
-        )
-        reset_group_offsets(
-            cluster,
-            group,
-            topic=topic,
-            partition=partition,
-            target=target,
-            dry_run=not execute,
-            echo=click.echo,
-        )
 
 
 def _register_subcommands() -> None:
@@ -687,10 +309,12 @@ def _register_subcommands() -> None:
     from eventplatform.console_cli import console
     from eventplatform.db_cli import db
     from eventplatform.erase_cli import erase
+    from eventplatform.groups_cli import groups
     from eventplatform.projections_cli import projections
     from eventplatform.query_cli import query
     from eventplatform.replay_cli import replay
     from eventplatform.security_cli import acls, users
+    from eventplatform.topics_cli import topics
 
     main.add_command(acls)
     main.add_command(apps)
@@ -698,9 +322,11 @@ def _register_subcommands() -> None:
     main.add_command(console)
     main.add_command(db)
     main.add_command(erase)
+    main.add_command(groups)
     main.add_command(projections)
     main.add_command(query)
     main.add_command(replay)
+    main.add_command(topics)
     main.add_command(users)
 
 

@@ -11,10 +11,8 @@ from pathlib import Path
 
 import click
 
-from eventplatform.cli_support import client_options
-from eventplatform.client_config import ClientConfig
-from eventplatform.tools.arguments import REQUEST_TIMEOUT_S_DEFAULT, ClusterSettings
-from eventplatform.tools.errors import ToolError
+from eventplatform.tool_options import cluster_options, tool_errors
+from eventplatform.tools.arguments import ClusterSettings
 
 ERASE_TIMEOUT_S_DEFAULT = 60.0
 STDIN = "-"
@@ -46,23 +44,14 @@ STDIN = "-"
     metavar="SECONDS",
     help="How long the broker may take to erase one partition's records.",
 )
-@click.option(
-    "--request-timeout",
-    type=click.FloatRange(min=0, min_open=True),
-    default=REQUEST_TIMEOUT_S_DEFAULT,
-    show_default=True,
-    metavar="SECONDS",
-    help="How long one other request to the cluster may take.",
-)
-@client_options
+@cluster_options
 def erase(
-    client: ClientConfig,
+    cluster: ClusterSettings,
     topic: str,
     partition: int | None,
     offsets: tuple[int, ...],
     offsets_from: Path | None,
     timeout: float,
-    request_timeout: float,
 ) -> None:
     """Erase records of TOPIC on every replica: each keeps its offset, timestamp and
     key, and loses its value and headers for good.
@@ -72,13 +61,10 @@ def erase(
     Erasure). Needs DELETE on the topic."""
     from eventplatform.tools.erase import erase_records, offsets_by_partition
 
-    cluster = ClusterSettings(client.bootstrap, request_timeout, client)
-    try:
+    with tool_errors():
         pairs = _read_pairs(offsets_from) if offsets_from is not None else []
         wanted = offsets_by_partition(partition, offsets, pairs)
         erase_records(cluster, topic, wanted, timeout_s=timeout, echo=click.echo)
-    except ToolError as error:
-        raise click.ClickException(str(error)) from error
 
 
 def _read_pairs(path: Path) -> list[tuple[int, int]]:

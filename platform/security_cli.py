@@ -8,35 +8,19 @@ never from an argument (it would be in the shell's history and the process list)
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
 
-from eventplatform.cli_support import client_options
-from eventplatform.client_config import ClientConfig
-from eventplatform.tools.arguments import REQUEST_TIMEOUT_S_DEFAULT, ClusterSettings
-from eventplatform.tools.errors import ToolError
+from eventplatform.tool_options import cluster_options, tool_errors
+from eventplatform.tools.arguments import ClusterSettings
 
 if TYPE_CHECKING:
     from eventplatform.tools.security import AclTarget
 
 MECHANISM_CHOICES = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 ITERATIONS_DEFAULT = 8192
-
-
-@contextmanager
-def _reported_errors() -> Iterator[None]:
-    try:
-        yield
-    except ToolError as error:
-        raise click.ClickException(str(error)) from error
-
-
-def _cluster(client: ClientConfig) -> ClusterSettings:
-    return ClusterSettings(client.bootstrap, REQUEST_TIMEOUT_S_DEFAULT, client)
 
 
 def _password(from_stdin: bool) -> str:
@@ -77,9 +61,9 @@ def users() -> None:
     help="Write into a stopped broker's data directory instead (its first user, before "
     "ACLs let anyone in over the network).",
 )
-@client_options
+@cluster_options
 def users_add(
-    client: ClientConfig,
+    cluster: ClusterSettings,
     user: str,
     mechanisms: tuple[str, ...],
     iterations: int,
@@ -91,7 +75,7 @@ def users_add(
 
     chosen = [m.upper() for m in mechanisms] or list(MECHANISM_CHOICES)
     password = _password(password_stdin)
-    with _reported_errors():
+    with tool_errors():
         if data_dir is not None:
             path = add_user_offline(
                 data_dir, user, password, mechanisms=chosen, iterations=iterations
@@ -99,7 +83,7 @@ def users_add(
             click.echo(f"user {user}: {', '.join(chosen)} credentials written to {path}")
             return
         add_user(
-            _cluster(client),
+            cluster,
             user,
             password,
             mechanisms=chosen,
@@ -110,26 +94,26 @@ def users_add(
 
 @users.command("list")
 @click.argument("names", nargs=-1)
-@client_options
-def users_list(client: ClientConfig, names: tuple[str, ...]) -> None:
+@cluster_options
+def users_list(cluster: ClusterSettings, names: tuple[str, ...]) -> None:
     """Every user (or those NAMES) with its mechanisms; never a secret."""
     from eventplatform.tools.security import list_users
 
-    with _reported_errors():
-        list_users(_cluster(client), names, echo=click.echo)
+    with tool_errors():
+        list_users(cluster, names, echo=click.echo)
 
 
 @users.command("delete")
 @click.argument("user")
 @mechanism_option
-@client_options
-def users_delete(client: ClientConfig, user: str, mechanisms: tuple[str, ...]) -> None:
+@cluster_options
+def users_delete(cluster: ClusterSettings, user: str, mechanisms: tuple[str, ...]) -> None:
     """Delete USER's credentials (all of them unless --mechanism says which)."""
     from eventplatform.tools.security import delete_user
 
     chosen = [m.upper() for m in mechanisms] or None
-    with _reported_errors():
-        delete_user(_cluster(client), user, mechanisms=chosen, echo=click.echo)
+    with tool_errors():
+        delete_user(cluster, user, mechanisms=chosen, echo=click.echo)
 
 
 def _resource_options(command: click.decorators.FC) -> click.decorators.FC:
@@ -180,9 +164,9 @@ def acls() -> None:
 )
 @click.option("--deny", is_flag=True, help="Deny instead of allow (a deny wins).")
 @click.option("--host", default="*", show_default=True, help="Only from this address.")
-@client_options
+@cluster_options
 def acls_add(
-    client: ClientConfig,
+    cluster: ClusterSettings,
     topic: str | None,
     group: str | None,
     transactional_id: str | None,
@@ -196,14 +180,14 @@ def acls_add(
     """Allow (or deny) PRINCIPALs OPERATIONs on one resource."""
     from eventplatform.tools import security
 
-    with _reported_errors():
+    with tool_errors():
         target = _target(topic, group, transactional_id, cluster_resource, prefixed)
         if target is None:
             raise click.UsageError(
                 "name a resource: --topic, --group, --transactional-id or --cluster"
             )
         security.add_acls(
-            _cluster(client),
+            cluster,
             target,
             [security.check_principal(p) for p in principals],
             security.parse_operations(operations),
@@ -216,9 +200,9 @@ def acls_add(
 @acls.command("list")
 @_resource_options
 @click.option("--principal", default=None, help="Only this principal's.")
-@client_options
+@cluster_options
 def acls_list(
-    client: ClientConfig,
+    cluster: ClusterSettings,
     topic: str | None,
     group: str | None,
     transactional_id: str | None,
@@ -229,18 +213,18 @@ def acls_list(
     """Every binding, or those of one resource or principal."""
     from eventplatform.tools import security
 
-    with _reported_errors():
+    with tool_errors():
         target = _target(topic, group, transactional_id, cluster_resource, prefixed)
-        security.list_acls(_cluster(client), target, principal, echo=click.echo)
+        security.list_acls(cluster, target, principal, echo=click.echo)
 
 
 @acls.command("remove")
 @_resource_options
 @click.option("--principal", default=None, help="Only this principal's.")
 @click.option("--operation", "operations", multiple=True, help="Only these operations.")
-@client_options
+@cluster_options
 def acls_remove(
-    client: ClientConfig,
+    cluster: ClusterSettings,
     topic: str | None,
     group: str | None,
     transactional_id: str | None,
@@ -252,10 +236,10 @@ def acls_remove(
     """Remove the bindings of a resource and/or a principal."""
     from eventplatform.tools import security
 
-    with _reported_errors():
+    with tool_errors():
         target = _target(topic, group, transactional_id, cluster_resource, prefixed)
         security.remove_acls(
-            _cluster(client),
+            cluster,
             target,
             principal,
             security.parse_operations(operations),
