@@ -221,3 +221,20 @@ def test_cluster_up_secure_prints_configs_that_work(tmp_path: Path) -> None:
             capture_output=True,
             timeout=120,
         )
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["users", "list"], ["acls", "list"], ["erase", "events", "--partition", "0", "--offset", "1"]],
+    ids=lambda command: " ".join(command[:2]),
+)
+def test_security_commands_take_the_request_timeout_every_cluster_command_takes(
+    command: list[str],
+) -> None:
+    """docs/cli.md: every command takes --request-timeout; an unreachable cluster fails
+    within it, in one line."""
+    arguments = [*command, "--bootstrap", "127.0.0.1:1", "--request-timeout", "1"]
+    result = CliRunner().invoke(main, arguments)
+
+    assert result.exit_code == 1, result.output
+    assert "no answer from the cluster at 127.0.0.1:1" in result.stderr
