@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PACKAGES := platform log projections spark_projections apps
 
-.PHONY: demo test lint typecheck pytest venv bench-storage bench-broker bench-projections bench-entities bench-corrections bench-producer bench-read-your-writes bench-batch-cost bench-replay bench-replay-kafka bench-collector bench-log-tail bench-replication bench-security bench bench-quick sim faults entity-race exactly-once compat compat-secured compat-quick compat-build clean
+.PHONY: demo test lint typecheck pytest venv bench-storage bench-broker bench-projections bench-entities bench-corrections bench-producer bench-read-your-writes bench-batch-cost bench-replay bench-replay-kafka bench-collector bench-log-tail bench-replication bench-security bench bench-quick sim faults entity-race exactly-once replay-equivalence compat compat-secured compat-quick compat-build clean
 
 venv: $(STAMP)
 
@@ -32,12 +32,19 @@ typecheck: $(STAMP)
 	for package in log projections spark_projections apps migrations; do ln -s "$(CURDIR)/$$package" $(TYPECHECK_TREE)/eventplatform/$$package; done
 	cd $(TYPECHECK_TREE) && $(abspath $(BIN))/mypy --config-file $(CURDIR)/pyproject.toml -p eventplatform
 
-# The deterministic simulations are pure CPU on a mock clock, so they run on every
-# core; the rest runs in one process, since its brokers, clusters and Spark jobs
-# would only compete for the cores.
+# Most tests run on two workers. Those marked alone (clusters, Spark jobs, real
+# clients, timed kills: tests/conftest.py) run one at a time, since they would only
+# compete for the cores; they spend much of their time waiting, so the deterministic
+# simulations (pure CPU on a mock clock, indifferent to timing) run beside them on
+# the other core.
 pytest: $(STAMP)
-	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/python -m pytest --ignore=tests/sim
-	$(BIN)/python -m pytest -n auto tests/sim
+	$(BIN)/python -m pytest -n 2 -m "not alone" --ignore=tests/sim
+	mkdir -p build
+	$(BIN)/python -m pytest -p no:cacheprovider tests/sim >build/sim.log 2>&1 & sim=$$!; \
+	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/python -m pytest -m alone --ignore=tests/sim; \
+	alone=$$?; wait $$sim; simulated=$$?; \
+	echo "tests/sim (run beside the tests marked alone):"; cat build/sim.log; \
+	test $$alone = 0 && test $$simulated = 0
 
 test: lint typecheck pytest
 
@@ -121,6 +128,12 @@ faults: $(STAMP)
 exactly-once: $(STAMP)
 	EXACTLY_ONCE_EVENTS=200000 EXACTLY_ONCE_KILLS=20 $(BIN)/python -m pytest -s \
 		-p no:cacheprovider tests/projections/test_projection_exactly_once.py
+
+# Spark's rebuilds, rebuilds on top and backfills against the streaming runner, for 30
+# generated streams of events and corrections (the suite runs 2, and two written out).
+replay-equivalence: $(STAMP)
+	REPLAY_EQUIVALENCE_EXAMPLES=30 PYSPARK_PYTHON=$(abspath $(BIN)/python) \
+		$(BIN)/python -m pytest -p no:cacheprovider tests/spark_projections/test_replay_equivalence.py
 
 entity-race: $(STAMP)
 	ENTITY_RACE_PROCESSES=16 ENTITY_RACE_COMMANDS=2000 ENTITY_RACE_ACCOUNTS=50 \

@@ -1,10 +1,17 @@
 """Suite-wide rules. Under ``CI=true`` a skipped test fails: CI installs every tool
-and service the suite needs, so a skip there means a missing install step."""
+and service the suite needs, so a skip there means a missing install step.
+
+Tests marked ``alone`` run in a pytest process of their own (``make pytest``), one at a
+time, and the rest on two workers: every test of tests/cluster, tests/interop and
+tests/spark_projections is ``alone`` (clusters, Spark jobs and real clients would only
+compete for the two cores and stretch each other's timeouts), and so is any module
+elsewhere that sets ``pytestmark = pytest.mark.alone`` for the same reason."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -12,6 +19,16 @@ from eventplatform.events import EventRef
 from eventplatform.testing import BrokerProcess, running_broker
 
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+ALONE_DIRECTORIES = ("cluster", "interop", "spark_projections")
+"""The suite's folders whose every test runs alone."""
+SUITE = Path(__file__).parent
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        parts = item.path.relative_to(SUITE).parts
+        if parts[0] in ALONE_DIRECTORIES:
+            item.add_marker(pytest.mark.alone)
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -37,6 +37,8 @@ from eventplatform.projections.migrate import upgrade
 from eventplatform.projections.operations import projection_status
 from eventplatform.testing import BrokerProcess
 
+pytestmark = pytest.mark.alone  # tests/conftest.py: Spark, clusters, timed kills or a browser
+
 PLATFORM = Path(sys.executable).with_name("platform")
 SUPPORT = Path(__file__).resolve().parents[1] / "support"
 SCREENSHOTS_ENV = "EVENTPLATFORM_CONSOLE_SCREENSHOTS"

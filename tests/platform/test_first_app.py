@@ -36,6 +36,8 @@ from eventplatform.cli import main
 from eventplatform.projections.database import create_store_engine
 from eventplatform.testing import BrokerProcess, fresh_postgres_database, running_broker
 
+pytestmark = pytest.mark.alone  # tests/conftest.py: Spark, clusters, timed kills or a browser
+
 ROOT = Path(__file__).resolve().parents[2]
 PLATFORM = Path(sys.executable).with_name("platform")
 BROKER_OVERRIDES = ("group.initial.rebalance.delay.ms=0",)

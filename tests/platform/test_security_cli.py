@@ -15,6 +15,8 @@ from confluent_kafka import KafkaError, Producer
 from eventplatform.cli import main
 from eventplatform.testing import BrokerProcess
 
+pytestmark = pytest.mark.alone  # tests/conftest.py: Spark, clusters, timed kills or a browser
+
 PLATFORM = str(Path(sys.executable).with_name("platform"))
 TIMEOUT_S = 30.0
 

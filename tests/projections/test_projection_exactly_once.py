@@ -51,6 +51,8 @@ from eventplatform.projections.operations import wait_until_applied
 from eventplatform.projections.registry import checkpoints_of, registered
 from eventplatform.testing import running_broker
 
+pytestmark = pytest.mark.alone  # tests/conftest.py: Spark, clusters, timed kills or a browser
+
 SEED = 20_250_611
 EVENTS = int(os.environ.get("EXACTLY_ONCE_EVENTS", "80000"))
 KILLS = int(os.environ.get("EXACTLY_ONCE_KILLS", "8"))
