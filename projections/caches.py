@@ -108,7 +108,7 @@ class CachedReader:
     A transaction's corrections read the same records again and again: each
     correction of one session recomputes the session's row from all its
     events. The runner also reads a whole batch's correction targets in one
-    pass up front (:meth:`~.corrected_history.CorrectedHistory.prefetch`).
+    pass up front (:meth:`~.history_store.CorrectedHistory.prefetch`).
     """
 
     def __init__(self, reader: EventReader) -> None:

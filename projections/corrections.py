@@ -35,7 +35,7 @@ replacement of it contributes the replacement. What the stand-in held before the
 run is what the projection recorded:
 
 * the outcome of its latest correction, or nothing if the projection met the
-  record already erased (:meth:`~.corrected_history.CorrectedHistory.record_erased`) or
+  record already erased (:meth:`~.history_store.CorrectedHistory.record_erased`) or
   parked it as poison: exact;
 * nothing recorded means the projection applied the record before it was
   erased, and no correction of it since (the platform appends the retraction

@@ -17,11 +17,11 @@ store
 4. applies corrections: invertible tables get the negated old contribution
    and the new one; the others have the affected rows amended, or recomputed
    from their events read back from the log, through the transaction's
-   :class:`~.corrected_history.CorrectedHistory`;
+   :class:`~.history_store.CorrectedHistory`;
 5. parks poison events in ``ep_dead_letters``;
 6. remembers the records the log had erased when the batch met them, as
    corrected events that hold nothing (see
-   :meth:`~.corrected_history.CorrectedHistory.record_erased`).
+   :meth:`~.history_store.CorrectedHistory.record_erased`).
 
 On PostgreSQL the writes whose results are not needed at once wait in a
 :class:`~.writes.WriteQueue` until the next read or the commit, and go as
@@ -57,10 +57,10 @@ from eventplatform.events.codec import parse
 from eventplatform.projections import schema
 from eventplatform.projections.amending import stored_forms
 from eventplatform.projections.caches import CachedReader, EventReader, OriginalContributions
-from eventplatform.projections.corrected_history import CorrectedHistory
 from eventplatform.projections.database import reading
 from eventplatform.projections.errors import CheckpointConflictError
 from eventplatform.projections.fold import empty_state, merge_into
+from eventplatform.projections.history_store import CorrectedHistory
 from eventplatform.projections.merge import SetAdd
 from eventplatform.projections.model import (
     CONTRIBUTIONS_COLUMN,

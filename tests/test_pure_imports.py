@@ -9,6 +9,7 @@ Python actually loads, package ``__init__`` files included.
 from __future__ import annotations
 
 import importlib
+import pkgutil
 import subprocess
 import sys
 from pathlib import Path
@@ -103,6 +104,32 @@ def test_every_export_resolves_to_its_module_value(name: str) -> None:
         module: ModuleType = importlib.import_module(module_name)
         assert getattr(package, export) is getattr(module, export), export
     assert set(package.__all__) <= set(dir(package))
+
+
+@pytest.mark.parametrize("name", PACKAGES)
+def test_exports_still_resolve_once_every_module_of_the_package_is_imported(
+    name: str, tmp_path: Path
+) -> None:
+    """Regression: importing a submodule binds its name on the package, so a module
+    named like an export (``projections.corrected_history``, beside the function of
+    that name) turned the export into the module once anything had imported it."""
+    package = importlib.import_module(name)
+    modules = [f"{name}.{info.name}" for info in pkgutil.iter_modules(package.__path__)]
+    script = "\n".join(
+        [
+            "import importlib",
+            f"import {name} as package",
+            *(f"importlib.import_module({module!r})" for module in modules),
+            "exports = package._EXPORTS",
+            "wrong = [n for n, m in exports.items()",
+            "         if getattr(package, n) is not getattr(importlib.import_module(m), n)]",
+            "print(wrong)",
+        ]
+    )
+    completed = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path, check=True
+    )
+    assert completed.stdout.strip() == "[]", completed.stdout
 
 
 @pytest.mark.parametrize("name", PACKAGES)
