@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PACKAGES := platform log projections spark_projections apps
 
-.PHONY: demo test lint typecheck pytest venv bench-storage bench-broker bench-projections bench-entities bench-corrections bench-producer bench-read-your-writes bench-batch-cost bench-replay bench-replay-kafka bench-collector bench-log-tail bench-replication bench-security bench bench-quick sim faults entity-race exactly-once replay-equivalence compat compat-secured compat-quick compat-build clean
+.PHONY: demo test lint typecheck pytest venv bench-storage bench-broker bench-projections bench-entities bench-corrections bench-producer bench-read-your-writes bench-batch-cost bench-request-cost bench-replay bench-replay-kafka bench-collector bench-log-tail bench-replication bench-security bench bench-quick sim faults entity-race exactly-once replay-equivalence compat compat-secured compat-quick compat-build clean
 
 venv: $(STAMP)
 
@@ -92,6 +92,12 @@ bench-quick: $(BENCH_STAMP)
 	$(BIN)/python -m bench.suite --quick --markdown build/bench-quick/benchmarks.md --json build/bench-quick/benchmarks.json
 	mkdir -p build/bench-quick && $(BIN)/python -m bench.security --quick --json build/bench-quick/security.json
 	$(BIN)/python -m bench.batch_cost --quick --json build/bench-quick/batch-cost.json
+	$(BIN)/python -m bench.request_cost --quick --json build/bench-quick/request-cost.json
+
+# The broker's CPU per small request (Metadata, one-record Produce), pipelined on one
+# connection; --platform LABEL=PATH compares revisions in alternating rounds.
+bench-request-cost: $(STAMP)
+	$(BIN)/python -m bench.request_cost
 
 bench-replay: $(STAMP)
 	$(BIN)/python -m bench.replay --phases --rebuild-repeat 3
