@@ -35,12 +35,12 @@ typecheck: $(STAMP)
 # Most tests run on two workers. Those marked alone (clusters, Spark jobs, real
 # clients, timed kills: tests/conftest.py) run one at a time, since they would only
 # compete for the cores; they spend much of their time waiting, so the deterministic
-# simulations (pure CPU on a mock clock, indifferent to timing) run beside them on
-# the other core.
+# simulations (pure CPU on a mock clock, indifferent to timing) run beside them at the
+# lowest priority, on what CPU they leave.
 pytest: $(STAMP)
 	$(BIN)/python -m pytest -n 2 -m "not alone" --ignore=tests/sim
 	mkdir -p build
-	$(BIN)/python -m pytest -p no:cacheprovider tests/sim >build/sim.log 2>&1 & sim=$$!; \
+	nice -n 19 $(BIN)/python -m pytest -p no:cacheprovider tests/sim >build/sim.log 2>&1 & sim=$$!; \
 	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/python -m pytest -m alone --ignore=tests/sim; \
 	alone=$$?; wait $$sim; simulated=$$?; \
 	echo "tests/sim (run beside the tests marked alone):"; cat build/sim.log; \
