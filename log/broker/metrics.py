@@ -8,11 +8,12 @@ Two kinds of figures, by what they cost:
   (for an acks=all produce, until its replicas acknowledged; for a Fetch, its
   wait for data included). They are plain integers in a slotted object per API
   key and one ``bisect`` into the bucket bounds, with no lock, since only the
-  trio thread touches them: about 1.5 microseconds a request on a loaded 2-core
-  development machine (two ``perf_counter`` calls included), against the 74
-  microseconds a one-record Produce takes there. prometheus_client's own labelled
+  trio thread touches them: about 1.5 microseconds for the counters alone in a
+  micro-benchmark, and 4-6 % of the broker's CPU for the smallest requests
+  (Metadata, a one-record Produce: 9-12 of 200-240 microseconds) in
+  bench/request_cost.py (docs/benchmarks.md). prometheus_client's own labelled
   Counter and Histogram take a lock per increment and walk the buckets in
-  Python: 8 to 13 microseconds for the same figures on the same machine.
+  Python: 8 to 13 microseconds for the same figures.
 * **Everything else is read at scrape time** by :class:`BrokerCollector` from the
   broker's own state, in the trio thread (see :mod:`eventplatform.log.metrics_endpoint`):
   partition offsets and sizes, the ISR of the partitions this node leads, the
