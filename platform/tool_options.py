@@ -11,17 +11,15 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any, TypeVar
 
 import click
 
-from eventplatform.cli_support import client_config_of_options
-from eventplatform.client_config import BOOTSTRAP_DEFAULT, BOOTSTRAP_ENV, CLIENT_CONFIG_ENV
+from eventplatform.cli_support import client_options
+from eventplatform.client_config import ClientConfig
 from eventplatform.tools.arguments import (
     REQUEST_TIMEOUT_S_DEFAULT,
     ClusterSettings,
-    parse_bootstrap,
 )
 from eventplatform.tools.errors import ToolError
 
@@ -43,25 +41,10 @@ def parsed(parse: Callable[[Any], Any]) -> Callable[[click.Context, click.Parame
 
 
 def cluster_options(command: Decorated) -> Decorated:
-    """Add ``--bootstrap``, ``--client-config`` and ``--request-timeout``; the command
-    receives ``cluster``, with the client config's security (docs/security.md)."""
+    """:func:`~eventplatform.cli_support.client_options` and ``--request-timeout``; the
+    command receives ``cluster``, with the client config's security (docs/security.md)."""
 
-    @click.option(
-        "--bootstrap",
-        default=None,
-        callback=parsed(parse_bootstrap),
-        metavar="HOST:PORT[,...]",
-        help=f"Brokers to connect to first.  [default: ${BOOTSTRAP_ENV}, else the client "
-        f"config's bootstrap.servers, else {BOOTSTRAP_DEFAULT}]",
-    )
-    @click.option(
-        "--client-config",
-        type=click.Path(path_type=Path, dir_okay=False),
-        default=None,
-        metavar="PATH",
-        help="A Kafka client properties file: security.protocol, sasl.*, ssl.* "
-        f"(docs/security.md).  [default: ${CLIENT_CONFIG_ENV}]",
-    )
+    @client_options
     @click.option(
         "--request-timeout",
         type=click.FloatRange(min=0, min_open=True),
@@ -72,13 +55,8 @@ def cluster_options(command: Decorated) -> Decorated:
     )
     @functools.wraps(command)
     def with_cluster(
-        *args: Any,
-        bootstrap: str | None,
-        client_config: Path | None,
-        request_timeout: float,
-        **kwargs: Any,
+        *args: Any, client: ClientConfig, request_timeout: float, **kwargs: Any
     ) -> Any:
-        client = client_config_of_options(bootstrap, client_config)
         cluster = ClusterSettings(
             bootstrap=client.bootstrap, request_timeout_s=request_timeout, client=client
         )

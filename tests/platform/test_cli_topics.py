@@ -174,6 +174,13 @@ def test_bad_arguments_are_usage_errors_before_any_connection() -> None:
     assert bad_bootstrap.exit_code == 2
     assert "is not host:port" in bad_bootstrap.stderr
 
+    # an app's commands take --bootstrap through cli_support.client_options: the same check
+    app_bootstrap = runner.invoke(
+        main, ["apps", "activity", "retract-bots", "--bootstrap", "no-port", "--dry-run"]
+    )
+    assert app_bootstrap.exit_code == 2, app_bootstrap.output
+    assert "is not host:port" in app_bootstrap.stderr
+
     bad_config = runner.invoke(
         main, ["topics", "create", "x", "--config", "no-equals-sign", "--bootstrap", "127.0.0.1:1"]
     )
