@@ -133,11 +133,18 @@ class BrokerMember:
         self._producer_ids_lock = trio.Lock()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Until cancelled: register, follow the metadata, replicate."""
+        """Until cancelled: register, follow the metadata, replicate.
+
+        Reports started once the broker has applied the cluster's metadata, caught up
+        (as Kafka's brokers wait for theirs): before that it knows its logs on disk but
+        not their layout, leaders or the live brokers, so it could only answer clients
+        wrongly."""
         async with trio.open_nursery() as nursery:
             self.replicas.start(nursery)
             await nursery.start(self.link.run)
             nursery.start_soon(self._leave_on_storage_failure)
+            while not self.replicas.applied_once:
+                await self.replicas.applied.wait()
             task_status.started()
 
     async def _leave_on_storage_failure(self) -> None:

@@ -23,9 +23,9 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from eventplatform.client_config import KafkaConnection, client_config_of
 from eventplatform.events.errors import EventError
@@ -55,6 +55,7 @@ ERASE_ATTEMPTS = 40
 ERASE_TIMEOUT_S_DEFAULT = 60.0
 """How long :func:`erase_events` lets one request wait for its erasure on the leader."""
 NO_TOPIC_ID = bytes(16)
+T = TypeVar("T")
 
 RETRIABLE = frozenset(
     {
@@ -136,10 +137,17 @@ class LogClient:
     # ------------------------------------------------------------ requests
 
     def partition_count(self, topic: str) -> int:
-        """How many partitions ``topic`` has (raises LogClientError when it has none)."""
+        """How many partitions ``topic`` has (raises LogClientError when it has none).
+
+        A broker that has not laid the topic out yet (it is being created, or the broker
+        has just started) is asked again, as a request is."""
         with self._lock:
             if topic not in self._partitions:
-                self._refresh(topic)
+                self._retrying(
+                    f"Metadata for {topic}",
+                    lambda: self._refresh(topic),
+                    frozenset({ErrorCode.LEADER_NOT_AVAILABLE}),
+                )
             return self._partitions[topic]
 
     def produce(self, topic: str, partition: int, batch: bytes, *, timeout_ms: int) -> Answer:
@@ -228,38 +236,43 @@ class LogClient:
         *,
         wait_s: float = 0.0,
     ) -> Answer:
+        def attempt() -> Answer:
+            leader = self._leader(topic, partition)
+            response = self._request(self._brokers[leader], api, version, body, wait_s=wait_s)
+            found = answer_of(response)
+            error = ErrorCode(found["error_code"])
+            if error in RETRIABLE:
+                raise LogClientError(f"{error.name}: {found.get('error_message')}", error)
+            return Answer(error, found.get("error_message"), found)
+
+        with self._lock:
+            return self._retrying(f"{api.name} to {topic}-{partition}", attempt)
+
+    def _retrying(
+        self,
+        what: str,
+        attempt: Callable[[], T],
+        retriable: frozenset[ErrorCode] = RETRIABLE,
+    ) -> T:
+        """``attempt()``, again after a dropped connection or a ``retriable`` error (with
+        the leaders forgotten, so the next try refreshes them), at most ``attempts`` times
+        in all; then LogClientError naming ``what`` and the last failure."""
         backoff = RETRY_BACKOFF_S
         last = "no attempt"
-        with self._lock:
-            for attempt in range(self.attempts):
-                if attempt:
-                    time.sleep(backoff)
-                    backoff = min(backoff * 2, RETRY_BACKOFF_MAX_S)
-                try:
-                    leader = self._leader(topic, partition)
-                    response = self._request(
-                        self._brokers[leader], api, version, body, wait_s=wait_s
-                    )
-                except _UnreachableError as exc:
-                    last = str(exc)
-                    self._leaders.clear()
-                    continue
-                except LogClientError as exc:
-                    if exc.error not in RETRIABLE:
-                        raise
-                    last = str(exc)
-                    self._leaders.clear()
-                    continue
-                found = answer_of(response)
-                error = ErrorCode(found["error_code"])
-                if error in RETRIABLE:
-                    last = f"{error.name}: {found.get('error_message')}"
-                    self._leaders.clear()
-                    continue
-                return Answer(error, found.get("error_message"), found)
-        raise LogClientError(
-            f"{api.name} to {topic}-{partition} failed {self.attempts} times; last: {last}"
-        )
+        for number in range(self.attempts):
+            if number:
+                time.sleep(backoff)
+                backoff = min(backoff * 2, RETRY_BACKOFF_MAX_S)
+            try:
+                return attempt()
+            except _UnreachableError as exc:
+                last = str(exc)
+            except LogClientError as exc:
+                if exc.error not in retriable:
+                    raise
+                last = str(exc)
+            self._leaders.clear()
+        raise LogClientError(f"{what} failed {self.attempts} times; last: {last}")
 
     # ------------------------------------------------------------ metadata
 
@@ -284,22 +297,32 @@ class LogClient:
             "include_topic_authorized_operations": False,
         }
         failures = []
+        not_ready = False
         for address in [*self._brokers.values(), *self.bootstrap]:
             try:
                 response = self._request(address, METADATA, METADATA_VERSION, body)
             except _UnreachableError as exc:
                 failures.append(str(exc))
                 continue
+            (entry,) = response["topics"]
+            error = ErrorCode(entry["error_code"])
+            if error is ErrorCode.NONE and not entry["partitions"]:
+                error = ErrorCode.LEADER_NOT_AVAILABLE  # a layout this broker lacks yet
+            if error is ErrorCode.LEADER_NOT_AVAILABLE:  # another broker may have it
+                failures.append(f"{address[0]}:{address[1]}: topic {topic!r}: {error.name}")
+                not_ready = True
+                continue
+            if error is not ErrorCode.NONE:
+                raise LogClientError(f"topic {topic!r}: {error.name}", error)
             self._brokers = {b["node_id"]: (b["host"], b["port"]) for b in response["brokers"]}
-            for entry in response["topics"]:
-                error = ErrorCode(entry["error_code"])
-                if error is not ErrorCode.NONE:
-                    raise LogClientError(f"topic {topic!r}: {error.name}", error)
-                self._partitions[topic] = len(entry["partitions"])
-                for found in entry["partitions"]:
-                    self._leaders[(topic, found["partition_index"])] = found["leader_id"]
+            self._partitions[topic] = len(entry["partitions"])
+            for found in entry["partitions"]:
+                self._leaders[(topic, found["partition_index"])] = found["leader_id"]
             return
-        raise LogClientError(f"no broker answered: {'; '.join(failures)}")
+        raise LogClientError(
+            f"no broker answered for {topic!r}: {'; '.join(failures)}",
+            ErrorCode.LEADER_NOT_AVAILABLE if not_ready else None,
+        )
 
     # ------------------------------------------------------------ the wire
 

@@ -91,7 +91,7 @@ def _missing(name: str, error: ErrorCode) -> Body:
 
 def _described(context: RequestContext, described: Body, partitions: list[Any]) -> Body:
     return {
-        "error_code": ErrorCode.NONE,
+        "error_code": described["error_code"],
         "name": described["name"],
         "topic_id": described["topic_id"],
         "is_internal": described["is_internal"],

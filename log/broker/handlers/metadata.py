@@ -12,7 +12,9 @@ A null topic list means every topic (internal ones included, as Kafka
 does). Requested topics that do not exist are created with the broker
 defaults when ``auto.create.topics.enable`` is on and the request allows it
 (``allow_auto_topic_creation``, v4+; always allowed before); a cluster
-member answers once the new topic has reached it. From v7
+member answers once the new topic has reached it. A topic this node holds but whose
+layout its metadata lacks is LEADER_NOT_AVAILABLE, never a topic of no partitions: a
+client that cached that count could place no key. From v7
 each partition carries its leader epoch, and clients validate positions with
 OffsetForLeaderEpoch. From v8 a client may ask for the operations it is
 authorized to perform on each topic (``include_topic_authorized_operations``)
@@ -158,7 +160,9 @@ def describe_topic(context: RequestContext, topic: Topic) -> Body:
         for p in context.broker.membership.layout(topic)
     ]
     return {
-        "error_code": ErrorCode.NONE,
+        # A topic with no layout yet (its creation has not reached this node's metadata)
+        # is one clients must ask about again, not one with no partitions.
+        "error_code": ErrorCode.NONE if partitions else ErrorCode.LEADER_NOT_AVAILABLE,
         "name": topic.name,
         "topic_id": topic.topic_id,
         "is_internal": topic.internal,

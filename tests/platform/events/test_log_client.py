@@ -1,6 +1,7 @@
 """The log's own wire client: its bounds (attempts, answer size, time) against a port
-nobody listens on and a server that answers nonsense, and its requests (produce,
-EntityRead, EraseRecords) against the real broker."""
+nobody listens on and a server that answers nonsense, its reading of metadata a broker
+gives while it is not ready, and its requests (produce, EntityRead, EraseRecords)
+against the real broker."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import struct
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 import pytest
@@ -16,7 +18,13 @@ import pytest
 from eventplatform.events import Position, erase_events
 from eventplatform.events.log_client import LogClient, LogClientError
 from eventplatform.log.extensions import ERASED_HEADER
-from eventplatform.log.protocol import ErrorCode
+from eventplatform.log.protocol import (
+    ErrorCode,
+    decode_request_header,
+    encode_response,
+    flatten,
+)
+from eventplatform.log.protocol.apis import METADATA
 from eventplatform.log.protocol.apis.entities import ERASE_OFFSETS_MAX
 from eventplatform.log.storage.record_batch import Record, encode_batch
 from eventplatform.testing import BrokerProcess
@@ -54,6 +62,111 @@ def oversized_answers() -> Iterator[int]:
     stop.set()
     thread.join(timeout=5)
     server.close()
+
+
+@contextmanager
+def metadata_server(answers: list[int | None]) -> Iterator[tuple[int, list[int]]]:
+    """A server answering Metadata for one topic with ``answers[n]`` partitions (led by
+    itself) to the n-th request, the last one from then on; None is the topic-level
+    error LEADER_NOT_AVAILABLE, 0 a topic with no partitions and no error. Yields its
+    port and the count of requests it answered."""
+    server = socket.create_server(("127.0.0.1", 0))
+    port = int(server.getsockname()[1])
+    answered: list[int] = [0]
+    stop = threading.Event()
+
+    def body(count: int | None, topic: str) -> dict[str, object]:
+        partitions = [
+            {
+                "error_code": 0,
+                "partition_index": index,
+                "leader_id": 1,
+                "leader_epoch": 0,
+                "replica_nodes": [1],
+                "isr_nodes": [1],
+                "offline_replicas": [],
+            }
+            for index in range(count or 0)
+        ]
+        return {
+            "brokers": [{"node_id": 1, "host": "127.0.0.1", "port": port, "rack": None}],
+            "cluster_id": "test",
+            "controller_id": 1,
+            "topics": [
+                {
+                    "error_code": ErrorCode.LEADER_NOT_AVAILABLE if count is None else 0,
+                    "name": topic,
+                    "topic_id": bytes(16),
+                    "is_internal": False,
+                    "partitions": partitions,
+                }
+            ],
+        }
+
+    def serve() -> None:
+        server.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                connection, _ = server.accept()
+            except TimeoutError:
+                continue
+            with connection:
+                connection.settimeout(5)
+                while frame := _frame(connection):
+                    header, _ = decode_request_header(frame)
+                    count = answers[min(answered[0], len(answers) - 1)]
+                    answered[0] += 1
+                    reply = flatten(
+                        encode_response(
+                            METADATA,
+                            header.api_version,
+                            header.correlation_id,
+                            body(count, "orders"),
+                        )
+                    )
+                    connection.sendall(struct.pack(">i", len(reply)) + reply)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield port, answered
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+        server.close()
+
+
+def _frame(connection: socket.socket) -> bytes:
+    """One request frame without its size; b"" once the client closed."""
+    data = b""
+    while len(data) < 4 or len(data) < 4 + struct.unpack(">i", data[:4])[0]:
+        chunk = connection.recv(1 << 16)
+        if not chunk:
+            return b""
+        data += chunk
+    return data[4:]
+
+
+def test_a_topic_a_broker_has_not_laid_out_is_asked_about_again() -> None:
+    """A broker that knows a topic but not its partitions yet (one that had just started
+    once answered so) is not believed: the count is asked again, never taken as 0."""
+    with (
+        metadata_server([0, None, 3]) as (port, answered),
+        LogClient(f"127.0.0.1:{port}", attempts=4, request_timeout_s=2.0) as client,
+    ):
+        assert client.partition_count("orders") == 3
+    assert answered == [3]
+
+
+def test_a_topic_never_laid_out_is_a_clear_retriable_error() -> None:
+    with (
+        metadata_server([0]) as (port, answered),
+        LogClient(f"127.0.0.1:{port}", attempts=3, request_timeout_s=2.0) as client,
+        pytest.raises(LogClientError, match="LEADER_NOT_AVAILABLE") as failed,
+    ):
+        client.partition_count("orders")
+    assert "failed 3 times" in str(failed.value)
+    assert answered == [3]
 
 
 def test_no_broker_is_a_clear_error_soon() -> None:
