@@ -13,6 +13,7 @@ import click
 
 from eventplatform.cli_failures import PlatformGroup
 from eventplatform.cli_support import metrics_listen_option
+from eventplatform.interrupts import python_sigint
 from eventplatform.tool_options import cluster_options, parsed, tool_errors
 from eventplatform.tools.arguments import (
     ACKS_CHOICES,
@@ -146,16 +147,17 @@ def serve(
     from eventplatform.log.config import BrokerConfigError
 
     try:
-        run_broker(
-            data_dir=data_dir,
-            listen=listen,
-            advertised_host=advertised_host,
-            config_file=config_file,
-            overrides=overrides,
-            log_level=log_level,
-            echo=click.echo,
-            metrics_listen=metrics_listen,
-        )
+        with python_sigint():  # trio's own guard, and serve's signal receiver, need it
+            run_broker(
+                data_dir=data_dir,
+                listen=listen,
+                advertised_host=advertised_host,
+                config_file=config_file,
+                overrides=overrides,
+                log_level=log_level,
+                echo=click.echo,
+                metrics_listen=metrics_listen,
+            )
     except BrokerConfigError as exc:
         raise click.UsageError(str(exc)) from exc
 

@@ -11,7 +11,13 @@ one-line ``Error: ...`` and exit status 1, without a traceback:
 - an operating-system error (a file that cannot be read, a disk that is full).
 
 Ctrl-C (SIGINT) ends any command with ``Interrupted.`` and exit status 130, however
-deep the interrupt was raised (trio and thread pools wrap it in exception groups).
+deep the interrupt was raised (trio and thread pools wrap it in exception groups), and
+whatever exception it became: Python raises KeyboardInterrupt in the next Python code
+that runs, and when that code was called from a C extension (librdkafka's binding
+importing a module or reading a config name) the extension may replace it with an
+error of its own. So while a command runs, SIGINT goes to a handler that notes it and
+then raises KeyboardInterrupt as Python's own does (:mod:`eventplatform.interrupts`);
+a command runs trio under its ``python_sigint`` (or :func:`run_trio_until_interrupted`).
 
 Any other exception is a defect, and keeps its traceback.
 
@@ -23,9 +29,12 @@ are not imported here: an exception of theirs can only be raised once they are.
 from __future__ import annotations
 
 import sys
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import click
+
+from eventplatform.interrupts import InterruptNote, python_sigint
 
 INTERRUPTED_EXIT_STATUS = 130
 """The status of a command ended by SIGINT, as shells report it (128 + 2)."""
@@ -42,18 +51,33 @@ class PlatformGroup(click.Group):
     """The ``platform`` group: its commands' failures end in one line (see the module)."""
 
     def invoke(self, ctx: click.Context) -> Any:
+        note = InterruptNote()
         try:
-            return super().invoke(ctx)
-        except (click.ClickException, click.exceptions.Exit, click.Abort):
+            with note.installed():
+                return super().invoke(ctx)
+        except click.exceptions.Exit:
             raise
         except BaseException as exc:
-            if interrupted(exc):
+            if note.seen or interrupted(exc):
                 click.echo("Interrupted.", err=True)
                 raise click.exceptions.Exit(INTERRUPTED_EXIT_STATUS) from None
+            if isinstance(exc, click.ClickException | click.Abort):
+                raise
             message = failure_message(exc, ctx.meta)
             if message is None:
                 raise
             raise click.ClickException(message) from None
+
+
+def run_trio_until_interrupted(main: Callable[[], Awaitable[object]]) -> None:
+    """``trio.run(main)`` until it returns or Ctrl-C stops it, which says ``stopped``."""
+    import trio
+
+    try:
+        with python_sigint():
+            trio.run(main)
+    except KeyboardInterrupt:
+        click.echo("stopped", err=True)
 
 
 def note_database(url: str) -> None:

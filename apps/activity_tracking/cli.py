@@ -11,6 +11,7 @@ import time
 import click
 
 from eventplatform.apps.activity_tracking import APP_NAME
+from eventplatform.cli_failures import run_trio_until_interrupted
 from eventplatform.cli_support import (
     address,
     append_in_chunks,
@@ -171,10 +172,7 @@ def collect(
                 bound = await nursery.start(collector.serve, host, port)
                 click.echo(f"collecting beacons on http://{host}:{bound}{BEACONS_PATH}", err=True)
 
-    try:
-        trio.run(run)
-    except KeyboardInterrupt:
-        click.echo("stopped", err=True)
+    run_trio_until_interrupted(run)
 
 
 def _pairs(given: tuple[str, ...], option: str, shape: str) -> list[tuple[str, str]]:

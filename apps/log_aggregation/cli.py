@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import click
 
 from eventplatform.apps.log_aggregation import APP_NAME
+from eventplatform.cli_failures import run_trio_until_interrupted
 from eventplatform.cli_support import (
     address,
     append_in_chunks,
@@ -215,10 +216,7 @@ def logs_syslog(
                     port = await nursery.start(listener.serve_tls, *tls, context)
                     click.echo(f"receiving syslog over TLS on {tls[0]}:{port}", err=True)
 
-    try:
-        trio.run(run)
-    except KeyboardInterrupt:
-        click.echo("stopped", err=True)
+    run_trio_until_interrupted(run)
 
 
 @commands.command("redact")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import click
 
 from eventplatform.apps.metrics import APP_NAME
+from eventplatform.cli_failures import run_trio_until_interrupted
 from eventplatform.cli_support import (
     address,
     append_in_chunks,
@@ -81,10 +82,7 @@ def metrics_statsd(client: ClientConfig, listen: str, metrics_listen: str | None
                 bound = await nursery.start(listener.serve, host, port)
                 click.echo(f"receiving StatsD on udp://{host}:{bound}", err=True)
 
-    try:
-        trio.run(run)
-    except KeyboardInterrupt:
-        click.echo("stopped", err=True)
+    run_trio_until_interrupted(run)
 
 
 @commands.command("scrape")

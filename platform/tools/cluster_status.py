@@ -18,6 +18,7 @@ from typing import Any
 
 import trio
 
+from eventplatform.interrupts import python_sigint
 from eventplatform.local_cluster import LocalCluster, LocalClusterError
 from eventplatform.log.cluster.metadata import NO_LEADER
 from eventplatform.log.cluster.network import TCP, Network, TlsNetwork
@@ -86,7 +87,8 @@ def call_controller(
             await client.aclose()
 
     try:
-        return trio.run(ask)
+        with python_sigint():
+            return trio.run(ask)
     except trio.TooSlowError as exc:
         raise ToolError(f"no active controller answered within {timeout_s:.0f} s") from exc
     except RpcError as exc:
