@@ -12,12 +12,9 @@ one-line ``Error: ...`` and exit status 1, without a traceback:
 
 Ctrl-C (SIGINT) ends any command with ``Interrupted.`` and exit status 130, however
 deep the interrupt was raised (trio and thread pools wrap it in exception groups), and
-whatever exception it became: Python raises KeyboardInterrupt in the next Python code
-that runs, and when that code was called from a C extension (librdkafka's binding
-importing a module or reading a config name) the extension may replace it with an
-error of its own. So while a command runs, SIGINT goes to a handler that notes it and
-then raises KeyboardInterrupt as Python's own does (:mod:`eventplatform.interrupts`);
-a command runs trio under its ``python_sigint`` (or :func:`run_trio_until_interrupted`).
+whatever exception a C extension made of it: :mod:`eventplatform.interrupts` notes each
+SIGINT while a command runs. A command runs trio under its ``python_sigint`` (or
+:func:`run_trio_until_interrupted`).
 
 Any other exception is a defect, and keeps its traceback.
 
@@ -34,7 +31,7 @@ from typing import Any
 
 import click
 
-from eventplatform.interrupts import InterruptNote, python_sigint
+from eventplatform.interrupts import interrupt_noted, noting_sigint, python_sigint
 
 INTERRUPTED_EXIT_STATUS = 130
 """The status of a command ended by SIGINT, as shells report it (128 + 2)."""
@@ -51,14 +48,13 @@ class PlatformGroup(click.Group):
     """The ``platform`` group: its commands' failures end in one line (see the module)."""
 
     def invoke(self, ctx: click.Context) -> Any:
-        note = InterruptNote()
         try:
-            with note.installed():
+            with noting_sigint():
                 return super().invoke(ctx)
         except click.exceptions.Exit:
             raise
         except BaseException as exc:
-            if note.seen or interrupted(exc):
+            if interrupt_noted() or interrupted(exc):
                 click.echo("Interrupted.", err=True)
                 raise click.exceptions.Exit(INTERRUPTED_EXIT_STATUS) from None
             if isinstance(exc, click.ClickException | click.Abort):

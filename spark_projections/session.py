@@ -13,6 +13,7 @@ that define the projections importable.
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import sys
@@ -20,12 +21,16 @@ import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+from types import FrameType
 from typing import TYPE_CHECKING
 
+from eventplatform.interrupts import note_interrupt
 from eventplatform.spark_projections.errors import ReplayConfigError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+log = logging.getLogger(__name__)
 
 MASTER_ENV = "EVENTPLATFORM_SPARK_MASTER"
 CONF_ENV = "EVENTPLATFORM_SPARK_CONF"
@@ -43,6 +48,8 @@ DEFAULTS = {
 }
 """What the platform sets unless told otherwise. Shuffles are small (one row per
 projection row, not per event), so a few shuffle partitions suffice."""
+PY4J_LOG_LEVEL = logging.WARNING
+"""py4j says at INFO each time it opens or closes a connection to the JVM."""
 LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
 """The driver's log configuration (errors only), unless the settings give the driver's
 Java options themselves."""
@@ -86,6 +93,7 @@ def spark_session(
 
     from eventplatform.spark_projections.source import EventLogDataSource
 
+    logging.getLogger("py4j").setLevel(PY4J_LOG_LEVEL)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder = SparkSession.builder.master(master_of(master)).appName(app_name)
@@ -94,7 +102,46 @@ def spark_session(
     with _interrupts_deferred():
         session = builder.getOrCreate()
         session.dataSource.register(EventLogDataSource)
+        _interrupt_cancels_jobs(session)
     return session
+
+
+def _interrupt_cancels_jobs(session: SparkSession) -> None:
+    """Ctrl-C cancels the session's jobs, from a thread of its own; it raises
+    KeyboardInterrupt only where the main thread is not waiting on the JVM.
+
+    Spark's own handler cancels the jobs from inside the signal handler. When the
+    main thread is waiting for the JVM's answer (a job running), that call re-enters
+    the py4j connection the main thread is reading, which breaks it: the command then
+    printed pages of py4j and Java stack traces and exited 1. Cancelled from another
+    thread (another connection), the job ends and the main thread's call returns the
+    cancellation, which the ``platform`` group reads as the interrupt it noted."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    context = session.sparkContext
+
+    def cancel() -> None:
+        try:
+            context.cancelAllJobs()
+        except Exception:  # the session stopped meanwhile: no job is left to cancel
+            log.debug("cancelling Spark's jobs failed", exc_info=True)
+
+    def handler(number: int, frame: FrameType | None) -> None:
+        note_interrupt()
+        threading.Thread(target=cancel, name="cancel-spark-jobs", daemon=True).start()
+        if not _waiting_on_the_jvm(frame):
+            raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, handler)
+
+
+def _waiting_on_the_jvm(frame: FrameType | None) -> bool:
+    """Whether ``frame`` (where a signal found the main thread) is inside py4j."""
+    while frame is not None:
+        if str(frame.f_globals.get("__name__", "")).startswith("py4j."):
+            return True
+        frame = frame.f_back
+    return False
 
 
 @contextmanager
@@ -105,9 +152,9 @@ def _interrupts_deferred() -> Iterator[None]:
     it listens. Interrupted half way, the launch forgets the JVM, which then runs on
     after this process ends (Spark starts it ignoring SIGINT) and prints a stack trace.
     So the signal is blocked, not handled, while the session is made: it stays
-    pending, and arrives, to whatever handler is then installed (Spark installs one
-    that cancels its jobs and raises KeyboardInterrupt), once the session exists and
-    this process's exit ends the JVM with it. Threads started in the block keep
+    pending, and arrives, to whatever handler is then installed (the platform's, see
+    :func:`_interrupt_cancels_jobs`), once the session exists and this process's exit
+    ends the JVM with it. Threads started in the block keep
     the signal blocked, as they should: only the main thread handles it."""
     if threading.current_thread() is not threading.main_thread():
         yield

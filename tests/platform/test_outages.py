@@ -386,12 +386,14 @@ waits until the session exists, and on a loaded machine Spark's start alone has 
 more than 15 s."""
 
 
-@pytest.mark.parametrize("after_s", [2.0])
-def test_ctrl_c_while_spark_starts_leaves_no_jvm_behind(
-    after_s: float, broker: BrokerProcess, tmp_path: Path
+@pytest.mark.parametrize("moment", ["while Spark starts", "while a job runs"])
+def test_ctrl_c_during_a_replay_ends_it_cleanly_and_leaves_no_jvm_behind(
+    moment: str, broker: BrokerProcess, tmp_path: Path
 ) -> None:
     """Regression: an interrupt during Spark's start printed a traceback, and the JVM
-    the launch had started ran on after the command ended."""
+    the launch had started ran on after the command ended. One while a job ran printed
+    pages of py4j and Java stack traces (Spark's own handler called the JVM from inside
+    the signal handler, re-entering the call the main thread waited in) and exited 1."""
     with EventProducer(broker.bootstrap) as producer:  # something to replay
         producer.append([projection_test_app.Tick(entity="e", amount=1, label="a")])
     arguments = [
@@ -423,7 +425,10 @@ def test_ctrl_c_while_spark_starts_leaves_no_jvm_behind(
             start_new_session=True,
         )
     try:
-        time.sleep(after_s)
+        if moment == "while Spark starts":
+            time.sleep(2.0)
+        else:
+            _wait_for_a_running_stage(process, output)
         process.send_signal(signal.SIGINT)
         process.wait(SPARK_INTERRUPT_EXIT_BOUND_S)
         deadline = time.monotonic() + JVM_EXIT_BOUND_S
@@ -436,6 +441,22 @@ def test_ctrl_c_while_spark_starts_leaves_no_jvm_behind(
     text = output.read_text()
     assert process.returncode in (0, 130), text
     assert "Traceback" not in text and "Exception" not in text, text
+    said = [line for line in text.splitlines() if line.strip() and "[Stage " not in line]
+    assert len(said) <= FEW_LINES, text
+
+
+SPARK_JOB_WAIT_S = 120.0
+"""How long a replay may take to show its first job running (Spark's start included)."""
+
+
+def _wait_for_a_running_stage(process: subprocess.Popen[bytes], output: Path) -> None:
+    """Until Spark's progress bar shows a stage of the replay's first job (it shows one
+    that has run for half a second): the driver is then waiting on the JVM for the job."""
+    deadline = time.monotonic() + SPARK_JOB_WAIT_S
+    while "[Stage " not in output.read_text():
+        assert process.poll() is None, output.read_text()
+        assert time.monotonic() < deadline, f"no Spark job in {SPARK_JOB_WAIT_S:.0f} s"
+        time.sleep(0.05)
 
 
 def _group_alive(group: int) -> bool:
