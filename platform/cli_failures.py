@@ -14,7 +14,7 @@ Ctrl-C (SIGINT) ends any command with ``Interrupted.`` and exit status 130, howe
 deep the interrupt was raised (trio and thread pools wrap it in exception groups), and
 whatever exception a C extension made of it: :mod:`eventplatform.interrupts` notes each
 SIGINT while a command runs. A command runs trio under its ``python_sigint`` (or
-:func:`run_trio_until_interrupted`).
+``cli_support.run_trio_until_interrupted``).
 
 Any other exception is a defect, and keeps its traceback.
 
@@ -26,12 +26,11 @@ are not imported here: an exception of theirs can only be raised once they are.
 from __future__ import annotations
 
 import sys
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import click
 
-from eventplatform.interrupts import interrupt_noted, noting_sigint, python_sigint
+from eventplatform.interrupts import interrupt_noted, noting_sigint
 
 INTERRUPTED_EXIT_STATUS = 130
 """The status of a command ended by SIGINT, as shells report it (128 + 2)."""
@@ -63,17 +62,6 @@ class PlatformGroup(click.Group):
             if message is None:
                 raise
             raise click.ClickException(message) from None
-
-
-def run_trio_until_interrupted(main: Callable[[], Awaitable[object]]) -> None:
-    """``trio.run(main)`` until it returns or Ctrl-C stops it, which says ``stopped``."""
-    import trio
-
-    try:
-        with python_sigint():
-            trio.run(main)
-    except KeyboardInterrupt:
-        click.echo("stopped", err=True)
 
 
 def note_database(url: str) -> None:

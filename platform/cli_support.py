@@ -36,7 +36,7 @@ import functools
 import logging
 import os
 import socket
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -54,6 +54,7 @@ from eventplatform.client_config import (
     KafkaConnection,
     load_client_config,
 )
+from eventplatform.interrupts import python_sigint
 
 __all__ = [
     "APPEND_CHUNK_EVENTS",
@@ -73,6 +74,7 @@ __all__ = [
     "metrics_socket_of",
     "moment",
     "reported_errors",
+    "run_trio_until_interrupted",
     "serve_metrics",
     "this_host",
     "window",
@@ -164,6 +166,17 @@ def reported_errors() -> Iterator[None]:
         yield
     except ProjectionError as error:
         raise click.ClickException(str(error)) from error
+
+
+def run_trio_until_interrupted(main: Callable[[], Awaitable[object]]) -> None:
+    """``trio.run(main)`` until it returns or Ctrl-C stops it, which says ``stopped``."""
+    import trio
+
+    try:
+        with python_sigint():
+            trio.run(main)
+    except KeyboardInterrupt:
+        click.echo("stopped", err=True)
 
 
 def window_options(command: Decorated) -> Decorated:

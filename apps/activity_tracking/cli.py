@@ -11,7 +11,6 @@ import time
 import click
 
 from eventplatform.apps.activity_tracking import APP_NAME
-from eventplatform.cli_failures import run_trio_until_interrupted
 from eventplatform.cli_support import (
     address,
     append_in_chunks,
@@ -22,6 +21,7 @@ from eventplatform.cli_support import (
     metrics_listen_option,
     metrics_socket_of,
     reported_errors,
+    run_trio_until_interrupted,
     serve_metrics,
     window,
     window_options,

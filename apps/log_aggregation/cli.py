@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING
 import click
 
 from eventplatform.apps.log_aggregation import APP_NAME
-from eventplatform.cli_failures import run_trio_until_interrupted
 from eventplatform.cli_support import (
     address,
     append_in_chunks,
@@ -23,6 +22,7 @@ from eventplatform.cli_support import (
     metrics_listen_option,
     metrics_socket_of,
     reported_errors,
+    run_trio_until_interrupted,
     serve_metrics,
     this_host,
     window,

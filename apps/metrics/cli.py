@@ -9,7 +9,6 @@ from __future__ import annotations
 import click
 
 from eventplatform.apps.metrics import APP_NAME
-from eventplatform.cli_failures import run_trio_until_interrupted
 from eventplatform.cli_support import (
     address,
     append_in_chunks,
@@ -21,6 +20,7 @@ from eventplatform.cli_support import (
     metrics_socket_of,
     moment,
     reported_errors,
+    run_trio_until_interrupted,
     serve_metrics,
     window,
     window_options,

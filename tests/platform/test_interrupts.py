@@ -17,11 +17,8 @@ import trio
 from click.testing import CliRunner
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from eventplatform.cli_failures import (
-    INTERRUPTED_EXIT_STATUS,
-    PlatformGroup,
-    run_trio_until_interrupted,
-)
+from eventplatform.cli_failures import INTERRUPTED_EXIT_STATUS, PlatformGroup
+from eventplatform.cli_support import run_trio_until_interrupted
 
 UNREACHABLE = "127.0.0.1:1"
 
