@@ -46,7 +46,7 @@ def noting_sigint() -> Iterator[None]:
     thread, and not where other code installed one), then put Python's back. The note
     starts clear."""
     _noted.clear()
-    if not _main_thread() or signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+    if not in_main_thread() or signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
         yield
         return
     signal.signal(signal.SIGINT, _noting_handler)
@@ -60,7 +60,7 @@ def noting_sigint() -> Iterator[None]:
 @contextmanager
 def python_sigint() -> Iterator[None]:
     """Python's own SIGINT handler for the block, then the one before it again."""
-    if not _main_thread():
+    if not in_main_thread():
         yield
         return
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -70,5 +70,6 @@ def python_sigint() -> Iterator[None]:
         signal.signal(signal.SIGINT, previous)
 
 
-def _main_thread() -> bool:
+def in_main_thread() -> bool:
+    """Whether this is the main thread, the one Python runs signal handlers in."""
     return threading.current_thread() is threading.main_thread()

@@ -24,7 +24,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
 
-from eventplatform.interrupts import note_interrupt
+from eventplatform.interrupts import in_main_thread, note_interrupt
 from eventplatform.spark_projections.errors import ReplayConfigError
 
 if TYPE_CHECKING:
@@ -116,7 +116,7 @@ def _interrupt_cancels_jobs(session: SparkSession) -> None:
     printed pages of py4j and Java stack traces and exited 1. Cancelled from another
     thread (another connection), the job ends and the main thread's call returns the
     cancellation, which the ``platform`` group reads as the interrupt it noted."""
-    if threading.current_thread() is not threading.main_thread():
+    if not in_main_thread():
         return
     context = session.sparkContext
 
@@ -156,7 +156,7 @@ def _interrupts_deferred() -> Iterator[None]:
     :func:`_interrupt_cancels_jobs`), once the session exists and this process's exit
     ends the JVM with it. Threads started in the block keep
     the signal blocked, as they should: only the main thread handles it."""
-    if threading.current_thread() is not threading.main_thread():
+    if not in_main_thread():
         yield
         return
     blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import struct
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +49,21 @@ def node_config(node: int, roles: str, voters: str, data_dir: Path, port: int) -
     return dataclasses.replace(config, data_dir=data_dir, listen_host="127.0.0.1", listen_port=port)
 
 
+def two_nodes(tmp_path: Path) -> tuple[BrokerServer, Callable[[], BrokerServer]]:
+    """Node 1, the only controller voter and a broker; and a maker of node 2, a broker
+    only (each call a new server on the same data directory and port, as a restart)."""
+    quorum_port, first_port, second_port = free_ports(3)
+    voters = f"1@127.0.0.1:{quorum_port}"
+    first = BrokerServer(
+        node_config(1, "broker,controller", voters, tmp_path / "node-1", first_port)
+    )
+
+    def second() -> BrokerServer:
+        return BrokerServer(node_config(2, "broker", voters, tmp_path / "node-2", second_port))
+
+    return first, second
+
+
 async def active_controller(server: BrokerServer) -> Controller:
     with trio.fail_after(WAIT_S):
         while server.controller is None or not server.controller.controller.active:
@@ -58,12 +74,8 @@ async def active_controller(server: BrokerServer) -> Controller:
 async def test_a_broker_registering_after_truncation_gets_the_whole_image(
     tmp_path: Path,
 ) -> None:
-    quorum_port, first_port, late_port = free_ports(3)
-    voters = f"1@127.0.0.1:{quorum_port}"
-    first = BrokerServer(
-        node_config(1, "broker,controller", voters, tmp_path / "node-1", first_port)
-    )
-    late = BrokerServer(node_config(2, "broker", voters, tmp_path / "node-2", late_port))
+    first, second = two_nodes(tmp_path)
+    late = second()
     async with trio.open_nursery() as nursery:
         await nursery.start(first.run)
         controller = await active_controller(first)
@@ -116,15 +128,8 @@ async def metadata_answer(stream: trio.SocketStream) -> dict[str, Any]:
 async def test_a_restarted_broker_answers_clients_only_once_it_has_the_metadata(
     tmp_path: Path,
 ) -> None:
-    quorum_port, first_port, second_port = free_ports(3)
-    voters = f"1@127.0.0.1:{quorum_port}"
-    first = BrokerServer(
-        node_config(1, "broker,controller", voters, tmp_path / "node-1", first_port)
-    )
-
-    def second() -> BrokerServer:
-        return BrokerServer(node_config(2, "broker", voters, tmp_path / "node-2", second_port))
-
+    first, second = two_nodes(tmp_path)
+    second_port = second().config.listen_port
     async with trio.open_nursery() as nursery:
         await nursery.start(first.run)
         controller = await active_controller(first)

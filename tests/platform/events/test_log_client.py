@@ -9,7 +9,7 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
@@ -39,9 +39,10 @@ def closed_port() -> int:
         return int(probe.getsockname()[1])
 
 
-@pytest.fixture
-def oversized_answers() -> Iterator[int]:
-    """A server that answers every request with a frame claiming 2 GiB."""
+@contextmanager
+def serving(converse: Callable[[socket.socket], None]) -> Iterator[int]:
+    """A loopback server that runs ``converse`` on each connection it accepts, one at a
+    time, on a thread of its own; yields its port."""
     server = socket.create_server(("127.0.0.1", 0))
     stop = threading.Event()
 
@@ -53,15 +54,29 @@ def oversized_answers() -> Iterator[int]:
             except TimeoutError:
                 continue
             with connection:
-                connection.recv(1 << 16)
-                connection.sendall(struct.pack(">i", 2**31 - 1))
+                connection.settimeout(5)
+                converse(connection)
 
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
-    yield int(server.getsockname()[1])
-    stop.set()
-    thread.join(timeout=5)
-    server.close()
+    try:
+        yield int(server.getsockname()[1])
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+        server.close()
+
+
+@pytest.fixture
+def oversized_answers() -> Iterator[int]:
+    """A server that answers every request with a frame claiming 2 GiB."""
+
+    def converse(connection: socket.socket) -> None:
+        connection.recv(1 << 16)
+        connection.sendall(struct.pack(">i", 2**31 - 1))
+
+    with serving(converse) as port:
+        yield port
 
 
 @contextmanager
@@ -70,10 +85,7 @@ def metadata_server(answers: list[int | None]) -> Iterator[tuple[int, list[int]]
     itself) to the n-th request, the last one from then on; None is the topic-level
     error LEADER_NOT_AVAILABLE, 0 a topic with no partitions and no error. Yields its
     port and the count of requests it answered."""
-    server = socket.create_server(("127.0.0.1", 0))
-    port = int(server.getsockname()[1])
     answered: list[int] = [0]
-    stop = threading.Event()
 
     def body(count: int | None, topic: str) -> dict[str, object]:
         partitions = [
@@ -103,37 +115,20 @@ def metadata_server(answers: list[int | None]) -> Iterator[tuple[int, list[int]]
             ],
         }
 
-    def serve() -> None:
-        server.settimeout(0.2)
-        while not stop.is_set():
-            try:
-                connection, _ = server.accept()
-            except TimeoutError:
-                continue
-            with connection:
-                connection.settimeout(5)
-                while frame := _frame(connection):
-                    header, _ = decode_request_header(frame)
-                    count = answers[min(answered[0], len(answers) - 1)]
-                    answered[0] += 1
-                    reply = flatten(
-                        encode_response(
-                            METADATA,
-                            header.api_version,
-                            header.correlation_id,
-                            body(count, "orders"),
-                        )
-                    )
-                    connection.sendall(struct.pack(">i", len(reply)) + reply)
+    def converse(connection: socket.socket) -> None:
+        while frame := _frame(connection):
+            header, _ = decode_request_header(frame)
+            count = answers[min(answered[0], len(answers) - 1)]
+            answered[0] += 1
+            reply = flatten(
+                encode_response(
+                    METADATA, header.api_version, header.correlation_id, body(count, "orders")
+                )
+            )
+            connection.sendall(struct.pack(">i", len(reply)) + reply)
 
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    try:
+    with serving(converse) as port:
         yield port, answered
-    finally:
-        stop.set()
-        thread.join(timeout=5)
-        server.close()
 
 
 def _frame(connection: socket.socket) -> bytes:
