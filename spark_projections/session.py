@@ -50,6 +50,9 @@ DEFAULTS = {
 projection row, not per event), so a few shuffle partitions suffice."""
 PY4J_LOG_LEVEL = logging.WARNING
 """py4j says at INFO each time it opens or closes a connection to the JVM."""
+INTERRUPTED_LOG4J_LEVEL = "OFF"
+"""The JVM's log level once the user interrupted: what it says while the cancelled
+jobs and the context wind down is noise to someone who asked it to stop."""
 LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
 """The driver's log configuration (errors only), unless the settings give the driver's
 Java options themselves."""
@@ -115,13 +118,18 @@ def _interrupt_cancels_jobs(session: SparkSession) -> None:
     the py4j connection the main thread is reading, which breaks it: the command then
     printed pages of py4j and Java stack traces and exited 1. Cancelled from another
     thread (another connection), the job ends and the main thread's call returns the
-    cancellation, which the ``platform`` group reads as the interrupt it noted."""
+    cancellation, which the ``platform`` group reads as the interrupt it noted.
+
+    The JVM's own log falls silent first: a cancelled task can still be finishing
+    as this process exits and stops the context, and Spark logs that at ERROR with
+    its stack trace (``Block broadcast_0 does not exist``), after ``Interrupted.``"""
     if not in_main_thread():
         return
     context = session.sparkContext
 
     def cancel() -> None:
         try:
+            context.setLogLevel(INTERRUPTED_LOG4J_LEVEL)
             context.cancelAllJobs()
         except Exception:  # the session stopped meanwhile: no job is left to cancel
             log.debug("cancelling Spark's jobs failed", exc_info=True)
